@@ -1,0 +1,2 @@
+//! Checks of lock-service histories.
+#![deny(missing_docs)]

@@ -1,0 +1,155 @@
+//! Injected bugs (`lockd --bug NAME`): each a small switch that breaks one rule, so that every
+//! check of the harness and the model can be shown to catch something real.
+//!
+//! A correct build runs with an empty [`BugSet`]. Each variant documents the rule it breaks
+//! and the check meant to catch it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// One injected bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Bug {
+    /// `expire-ignores-token`: Expire deletes whatever holds the key, so a late Expire removes
+    /// a newer grant. Caught by the model property "a late or duplicate Expire never removes a
+    /// newer grant" and by lease safety in a chaos run.
+    ExpireIgnoresToken,
+    /// `follower-grants`: a follower grants an acquire on its own, without replication.
+    /// Caught by "at most one holder of a key" and linearizability.
+    FollowerGrants,
+    /// `no-fsync`: acknowledges before persisting (the server keeps writes in a user-space
+    /// buffer that a SIGKILL loses; the model skips the save). Caught after crashes by State
+    /// Machine Safety and token checks.
+    NoFsync,
+    /// `early-expire`: the leader expires a lease early, as clock drift would. Caught by lease
+    /// safety (no overlapping holders beyond the drift bound).
+    EarlyExpire,
+    /// `release-by-key`: the seed's Release without a token; a stale release frees a newer
+    /// holder's lock. Caught by "at most one holder" with fenced writes, and linearizability.
+    ReleaseByKey,
+    /// `token-from-local-counter`: tokens come from a node-local counter instead of replicated
+    /// state. Caught by "fencing tokens strictly increase" after a leader change or restart.
+    TokenFromLocalCounter,
+    /// `stale-leader`: a deposed leader keeps answering acquires (no check-quorum, grants from
+    /// local state). Caught by linearizability and lease safety under partitions.
+    StaleLeader,
+    /// `skip-phantom-release`: no Release for a client that left mid-acquire; the lock stays
+    /// held until its lease runs out. Caught by the phantom-release test and model property.
+    SkipPhantomRelease,
+}
+
+impl Bug {
+    /// Every bug, in declaration order.
+    pub const ALL: [Bug; 8] = [
+        Bug::ExpireIgnoresToken,
+        Bug::FollowerGrants,
+        Bug::NoFsync,
+        Bug::EarlyExpire,
+        Bug::ReleaseByKey,
+        Bug::TokenFromLocalCounter,
+        Bug::StaleLeader,
+        Bug::SkipPhantomRelease,
+    ];
+
+    /// The command-line name, e.g. `expire-ignores-token`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::ExpireIgnoresToken => "expire-ignores-token",
+            Bug::FollowerGrants => "follower-grants",
+            Bug::NoFsync => "no-fsync",
+            Bug::EarlyExpire => "early-expire",
+            Bug::ReleaseByKey => "release-by-key",
+            Bug::TokenFromLocalCounter => "token-from-local-counter",
+            Bug::StaleLeader => "stale-leader",
+            Bug::SkipPhantomRelease => "skip-phantom-release",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+impl fmt::Display for Bug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown bug name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown bug {name:?}; known: {}", Bug::ALL.map(Bug::name).join(", "))]
+pub struct UnknownBug {
+    /// The name given.
+    pub name: String,
+}
+
+impl FromStr for Bug {
+    type Err = UnknownBug;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Bug::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| UnknownBug { name: s.to_owned() })
+    }
+}
+
+/// A set of injected bugs; empty by default.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct BugSet(u16);
+
+impl BugSet {
+    /// No bugs.
+    pub const NONE: BugSet = BugSet(0);
+
+    /// The set of the given bugs.
+    pub fn of(bugs: &[Bug]) -> Self {
+        BugSet(bugs.iter().fold(0, |acc, b| acc | b.bit()))
+    }
+
+    /// Whether `bug` is injected.
+    pub fn contains(self, bug: Bug) -> bool {
+        self.0 & bug.bit() != 0
+    }
+
+    /// Whether no bug is injected.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The bugs in the set.
+    pub fn iter(self) -> impl Iterator<Item = Bug> {
+        Bug::ALL.into_iter().filter(move |b| self.contains(*b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bug_name_parses_back() {
+        // DESIGN.md, "Mutants": `lockd --bug NAME` names one known bug.
+        for bug in Bug::ALL {
+            assert_eq!(bug.name().parse::<Bug>(), Ok(bug));
+        }
+        let err = "nope".parse::<Bug>().unwrap_err();
+        assert!(err.to_string().contains("expire-ignores-token"), "{err}");
+    }
+
+    #[test]
+    fn bug_set_holds_exactly_its_members() {
+        // DESIGN.md, "Mutants": each switch injects one bug.
+        let set = BugSet::of(&[Bug::NoFsync, Bug::StaleLeader]);
+        assert!(set.contains(Bug::NoFsync));
+        assert!(set.contains(Bug::StaleLeader));
+        assert!(!set.contains(Bug::EarlyExpire));
+        assert_eq!(set.iter().count(), 2);
+        assert!(BugSet::NONE.is_empty());
+    }
+}

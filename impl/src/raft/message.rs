@@ -1,0 +1,154 @@
+//! The messages Raft nodes send each other, and the log, snapshot and hard-state records.
+//!
+//! Messages are one-way (as in etcd/raft and raft-rs): a response is its own message, so the
+//! same core runs over tarpc (`deliver(from, msg)` per directed link) and over stateright's
+//! unordered, lossy network. The core tolerates loss, duplication and reordering.
+
+use serde::{Deserialize, Serialize};
+
+use crate::lock::{LockTable, Proposal};
+
+/// A node id, stable for the life of a cluster (static membership).
+pub type NodeId = u64;
+
+/// A Raft term.
+pub type Term = u64;
+
+/// A log index; the first entry has index 1, and 0 means "none".
+pub type Index = u64;
+
+/// One log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Entry {
+    /// The term of the leader that created it.
+    pub term: Term,
+    /// Its position in the log.
+    pub index: Index,
+    /// The command and who asked for it.
+    pub proposal: Proposal,
+}
+
+/// The state that must survive a crash besides the log (Raft paper, Figure 2).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HardState {
+    /// The latest term this node has seen.
+    pub term: Term,
+    /// The candidate this node voted for in `term`, if any.
+    pub voted_for: Option<NodeId>,
+    /// A commit index known to be committed; after a restart the node may re-apply up to it.
+    pub commit: Index,
+}
+
+/// A snapshot of the lock table at `last_index`, replacing the log up to that index.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The index of the last entry the snapshot covers.
+    pub last_index: Index,
+    /// The term of that entry.
+    pub last_term: Term,
+    /// The lock table after applying every entry up to `last_index`.
+    pub table: LockTable,
+}
+
+/// A message between two Raft nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Message {
+    /// Pre-vote (Raft thesis §9.6): would you vote for me in `term`? Changes no receiver state.
+    PreVote {
+        /// The term the candidate would campaign in (its current term + 1).
+        term: Term,
+        /// The index of the candidate's last log entry.
+        last_log_index: Index,
+        /// The term of the candidate's last log entry.
+        last_log_term: Term,
+    },
+    /// The answer to a [`Message::PreVote`].
+    PreVoteResponse {
+        /// The term of the pre-vote being answered.
+        term: Term,
+        /// Whether the pre-vote was granted.
+        granted: bool,
+    },
+    /// RequestVote (Raft paper §5.2).
+    RequestVote {
+        /// The candidate's term.
+        term: Term,
+        /// The index of the candidate's last log entry.
+        last_log_index: Index,
+        /// The term of the candidate's last log entry.
+        last_log_term: Term,
+    },
+    /// The answer to a [`Message::RequestVote`].
+    RequestVoteResponse {
+        /// The voter's current term.
+        term: Term,
+        /// Whether the vote was granted.
+        granted: bool,
+    },
+    /// AppendEntries (Raft paper §5.3); with no entries it is a heartbeat.
+    AppendEntries {
+        /// The leader's term.
+        term: Term,
+        /// The index of the entry just before `entries`.
+        prev_log_index: Index,
+        /// The term of that entry.
+        prev_log_term: Term,
+        /// The entries to append (at most `Config::append_entries_max`).
+        entries: Vec<Entry>,
+        /// The leader's commit index.
+        leader_commit: Index,
+    },
+    /// The answer to a [`Message::AppendEntries`].
+    AppendEntriesResponse {
+        /// The follower's current term.
+        term: Term,
+        /// Whether the entries matched and were appended.
+        success: bool,
+        /// On success, the index of the last entry known to match the leader's log.
+        match_index: Index,
+        /// On failure, a hint for back-off: the follower's last log index, or the first index
+        /// of the conflicting term (etcd's `RejectHint`).
+        reject_hint: Index,
+    },
+    /// InstallSnapshot (Raft paper §7), in one message: the lock table is small.
+    InstallSnapshot {
+        /// The leader's term.
+        term: Term,
+        /// The snapshot.
+        snapshot: Snapshot,
+    },
+    /// The answer to a [`Message::InstallSnapshot`].
+    InstallSnapshotResponse {
+        /// The follower's current term.
+        term: Term,
+        /// The snapshot's last index, now the follower's match index.
+        last_index: Index,
+    },
+}
+
+impl Message {
+    /// The term the message carries.
+    pub fn term(&self) -> Term {
+        match self {
+            Message::PreVote { term, .. }
+            | Message::PreVoteResponse { term, .. }
+            | Message::RequestVote { term, .. }
+            | Message::RequestVoteResponse { term, .. }
+            | Message::AppendEntries { term, .. }
+            | Message::AppendEntriesResponse { term, .. }
+            | Message::InstallSnapshot { term, .. }
+            | Message::InstallSnapshotResponse { term, .. } => *term,
+        }
+    }
+}
+
+/// A message with its addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The sender.
+    pub source: NodeId,
+    /// The receiver.
+    pub target: NodeId,
+    /// The message.
+    pub msg: Message,
+}
