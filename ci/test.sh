@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command: what CI runs (through .ci/run) and what a developer runs locally.
+# fmt check, clippy with warnings denied, the sans-IO grep, then every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== sans-IO grep: the Raft core and the lock machine do no IO"
+# STYLE.md practice 1: impl/src/raft/ and impl/src/lock.rs must not name these.
+if grep -rnE 'tokio|tarpc|std::time|std::fs|std::net|thread_rng|Instant|SystemTime' \
+    impl/src/raft impl/src/lock.rs; then
+  echo "sans-IO violation: the lines above name IO in the core" >&2
+  exit 1
+fi
+echo "ok: no IO names in impl/src/raft/ or impl/src/lock.rs"
+
+echo "== cargo test --workspace"
+cargo test --workspace
