@@ -8,3 +8,5 @@
 pub mod bugs;
 pub mod lock;
 pub mod raft;
+#[cfg(feature = "testkit")]
+pub mod testkit;

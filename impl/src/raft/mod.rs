@@ -9,7 +9,7 @@
 //! `ci/test.sh` greps for them.
 
 mod election;
-#[cfg(test)]
+#[cfg(all(test, feature = "testkit"))]
 mod interaction_test;
 pub mod invariants;
 mod io;

@@ -4,8 +4,10 @@
 //!   `append_entries_max` entries, in `send_now`: its own log need not be durable first
 //!   (thesis §10.2.1), but it counts itself toward a quorum only up to `Input::Persisted`.
 //! - A follower answers after persist, so an acknowledgement promises durable entries.
-//! - A rejection carries `reject_hint`: the follower's last index when its log is too short,
-//!   else the first index of the conflicting term; the leader backs `next_index` off to it.
+//! - A rejection carries `reject_hint`, the highest index that may still match the leader's
+//!   log: the follower's last index when its log is too short, else the last index before
+//!   `prev_log_index` whose term is at most `prev_log_term` (etcd's `findConflictByTerm`,
+//!   which skips whole terms). The leader retries with that index as `prev_log_index`.
 //! - The leader commits index `n` only when a majority matched `n` and the entry at `n` is of
 //!   its current term (§5.4.2, Figure 8); earlier entries commit with it.
 //! - Followers whose `next_index` fell below the compacted prefix get an InstallSnapshot.
@@ -198,7 +200,8 @@ impl Node {
             let hint = if prev_log_index > self.log.last_index() {
                 self.log.last_index()
             } else {
-                self.log.first_index_of_term_at(prev_log_index)
+                self.log
+                    .last_index_of_term_at_most(prev_log_index, prev_log_term, self.commit_index)
             };
             self.send_after_persist(from, self.reject(hint));
             return;
@@ -272,7 +275,8 @@ impl Node {
                 self.send_append(from);
             }
         } else {
-            let backed_off = progress.next_index.saturating_sub(1).min(reject_hint);
+            // The hint is the highest index that may match: try it as the new prev index.
+            let backed_off = progress.next_index.saturating_sub(1).min(reject_hint + 1);
             progress.next_index = backed_off.max(progress.match_index + 1).max(1);
             self.send_append(from);
         }
