@@ -154,7 +154,10 @@ impl Cluster {
 
     /// The running nodes.
     pub fn nodes(&self) -> Vec<&Node> {
-        self.members.values().filter_map(|m| m.node.as_ref()).collect()
+        self.members
+            .values()
+            .filter_map(|m| m.node.as_ref())
+            .collect()
     }
 
     /// What node `id` has on stable storage.
@@ -222,9 +225,16 @@ impl Cluster {
 
     fn start(&mut self, id: NodeId) {
         let member = self.member_mut(id);
-        let (node, out) = Node::new(member.config.clone(), member.durable.clone(), member.clock_ms);
+        let (node, out) = Node::new(
+            member.config.clone(),
+            member.durable.clone(),
+            member.clock_ms,
+        );
         member.node = Some(node);
-        self.trace_line(format!("{id}: start term={}", self.member(id).durable.hard_state.term));
+        self.trace_line(format!(
+            "{id}: start term={}",
+            self.member(id).durable.hard_state.term
+        ));
         self.handle_output(id, out);
         self.check();
     }
@@ -333,7 +343,13 @@ impl Cluster {
     pub fn request(&mut self, id: NodeId, request: ClientRequest) -> RequestId {
         let request_id = RequestId(self.next_request);
         self.next_request += 1;
-        self.step(id, Input::Request { id: request_id, request });
+        self.step(
+            id,
+            Input::Request {
+                id: request_id,
+                request,
+            },
+        );
         request_id
     }
 
@@ -461,7 +477,12 @@ impl Cluster {
 
     /// Advances all clocks by `step_ms` and delivers everything, until `done` holds or
     /// `max_ms` passed. Returns whether `done` held.
-    pub fn run_until(&mut self, max_ms: u64, step_ms: u64, done: impl Fn(&Cluster) -> bool) -> bool {
+    pub fn run_until(
+        &mut self,
+        max_ms: u64,
+        step_ms: u64,
+        done: impl Fn(&Cluster) -> bool,
+    ) -> bool {
         let step_ms = step_ms.max(1);
         let mut elapsed = 0;
         while elapsed <= max_ms {
@@ -513,7 +534,11 @@ pub fn describe_message(msg: &Message) -> String {
             leader_commit,
         } => format!(
             "AppendEntries term={term} prev={prev_log_term}/{prev_log_index} entries=[{}] commit={leader_commit}",
-            entries.iter().map(describe_entry).collect::<Vec<_>>().join(", ")
+            entries
+                .iter()
+                .map(describe_entry)
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Message::AppendEntriesResponse {
             term,

@@ -22,7 +22,9 @@ struct Harness {
 
 impl Harness {
     fn cluster(&mut self) -> Result<&mut Cluster, String> {
-        self.cluster.as_mut().ok_or_else(|| "no cluster: run add-nodes first".to_owned())
+        self.cluster
+            .as_mut()
+            .ok_or_else(|| "no cluster: run add-nodes first".to_owned())
     }
 
     fn handle(&mut self, case: &TestCase) -> String {
@@ -61,7 +63,9 @@ impl Harness {
     /// bug=early-expire seed=1`: a new cluster of nodes 1..=3 (seed default 1).
     fn add_nodes(&mut self, case: &TestCase) -> Result<String, String> {
         let size: u64 = parse_arg(case.args.first().map(String::as_str), "node count")?;
-        let seed: u64 = case.arg("seed").map_or(Ok(1), |s| parse_arg(Some(s), "seed"))?;
+        let seed: u64 = case
+            .arg("seed")
+            .map_or(Ok(1), |s| parse_arg(Some(s), "seed"))?;
         let pre_vote = case.arg("pre_vote") != Some("false");
         let check_quorum = case.arg("check_quorum") != Some("false");
         let snapshot = match case.arg("snapshot") {
@@ -124,8 +128,14 @@ impl Harness {
                 key: key(),
                 lease_ms: parse_arg(case.arg("lease_ms"), "lease_ms")?,
             },
-            Some("release") => Command::Release { key: key(), token: token()? },
-            Some("expire") => Command::Expire { key: key(), token: token()? },
+            Some("release") => Command::Release {
+                key: key(),
+                token: token()?,
+            },
+            Some("expire") => Command::Expire {
+                key: key(),
+                token: token()?,
+            },
             Some("noop") => Command::Noop,
             other => return Err(format!("unknown proposal {other:?}")),
         };
@@ -149,7 +159,9 @@ impl Harness {
             Some("acquire") => ClientRequest::Acquire {
                 key,
                 lease_ms: parse_arg(case.arg("lease_ms"), "lease_ms")?,
-                wait_ms: case.arg("wait_ms").map_or(Ok(0), |w| parse_arg(Some(w), "wait_ms"))?,
+                wait_ms: case
+                    .arg("wait_ms")
+                    .map_or(Ok(0), |w| parse_arg(Some(w), "wait_ms"))?,
                 origin,
             },
             Some("release") => ClientRequest::Release {
@@ -300,7 +312,10 @@ impl Harness {
     /// `raft-log 1`: node 1's snapshot base and in-memory entries.
     fn raft_log(&mut self, case: &TestCase) -> Result<String, String> {
         let id = node_arg(case, 0)?;
-        let node = self.cluster()?.node(id).ok_or(format!("node {id} is down"))?;
+        let node = self
+            .cluster()?
+            .node(id)
+            .ok_or(format!("node {id} is down"))?;
         let mut lines = vec![match node.snapshot() {
             Some(s) => format!("snapshot {}/{}", s.last_term, s.last_index),
             None => "no snapshot".to_owned(),
@@ -364,6 +379,7 @@ const SCRIPTS: &[&str] = &[
     "pre_vote_check_quorum",
     "phantom_release",
     "waiters",
+    "requests",
 ];
 
 macro_rules! scripts {
@@ -390,14 +406,19 @@ scripts!(
     pre_vote_check_quorum,
     phantom_release,
     waiters,
+    requests,
 );
 
 #[test]
 fn every_script_opens_with_a_comment_and_has_a_test() {
     // STYLE practice 4: each script opens with a `#` paragraph saying what it tests.
     for name in SCRIPTS {
-        let text = crate::testkit::datadriven::read(&script(name)).unwrap_or_else(|e| panic!("{e}"));
-        assert!(text.starts_with('#'), "script {name} does not open with a # paragraph");
+        let text =
+            crate::testkit::datadriven::read(&script(name)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            text.starts_with('#'),
+            "script {name} does not open with a # paragraph"
+        );
     }
     let listed = crate::testkit::datadriven::list(&script("x").with_file_name(""))
         .unwrap_or_else(|e| panic!("{e}"));

@@ -108,7 +108,12 @@ impl RaftLog {
     /// `term`: where a leader whose entry at `before` has term `term` may match this log
     /// (etcd's `findConflictByTerm`). Entries of a higher term cannot match the leader's,
     /// whose terms up to `before` are at most `term`.
-    pub(crate) fn last_index_of_term_at_most(&self, before: Index, term: Term, floor: Index) -> Index {
+    pub(crate) fn last_index_of_term_at_most(
+        &self,
+        before: Index,
+        term: Term,
+        floor: Index,
+    ) -> Index {
         let floor = floor.max(self.base_index());
         let mut index = before.saturating_sub(1).max(floor);
         while index > floor && self.term_at(index).is_none_or(|t| t > term) {

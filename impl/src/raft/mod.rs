@@ -209,6 +209,9 @@ pub struct Node {
     waiters: BTreeMap<Key, VecDeque<Waiter>>,
     /// Locks whose lease timer fired on this node while they were still held.
     expired: BTreeSet<(Key, Token)>,
+    /// Leader only: followers to send an AppendEntries at the end of the step (one message
+    /// per follower per step however many entries the step appended); empty between steps.
+    append_due: BTreeSet<NodeId>,
     /// The output of the step in progress; empty between steps.
     out: Output,
 }
@@ -263,6 +266,7 @@ impl Node {
             pending: BTreeMap::new(),
             waiters: BTreeMap::new(),
             expired: BTreeSet::new(),
+            append_due: BTreeSet::new(),
             out: Output::default(),
         };
         node.apply_committed();
@@ -470,8 +474,14 @@ impl Node {
         }
     }
 
-    /// Hands the hard state to the driver when it changed in this step.
+    /// Sends the AppendEntries due, then hands the hard state to the driver when it changed
+    /// in this step.
     fn finish_step(&mut self) {
+        for peer in std::mem::take(&mut self.append_due) {
+            if self.role == Role::Leader {
+                self.send_append(peer);
+            }
+        }
         let hard_state = HardState {
             term: self.term,
             voted_for: self.voted_for,

@@ -131,16 +131,14 @@ impl Node {
         index
     }
 
-    /// Sends AppendEntries (or a snapshot) to every follower.
+    /// Sends AppendEntries (or a snapshot) to every follower at the end of the step.
     pub(super) fn broadcast_append(&mut self) {
-        for peer in self.peers() {
-            self.send_append(peer);
-        }
+        self.append_due.extend(self.peers());
     }
 
     /// Sends `peer` the entries from its `next_index`, or the snapshot when they are
     /// compacted away.
-    fn send_append(&mut self, peer: NodeId) {
+    pub(super) fn send_append(&mut self, peer: NodeId) {
         let Some(progress) = self.progress.get(&peer) else {
             return;
         };
@@ -200,8 +198,11 @@ impl Node {
             let hint = if prev_log_index > self.log.last_index() {
                 self.log.last_index()
             } else {
-                self.log
-                    .last_index_of_term_at_most(prev_log_index, prev_log_term, self.commit_index)
+                self.log.last_index_of_term_at_most(
+                    prev_log_index,
+                    prev_log_term,
+                    self.commit_index,
+                )
             };
             self.send_after_persist(from, self.reject(hint));
             return;
@@ -272,13 +273,13 @@ impl Node {
             self.maybe_commit();
             let progress = &self.progress[&from];
             if progress.next_index <= self.log.last_index() {
-                self.send_append(from);
+                self.append_due.insert(from);
             }
         } else {
             // The hint is the highest index that may match: try it as the new prev index.
             let backed_off = progress.next_index.saturating_sub(1).min(reject_hint + 1);
             progress.next_index = backed_off.max(progress.match_index + 1).max(1);
-            self.send_append(from);
+            self.append_due.insert(from);
         }
     }
 
@@ -318,7 +319,7 @@ impl Node {
             .get(&from)
             .is_some_and(|p| p.next_index <= last)
         {
-            self.send_append(from);
+            self.append_due.insert(from);
         }
     }
 

@@ -39,10 +39,9 @@ pub struct TestCase {
 impl TestCase {
     /// The value of argument `name=value`, if given.
     pub fn arg(&self, name: &str) -> Option<&str> {
-        self.args.iter().find_map(|a| {
-            a.strip_prefix(name)
-                .and_then(|rest| rest.strip_prefix('='))
-        })
+        self.args
+            .iter()
+            .find_map(|a| a.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
     }
 }
 
@@ -70,7 +69,9 @@ fn parse(text: &str) -> Result<Vec<Piece>, String> {
         }
         let command_line = at + 1;
         if lines.get(at + 1).map(|l| l.trim_end()) != Some("----") {
-            return Err(format!("line {command_line}: command {line:?} is not followed by ----"));
+            return Err(format!(
+                "line {command_line}: command {line:?} is not followed by ----"
+            ));
         }
         at += 2;
         let mut expected = Vec::new();
@@ -134,13 +135,19 @@ pub fn run_file(path: &Path, mut handle: impl FnMut(&TestCase) -> String) -> Res
         }
     }
     if rewrite {
-        std::fs::write(path, rewritten).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Write a sibling and rename it over, so that a concurrent reader never sees half.
+        let temporary = path.with_extension("txt.rewrite");
+        std::fs::write(&temporary, rewritten)
+            .and_then(|()| std::fs::rename(&temporary, path))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(());
     }
     if mismatches.is_empty() {
         Ok(())
     } else {
-        Err(format!("{mismatches}(rerun with {REWRITE_ENV}=1 to rewrite, then read the diff)"))
+        Err(format!(
+            "{mismatches}(rerun with {REWRITE_ENV}=1 to rewrite, then read the diff)"
+        ))
     }
 }
 
