@@ -64,6 +64,9 @@ pub struct Cluster {
     trace: Option<Vec<String>>,
     panic_on_violation: bool,
     violations: Vec<String>,
+    /// When set, `Input::Persisted` reports wait in `persisted_due` until a test feeds them.
+    defer_persisted: bool,
+    persisted_due: Vec<(NodeId, Input)>,
 }
 
 impl Cluster {
@@ -88,6 +91,8 @@ impl Cluster {
             trace: None,
             panic_on_violation: true,
             violations: Vec::new(),
+            defer_persisted: false,
+            persisted_due: Vec::new(),
         };
         for id in &ids {
             let mut config = Config::new(*id, ids.clone());
@@ -135,6 +140,28 @@ impl Cluster {
     /// Whether an invariant violation panics (the default) or is only collected.
     pub fn set_panic_on_violation(&mut self, on: bool) {
         self.panic_on_violation = on;
+    }
+
+    /// Whether `Input::Persisted` is fed back at once (the default) or waits until
+    /// [`Cluster::report_persisted`]: the write is durable at once either way, but the leader
+    /// learns it late, so it must commit without counting itself.
+    pub fn set_defer_persisted(&mut self, on: bool) {
+        self.defer_persisted = on;
+    }
+
+    /// How many deferred `Input::Persisted` reports wait.
+    pub fn persisted_due(&self) -> usize {
+        self.persisted_due.len()
+    }
+
+    /// Feeds deferred report `at` (oldest first) to its node.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `at` is out of range.
+    pub fn report_persisted(&mut self, at: usize) {
+        let (id, input) = self.persisted_due.remove(at);
+        self.step(id, input);
     }
 
     /// The invariant violations seen so far (when they do not panic).
@@ -290,7 +317,12 @@ impl Cluster {
                 .map(|e| e.term)
                 .or(durable.snapshot.as_ref().map(|s| s.last_term))
                 .unwrap_or(0);
-            self.step(id, Input::Persisted { term, index });
+            let input = Input::Persisted { term, index };
+            if self.defer_persisted {
+                self.persisted_due.push((id, input));
+            } else {
+                self.step(id, input);
+            }
         }
     }
 
@@ -445,6 +477,7 @@ impl Cluster {
     /// Crashes node `id`: its in-memory state is lost, its durable state kept.
     pub fn crash(&mut self, id: NodeId) {
         self.member_mut(id).node = None;
+        self.persisted_due.retain(|(node, _)| *node != id);
         self.trace_line(format!("{id}: crash"));
         self.check();
     }
@@ -464,8 +497,11 @@ impl Cluster {
     /// Panics if messages still flow after [`STABILIZE_ROUNDS_MAX`] rounds.
     pub fn stabilize(&mut self) -> usize {
         for round in 0..STABILIZE_ROUNDS_MAX {
-            if self.in_flight.is_empty() {
+            if self.in_flight.is_empty() && self.persisted_due.is_empty() {
                 return round;
+            }
+            while !self.persisted_due.is_empty() {
+                self.report_persisted(0);
             }
             self.deliver_all(None);
         }
