@@ -101,6 +101,12 @@ fn check_role(node: &Node) {
             "node {id}: leader of term {} has no heartbeat timer",
             node.term
         );
+        for key in node.waiters.keys() {
+            assert!(
+                node.key_taken(key),
+                "node {id}: waiters queued for {key:?}, which is neither held nor granted in the log"
+            );
+        }
     } else {
         assert!(
             node.timers.contains_key(&Timer::Election),

@@ -27,14 +27,20 @@
 //!
 //! # Waiters
 //!
-//! An acquire with `wait_ms > 0` for a held key waits in a FIFO queue at the leader, bounded
-//! by `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
-//! proposes the Grant of the head waiter. A waiter still queued at its deadline gets `Busy`:
-//! it was queued because the key was held (applied, or a Grant ahead of it in the log), and
-//! it stayed queued only because the key was never freed at the leader while it waited, so
-//! the key was held at some instant during the request.
+//! An acquire with `wait_ms > 0` for a taken key (held in the applied table, or a Grant ahead
+//! in the log, or waiters ahead) waits in a FIFO queue at the leader, bounded by
+//! `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
+//! proposes the Grant of the head waiter. Every key with waiters is taken (checked by
+//! `check_invariants`): a free event always pops the head.
+//!
+//! At its wait deadline a waiter still queued gets a last try: its Grant is proposed as a
+//! try-acquire, and it is answered from the committed outcome (`GrantRejected` -> `Busy`).
+//! Answering `Busy` at once from the leader's table would not be linearizable: a leader that
+//! was deposed without knowing it yet (check-quorum takes up to two windows) may show a lock
+//! that a newer leader already released before the client asked. Through the log, a deposed
+//! leader cannot commit, so the waiter gets `Unknown` or `NotLeader` instead.
 
-use super::{Entry, Node, Pending, PendingKind, RequestId, Response, Role, Timer, Waiter};
+use super::{Entry, Node, Pending, PendingKind, RequestId, Role, Timer, Waiter};
 use crate::bugs::Bug;
 use crate::lock::{Command, Key, Proposal, Token};
 
@@ -217,12 +223,17 @@ impl Node {
         let Some((key, at)) = found else {
             return; // proposed already: the answer comes with the apply
         };
-        if let Some(queue) = self.waiters.get_mut(&key) {
-            queue.remove(at);
-            if queue.is_empty() {
-                self.waiters.remove(&key);
-            }
+        let Some(waiter) = self
+            .waiters
+            .get_mut(&key)
+            .and_then(|queue| queue.remove(at))
+        else {
+            return;
+        };
+        if self.waiters.get(&key).is_some_and(|q| q.is_empty()) {
+            self.waiters.remove(&key);
         }
-        self.respond(id, Response::Busy);
+        // The last try: a try-acquire through the log (see the module doc).
+        self.propose_grant(waiter.id, waiter.key, waiter.lease_ms, waiter.origin, None);
     }
 }

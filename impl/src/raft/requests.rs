@@ -10,7 +10,8 @@
 //!   cannot answer from a stale table.
 //! - A try-acquire is a Grant in the log, even for a held key: `GrantRejected` at apply means
 //!   the key was held at that log position, hence `Busy`.
-//! - A queued waiter that times out gets `Busy`; see the waiter argument in `leases.rs`.
+//! - A queued waiter whose deadline passes gets a last try through the log, so its `Busy` is
+//!   a committed `GrantRejected` too; see the waiter argument in `leases.rs`.
 //! - A request whose entry might still commit after this node lost leadership is answered
 //!   `Unknown` (the client records `info`); a request that was never proposed is answered
 //!   `NotLeader` or `Invalid`, which promise that nothing happened.
