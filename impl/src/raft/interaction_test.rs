@@ -380,6 +380,7 @@ const SCRIPTS: &[&str] = &[
     "phantom_release",
     "waiters",
     "requests",
+    "mutants",
 ];
 
 macro_rules! scripts {
@@ -407,6 +408,7 @@ scripts!(
     phantom_release,
     waiters,
     requests,
+    mutants,
 );
 
 #[test]

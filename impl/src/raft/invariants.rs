@@ -2,7 +2,7 @@
 //! checks that the testkit runs after every step and the stateright model runs as `Always`
 //! properties.
 //!
-//! - [`check_node`]-level (one node): `Node::check_invariants`, asserted after every step in
+//! - Node-local (one node): [`super::Node::check_invariants`], asserted after every step in
 //!   debug builds.
 //! - Cross-node: [`election_safety`], [`log_matching`], [`leader_completeness`],
 //!   [`state_machine_safety`], [`tokens_strictly_increase`], each returning `Err` with the

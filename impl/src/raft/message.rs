@@ -1,7 +1,7 @@
 //! The messages Raft nodes send each other, and the log, snapshot and hard-state records.
 //!
 //! Messages are one-way (as in etcd/raft and raft-rs): a response is its own message, so the
-//! same core runs over tarpc (`deliver(from, msg)` per directed link) and over stateright's
+//! same core runs over the RPC layer (`deliver(from, msg)` per directed link) and over stateright's
 //! unordered, lossy network. The core tolerates loss, duplication and reordering.
 
 use serde::{Deserialize, Serialize};

@@ -4,9 +4,27 @@
 //! a persistence acknowledgement) and returns an [`Output`] that says what to persist, what
 //! to send before and after persisting, what was applied and which clients to answer. Time
 //! and randomness come in as inputs (the clock through [`Input::Tick`], the RNG as a seed in
-//! [`Config`]), so the same code runs under tokio (`server.rs`) and under stateright
-//! (`checker::model`). Nothing here may use tokio, tarpc, clocks, files or sockets:
-//! `ci/test.sh` greps for them.
+//! [`Config`], a splitmix64 state inside the node), so the same code runs under the async
+//! server (`server.rs`) and under stateright (`checker::model`). Nothing here may use the
+//! async runtime, the RPC crate, clocks, files or sockets: `ci/test.sh` greps for them.
+//!
+//! The parts, each with its rules in its module doc:
+//!
+//! - `election`: randomized election timeouts, pre-vote, votes, check-quorum, the Noop that
+//!   opens every term.
+//! - `replication`: AppendEntries with back-off on `reject_hint`, commit by a majority of
+//!   the current term only (Figure 8), apply in order, snapshots and InstallSnapshot.
+//! - `log`: the in-memory log over its snapshot base; `quorum`: majorities.
+//! - `requests`: client requests, answered only from committed, applied entries (the
+//!   linearizability argument is there).
+//! - `leases`: lease timers on every node, locally expired locks, waiter queues, phantom
+//!   release.
+//! - [`invariants`]: the node-local assertions that [`Node::step`] runs after every step in
+//!   debug builds, and the cross-node checks the testkit and the model run.
+//!
+//! The injected bugs of the core ([`crate::bugs::Bug`]): `follower-grants` (requests),
+//! `stale-leader` (requests, election: check-quorum off), `early-expire` (leases),
+//! `skip-phantom-release` (requests).
 
 mod election;
 #[cfg(all(test, feature = "testkit"))]
