@@ -237,3 +237,90 @@ impl Node {
         self.propose_grant(waiter.id, waiter.key, waiter.lease_ms, waiter.origin, None);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{append, entry};
+    use super::super::{Config, Durable, HardState, Input, Node, Snapshot, Timer};
+    use crate::lock::{Command, LockTable};
+
+    fn held_table() -> LockTable {
+        let mut table = LockTable::new();
+        table.apply(1, &Command::Noop);
+        table.apply(
+            2,
+            &Command::Grant {
+                key: "a".into(),
+                lease_ms: 700,
+            },
+        );
+        table
+    }
+
+    #[test]
+    fn a_restart_rearms_every_lease_in_full() {
+        // DESIGN.md "Leases": a new timer never expires earlier than the old one could have.
+        let durable = Durable {
+            hard_state: HardState {
+                term: 1,
+                voted_for: None,
+                commit: 2,
+            },
+            snapshot: Some(Snapshot {
+                last_index: 2,
+                last_term: 1,
+                table: held_table(),
+            }),
+            entries: Vec::new(),
+        };
+        let (n, _) = Node::new(Config::new(2, vec![1, 2, 3]), durable, 5_000);
+        let lease = Timer::Lease {
+            key: "a".into(),
+            token: 2,
+        };
+        assert_eq!(n.deadline(&lease), Some(5_700));
+    }
+
+    #[test]
+    fn a_lease_timer_at_a_follower_only_marks_the_lock_expired() {
+        // DESIGN.md "Leases": removal happens only through a committed Expire.
+        let mut n = super::super::test_support::node(2);
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: 700,
+        };
+        n.step(append(1, 1, (0, 0), vec![entry(1, 1, grant)], 1));
+        let lease = Timer::Lease {
+            key: "a".into(),
+            token: 1,
+        };
+        assert_eq!(n.deadline(&lease), Some(700));
+        let out = n.step(Input::Tick { now_ms: 700 });
+        assert!(n.table().holder("a").is_some(), "a follower removed a lock");
+        assert!(out.apply.is_empty());
+        assert!(n.expired.contains(&("a".to_owned(), 1)));
+    }
+
+    #[test]
+    fn an_applied_release_cancels_the_lease_timer() {
+        // DESIGN.md "Leases": lease timers of freed locks are cancelled.
+        let mut n = super::super::test_support::node(2);
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: 700,
+        };
+        let release = Command::Release {
+            key: "a".into(),
+            token: 1,
+        };
+        n.step(append(
+            1,
+            1,
+            (0, 0),
+            vec![entry(1, 1, grant), entry(1, 2, release)],
+            2,
+        ));
+        assert!(n.timers().all(|(t, _)| !matches!(t, Timer::Lease { .. })));
+        assert!(n.table().locks().is_empty());
+    }
+}

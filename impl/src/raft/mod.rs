@@ -298,6 +298,11 @@ impl Node {
     }
 
     /// Feeds one input and returns what the driver must do (see [`Output`] for the order).
+    ///
+    /// # Panics
+    ///
+    /// In debug builds, panics when a node-local invariant fails after the step (see
+    /// [`Node::check_invariants`]): a bug in the core, never a bad input.
     pub fn step(&mut self, input: Input) -> Output {
         self.maybe_snapshot();
         match input {
@@ -532,5 +537,81 @@ impl Node {
     /// Panics when an invariant does not hold: that is a bug in the core.
     pub fn check_invariants(&self) {
         invariants::check_node(self);
+    }
+}
+
+/// Helpers for the unit tests of the core's modules: nodes driven by hand.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// Node `id` of the cluster {1, 2, 3}, started empty at time 0.
+    pub(crate) fn node(id: NodeId) -> Node {
+        Node::new(Config::new(id, vec![1, 2, 3]), Durable::default(), 0).0
+    }
+
+    /// Node 1 made leader of term 1 by hand (pre-vote and vote granted by node 2), its Noop
+    /// appended but not yet reported durable.
+    pub(crate) fn leader() -> Node {
+        let mut node = node(1);
+        node.step(Input::Campaign);
+        node.step(Input::Message {
+            from: 2,
+            msg: Message::PreVoteResponse {
+                term: 1,
+                granted: true,
+            },
+        });
+        node.step(Input::Message {
+            from: 2,
+            msg: Message::RequestVoteResponse {
+                term: 1,
+                granted: true,
+            },
+        });
+        assert_eq!(node.status().role, Role::Leader, "{:?}", node.status());
+        node
+    }
+
+    /// An acknowledgement from `from` of everything up to `match_index`.
+    pub(crate) fn ack(from: NodeId, term: Term, match_index: Index) -> Input {
+        Input::Message {
+            from,
+            msg: Message::AppendEntriesResponse {
+                term,
+                success: true,
+                match_index,
+                reject_hint: 0,
+            },
+        }
+    }
+
+    /// An AppendEntries from leader `from`.
+    pub(crate) fn append(
+        from: NodeId,
+        term: Term,
+        prev: (Term, Index),
+        entries: Vec<Entry>,
+        leader_commit: Index,
+    ) -> Input {
+        Input::Message {
+            from,
+            msg: Message::AppendEntries {
+                term,
+                prev_log_index: prev.1,
+                prev_log_term: prev.0,
+                entries,
+                leader_commit,
+            },
+        }
+    }
+
+    /// An entry of `term` at `index` with `command`.
+    pub(crate) fn entry(term: Term, index: Index, command: crate::lock::Command) -> Entry {
+        Entry {
+            term,
+            index,
+            proposal: crate::lock::Proposal::system(command),
+        }
     }
 }

@@ -407,3 +407,95 @@ impl Node {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{ack, append, entry, leader, node};
+    use super::super::{Input, Message};
+    use crate::lock::Command;
+
+    #[test]
+    fn the_leader_counts_itself_only_up_to_what_was_persisted() {
+        // io.rs, the IO contract: the leader's own log counts toward a quorum only up to
+        // `Input::Persisted` (Raft thesis §10.2.1).
+        let mut n = leader();
+        n.step(ack(2, 1, 1));
+        assert_eq!(
+            n.status().commit_index,
+            0,
+            "only follower 2 holds the Noop durably"
+        );
+        n.step(Input::Persisted { term: 1, index: 1 });
+        assert_eq!(
+            n.status().commit_index,
+            1,
+            "leader and follower 2: a majority"
+        );
+    }
+
+    #[test]
+    fn two_followers_commit_without_the_leaders_persist() {
+        // Raft paper §5.3: committed once stored on a majority, the leader need not be in it.
+        let mut n = leader();
+        n.step(ack(2, 1, 1));
+        n.step(ack(3, 1, 1));
+        assert_eq!(n.status().commit_index, 1);
+        assert_eq!(n.status().last_applied, 1);
+    }
+
+    #[test]
+    fn a_persisted_report_for_a_replaced_entry_is_ignored() {
+        // io.rs: `Persisted` names (term, index); an entry since truncated was not the one
+        // made durable.
+        let mut n = leader();
+        n.step(Input::Persisted { term: 7, index: 1 });
+        assert_eq!(n.persisted_index(), 0);
+    }
+
+    #[test]
+    fn a_follower_acknowledges_only_after_persist() {
+        // Raft paper Figure 2: entries are on stable storage before the success response.
+        let mut n = node(2);
+        let out = n.step(append(1, 1, (0, 0), vec![entry(1, 1, Command::Noop)], 0));
+        let persisted = out.persist.as_ref().map(|p| p.entries.len());
+        assert_eq!(persisted, Some(1));
+        assert!(out.send_now.is_empty());
+        assert!(matches!(
+            out.send_after_persist[0].msg,
+            Message::AppendEntriesResponse {
+                success: true,
+                match_index: 1,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_conflicting_suffix_is_truncated_on_storage_too() {
+        // Raft paper §5.3: delete the existing entry and all that follow it.
+        let mut n = node(2);
+        let old = vec![entry(1, 1, Command::Noop), entry(1, 2, Command::Noop)];
+        n.step(append(1, 1, (0, 0), old, 1));
+        let out = n.step(append(3, 2, (1, 1), vec![entry(2, 2, Command::Noop)], 1));
+        let persist = out.persist.unwrap_or_default();
+        assert_eq!(persist.truncate_from, Some(2));
+        assert_eq!(persist.entries, vec![entry(2, 2, Command::Noop)]);
+        assert_eq!(n.log().last().map(|e| e.term), Some(2));
+    }
+
+    #[test]
+    fn a_mismatch_is_rejected_with_a_hint() {
+        // Raft paper §5.3: reply false if the log has no entry at prevLogIndex with
+        // prevLogTerm; etcd's reject hint lets the leader skip back.
+        let mut n = node(2);
+        let out = n.step(append(1, 1, (1, 5), vec![], 0));
+        assert!(matches!(
+            out.send_after_persist[0].msg,
+            Message::AppendEntriesResponse {
+                success: false,
+                reject_hint: 0,
+                ..
+            }
+        ));
+    }
+}

@@ -267,3 +267,94 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{ack, leader, node};
+    use super::super::{ClientRequest, Input, RequestId, Response};
+    use crate::lock::Origin;
+
+    fn acquire(key: &str, lease_ms: u64, wait_ms: u64) -> ClientRequest {
+        ClientRequest::Acquire {
+            key: key.into(),
+            lease_ms,
+            wait_ms,
+            origin: Some(Origin {
+                client: 1,
+                request: 1,
+            }),
+        }
+    }
+
+    fn request(id: u64, request: ClientRequest) -> Input {
+        Input::Request {
+            id: RequestId(id),
+            request,
+        }
+    }
+
+    #[test]
+    fn invalid_requests_are_answered_and_propose_nothing() {
+        // DESIGN.md "Semantics of the lock ops": Invalid means nothing was proposed.
+        let mut n = leader();
+        let before = n.status().last_log_index;
+        for bad in [
+            acquire("a b", 10, 0),
+            acquire("a", 0, 0),
+            acquire("a", 10, 60_001),
+        ] {
+            let out = n.step(request(1, bad.clone()));
+            assert!(out.persist.is_none(), "{bad:?} persisted something");
+            assert!(
+                matches!(out.respond.as_slice(), [(_, Response::Invalid { .. })]),
+                "{bad:?}: {:?}",
+                out.respond
+            );
+        }
+        assert_eq!(n.status().last_log_index, before);
+    }
+
+    #[test]
+    fn a_follower_answers_not_leader_with_its_leader() {
+        // DESIGN.md "Semantics of the lock ops": a non-leader proposes nothing.
+        let mut n = node(2);
+        n.step(super::super::test_support::append(1, 1, (0, 0), vec![], 0));
+        let out = n.step(request(1, acquire("a", 10, 0)));
+        assert_eq!(
+            out.respond,
+            vec![(RequestId(1), Response::NotLeader { leader: Some(1) })]
+        );
+        assert!(out.persist.is_none());
+    }
+
+    #[test]
+    fn the_leader_answers_only_after_commit_and_apply() {
+        // DESIGN.md "Semantics of the lock ops": never answer from unreplicated state.
+        let mut n = leader();
+        n.step(Input::Persisted { term: 1, index: 1 });
+        let out = n.step(request(1, acquire("a", 10, 0)));
+        assert!(out.respond.is_empty(), "{:?}", out.respond);
+        n.step(Input::Persisted { term: 1, index: 2 });
+        let out = n.step(ack(2, 1, 2));
+        assert_eq!(
+            out.respond,
+            vec![(RequestId(1), Response::Granted { token: 2 })]
+        );
+    }
+
+    #[test]
+    fn a_leader_that_steps_down_answers_pending_requests_unknown() {
+        // DESIGN.md "Clients": an answer that may or may not take effect is `info`.
+        let mut n = leader();
+        n.step(request(1, acquire("a", 10, 0)));
+        let out = n.step(Input::Tick { now_ms: 300 });
+        assert!(
+            matches!(
+                out.respond.as_slice(),
+                [(RequestId(1), Response::Unknown { .. })]
+            ),
+            "{:?}",
+            out.respond
+        );
+    }
+}
