@@ -14,6 +14,7 @@ mod leases;
 #[path = "cluster/replication.rs"]
 mod replication;
 
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use lockd::lock::{Command, Key, Origin, Outcome, Token};
@@ -106,6 +107,8 @@ pub struct Chaos {
     pub granted: Vec<(Key, Token, RequestId)>,
     /// Requests sent, with the node they went to.
     pub sent: Vec<(NodeId, RequestId)>,
+    /// The origin of every request (unique per request: one client id each).
+    pub origins: BTreeMap<RequestId, Origin>,
     next_client: u64,
 }
 
@@ -124,6 +127,7 @@ impl Chaos {
             faults,
             granted: Vec::new(),
             sent: Vec::new(),
+            origins: BTreeMap::new(),
             next_client: 1,
         }
     }
@@ -214,6 +218,7 @@ impl Chaos {
             client: self.next_client,
             request: 1,
         });
+        let origin_copy = origin;
         self.next_client += 1;
         let request = if self.below(3) == 0 && !self.granted.is_empty() {
             let at = self.below(self.granted.len() as u64) as usize;
@@ -235,6 +240,9 @@ impl Chaos {
         };
         let id = self.cluster.request(target, request);
         self.sent.push((target, id));
+        if let Some(origin) = origin_copy {
+            self.origins.insert(id, origin);
+        }
     }
 
     fn client_gone(&mut self) {
@@ -360,8 +368,46 @@ impl Chaos {
         );
     }
 
-    /// Every Granted answer whose token does not name a committed Grant granted that token.
+    /// Every answer that no committed entry backs: a Granted token must name a committed
+    /// Grant of that key granted that token; Busy, Released and NotHolder must come from a
+    /// committed entry of the request's origin with outcome GrantRejected, Released and
+    /// NotFound (DESIGN.md "Semantics of the lock ops": answers only from applied entries).
     pub fn answer_mismatches(&self) -> Vec<String> {
+        let mut mismatches = self.unbacked_outcomes();
+        mismatches.extend(self.unbacked_grants());
+        mismatches
+    }
+
+    fn unbacked_outcomes(&self) -> Vec<String> {
+        let mut by_origin: BTreeMap<Origin, Vec<&Outcome>> = BTreeMap::new();
+        for (_, entry) in self.cluster.ledger().iter() {
+            if let Some(origin) = entry.proposal.origin {
+                by_origin.entry(origin).or_default().push(&entry.outcome);
+            }
+        }
+        let mut mismatches = Vec::new();
+        for (_, id, response) in self.cluster.responses() {
+            let expected = match response {
+                Response::Busy => Outcome::GrantRejected,
+                Response::Released => Outcome::Released,
+                Response::NotHolder => Outcome::NotFound,
+                _ => continue,
+            };
+            let backed = self
+                .origins
+                .get(id)
+                .and_then(|o| by_origin.get(o))
+                .is_some_and(|outcomes| outcomes.contains(&&expected));
+            if !backed {
+                mismatches.push(format!(
+                    "request {id:?} was answered {response:?} but no committed entry of its origin had {expected:?}"
+                ));
+            }
+        }
+        mismatches
+    }
+
+    fn unbacked_grants(&self) -> Vec<String> {
         self.granted
             .iter()
             .filter_map(|(key, token, id)| {
@@ -390,11 +436,24 @@ impl Chaos {
     /// A one-line summary of what the run did, for `--nocapture` readers.
     pub fn summary(&self) -> String {
         let (granted, answered) = self.answer_counts();
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, _, response) in self.cluster.responses() {
+            let kind = match response {
+                Response::Granted { .. } => "granted",
+                Response::Busy => "busy",
+                Response::Released => "released",
+                Response::NotHolder => "not-holder",
+                Response::NotLeader { .. } => "not-leader",
+                Response::Unknown { .. } => "unknown",
+                Response::Invalid { .. } => "invalid",
+            };
+            *kinds.entry(kind).or_default() += 1;
+        }
         let nodes = self.cluster.nodes();
         let term = nodes.iter().map(|n| n.status().term).max().unwrap_or(0);
         let snapshots = nodes.iter().filter(|n| n.snapshot().is_some()).count();
         format!(
-            "seed {}: {} entries committed, highest term {term}, {answered} answers ({granted} granted), {snapshots} nodes with a snapshot",
+            "seed {}: {} entries committed, highest term {term}, {answered} answers ({granted} granted; {kinds:?}), {snapshots} nodes with a snapshot",
             self.cluster.seed(),
             self.cluster.ledger().len()
         )

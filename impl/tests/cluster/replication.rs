@@ -72,3 +72,22 @@ fn the_checks_catch_tokens_from_a_local_counter() {
         super::SEEDS
     );
 }
+
+#[test]
+fn the_answer_check_catches_grants_from_local_state() {
+    // bugs.rs, `follower-grants` and `stale-leader`: grants answered from local state, not
+    // from a committed entry, are caught by the answer check against the ledger.
+    for bug in [Bug::FollowerGrants, Bug::StaleLeader] {
+        let caught = super::SEEDS
+            .filter(|seed| {
+                let mut chaos = Chaos::new(*seed, 3, Faults::default(), |config| {
+                    config.bugs = BugSet::of(&[bug]);
+                });
+                chaos.cluster.set_panic_on_violation(false);
+                chaos.run(steps(super::STEPS));
+                !chaos.answer_mismatches().is_empty()
+            })
+            .count();
+        assert!(caught > 0, "no seed of {:?} caught {bug}", super::SEEDS);
+    }
+}
