@@ -615,3 +615,71 @@ pub(crate) mod test_support {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::Command;
+
+    #[test]
+    fn a_single_node_elects_itself_and_commits_on_its_own_persist() {
+        // Raft paper §5.2/§5.3 with one member: the majority is the node itself, counted
+        // once its log is durable (io.rs contract).
+        let (mut node, _) = Node::new(Config::new(1, vec![1]), Durable::default(), 0);
+        node.step(Input::Campaign);
+        assert_eq!(node.status().role, Role::Leader);
+        assert_eq!(node.status().commit_index, 0, "the Noop is not durable yet");
+        node.step(Input::Persisted { term: 1, index: 1 });
+        assert_eq!(node.status().commit_index, 1);
+        let request = ClientRequest::Release {
+            key: "a".into(),
+            token: 9,
+            origin: None,
+        };
+        node.step(Input::Request {
+            id: RequestId(1),
+            request,
+        });
+        let out = node.step(Input::Persisted { term: 1, index: 2 });
+        assert_eq!(out.respond, vec![(RequestId(1), Response::NotHolder)]);
+    }
+
+    #[test]
+    fn a_restart_reapplies_the_log_up_to_the_durable_commit() {
+        // Raft paper §5.3 and io.rs `Durable`: a restarted node re-applies committed entries,
+        // and only those.
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: 100,
+        };
+        let entries: Vec<Entry> = [Command::Noop, grant.clone(), grant]
+            .into_iter()
+            .zip(1..)
+            .map(|(command, index)| Entry {
+                term: 1,
+                index,
+                proposal: crate::lock::Proposal::system(command),
+            })
+            .collect();
+        let durable = Durable {
+            hard_state: HardState {
+                term: 1,
+                voted_for: Some(1),
+                commit: 2,
+            },
+            snapshot: None,
+            entries,
+        };
+        let (node, out) = Node::new(Config::new(2, vec![1, 2, 3]), durable, 0);
+        let applied: Vec<Index> = out.apply.iter().map(|c| c.index).collect();
+        assert_eq!(applied, vec![1, 2]);
+        assert_eq!(node.status().commit_index, 2);
+        assert_eq!(node.status().last_log_index, 3);
+        assert_eq!(node.table().holder("a").map(|h| h.token), Some(2));
+        assert!(
+            out.persist.is_none(),
+            "a restart writes nothing: {:?}",
+            out.persist
+        );
+    }
+}

@@ -91,3 +91,20 @@ fn the_answer_check_catches_grants_from_local_state() {
         assert!(caught > 0, "no seed of {:?} caught {bug}", super::SEEDS);
     }
 }
+
+#[test]
+fn tiny_snapshots_and_single_entry_appends_keep_every_invariant() {
+    // Raft paper §7: compaction and InstallSnapshot at every turn, one entry per message.
+    for_each_seed(
+        "tiny_snapshots_and_single_entry_appends_keep_every_invariant",
+        |seed| {
+            let mut chaos = Chaos::new(seed, 3, Faults::default(), |config| {
+                config.snapshot_threshold_entries = 3;
+                config.append_entries_max = 1;
+            });
+            chaos.run(steps(super::STEPS / 2));
+            chaos.assert_live();
+            chaos.assert_answers_match_the_ledger();
+        },
+    );
+}
