@@ -296,44 +296,18 @@ impl DataDir {
             initialize(path)?;
         }
         read_meta(&meta_path)?;
-        let mut recovered = Recovered::default();
-        remove_file_if_exists(&path.join(tmp_name(META_FILE)), &mut recovered)?;
-        remove_file_if_exists(&path.join(tmp_name(SNAPSHOT_FILE)), &mut recovered)?;
         let snapshot = read_snapshot(&path.join(SNAPSHOT_FILE))?;
-        let log_dir = path.join(LOG_DIR);
-        let listing = list_segments(&log_dir)?;
-        let (generation, segment_path) = match listing.segments.last() {
-            Some(newest) => newest.clone(),
-            None => {
-                return Err(StorageError::Corrupt {
-                    path: log_dir,
-                    offset: 0,
-                    reason: "no log segment".to_string(),
-                });
-            }
+        let listing = list_segments(&path.join(LOG_DIR))?;
+        let Some((generation, segment_path)) = listing.segments.last().cloned() else {
+            return Err(StorageError::Corrupt {
+                path: path.join(LOG_DIR),
+                offset: 0,
+                reason: "no log segment".to_string(),
+            });
         };
         let loaded = load_segment(&segment_path, path, snapshot)?;
         // Everything is verified; only now repair.
-        if let Some(torn) = &loaded.torn {
-            cut_torn_tail(&segment_path, loaded.valid_bytes)?;
-            recovered.truncated_bytes = loaded.file_bytes - loaded.valid_bytes;
-            recovered.torn_tail = Some(format!(
-                "{} at byte {}: {}; cut {} bytes",
-                segment_path.display(),
-                torn.offset,
-                torn.reason,
-                recovered.truncated_bytes
-            ));
-        }
-        for (_, old) in &listing.segments[..listing.segments.len() - 1] {
-            remove_file_if_exists(old, &mut recovered)?;
-        }
-        for tmp in &listing.tmp_files {
-            remove_file_if_exists(tmp, &mut recovered)?;
-        }
-        if !recovered.removed_files.is_empty() {
-            sync_dir(&log_dir)?;
-        }
+        let recovered = repair(path, &listing, &segment_path, &loaded)?;
         let file = open_append(&segment_path)?;
         let mut dir = DataDir {
             path: path.to_path_buf(),
@@ -561,7 +535,8 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
         .map(|(first, last)| (first.index, last.index));
     if let Some(snapshot) = &persist.snapshot {
         let s = snapshot.last_index;
-        range = range.and_then(|(first, last)| (last > s && first <= s + 1).then_some((s + 1, last)));
+        range =
+            range.and_then(|(first, last)| (last > s && first <= s + 1).then_some((s + 1, last)));
         (base_index, base_term) = (s, snapshot.last_term);
         if let Some((first, _)) = range
             && term_at(state, first) < base_term
@@ -580,7 +555,8 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
         }
     }
     if let Some(from) = persist.truncate_from {
-        range = range.and_then(|(first, last)| (from > first).then_some((first, last.min(from - 1))));
+        range =
+            range.and_then(|(first, last)| (from > first).then_some((first, last.min(from - 1))));
         let last = range.map_or(base_index, |r| r.1);
         if commit > last {
             return Err(format!(
@@ -616,7 +592,10 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
 
 fn check_hard_state(old: &HardState, new: &HardState, last_index: Index) -> Result<(), String> {
     if new.term < old.term {
-        return Err(format!("the term goes back from {} to {}", old.term, new.term));
+        return Err(format!(
+            "the term goes back from {} to {}",
+            old.term, new.term
+        ));
     }
     if new.term == old.term && old.voted_for.is_some() && new.voted_for != old.voted_for {
         return Err(format!(
@@ -776,7 +755,10 @@ fn check_file_header(path: &Path, bytes: &[u8], magic: &[u8; 4]) -> Result<(), S
         reason,
     };
     if bytes.len() < FILE_HEADER_BYTES {
-        return Err(corrupt(0, format!("a short file header ({} bytes)", bytes.len())));
+        return Err(corrupt(
+            0,
+            format!("a short file header ({} bytes)", bytes.len()),
+        ));
     }
     if &bytes[0..4] != magic {
         return Err(corrupt(
@@ -839,9 +821,12 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StorageError> {
     if next != bytes.len() {
         return Err(corrupt(next, "bytes after the snapshot record".to_string()));
     }
-    serde_json::from_slice(payload)
-        .map(Some)
-        .map_err(|e| corrupt(FILE_HEADER_BYTES, format!("cannot decode the snapshot: {e}")))
+    serde_json::from_slice(payload).map(Some).map_err(|e| {
+        corrupt(
+            FILE_HEADER_BYTES,
+            format!("cannot decode the snapshot: {e}"),
+        )
+    })
 }
 
 /// A torn tail found by [`load_segment`].
@@ -868,19 +853,62 @@ fn load_segment(
 ) -> Result<Loaded, StorageError> {
     let bytes = fs::read(path).map_err(io_error(path, "read"))?;
     check_file_header(path, &bytes, SEGMENT_MAGIC)?;
-    let corrupt = |offset: usize, reason: String| StorageError::Corrupt {
+    let (mut durable, checkpoint_bytes, base_matches) =
+        load_checkpoint(path, dir, &bytes, snapshot.as_ref())?;
+    let (valid_bytes, torn) = replay_records(path, &bytes, checkpoint_bytes, &mut durable)?;
+    let snapshot_reapplied = !base_matches && snapshot.is_some();
+    if snapshot_reapplied {
+        let install = Persist {
+            snapshot,
+            ..Persist::default()
+        };
+        check_persist(&durable, &install).map_err(|reason| StorageError::Corrupt {
+            path: dir.join(SNAPSHOT_FILE),
+            offset: FILE_HEADER_BYTES as u64,
+            reason: format!("the snapshot does not fit the log: {reason}"),
+        })?;
+        durable.apply(&install);
+    }
+    // Replay already refused every record that would break this; it stays as the last word.
+    if durable.hard_state.commit > durable.last_index() {
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            offset: valid_bytes,
+            reason: format!(
+                "the log ends at index {} before the commit index {}",
+                durable.last_index(),
+                durable.hard_state.commit
+            ),
+        });
+    }
+    Ok(Loaded {
+        durable,
+        file_bytes: bytes.len() as u64,
+        valid_bytes,
+        checkpoint_bytes,
+        torn,
+        snapshot_reapplied,
+    })
+}
+
+/// Reads the segment's checkpoint record. Returns the state it holds, on the snapshot it was
+/// written after, the offset after it, and whether `snapshot` is that snapshot.
+fn load_checkpoint(
+    path: &Path,
+    dir: &Path,
+    bytes: &[u8],
+    snapshot: Option<&Snapshot>,
+) -> Result<(Durable, u64, bool), StorageError> {
+    let corrupt = |reason: String| StorageError::Corrupt {
         path: path.to_path_buf(),
-        offset: offset as u64,
+        offset: FILE_HEADER_BYTES as u64,
         reason,
     };
     // The checkpoint is written whole and renamed into place: a torn one is corruption.
-    let (payload, mut at) = match read_frame(&bytes, FILE_HEADER_BYTES) {
+    let (payload, next) = match read_frame(bytes, FILE_HEADER_BYTES) {
         Frame::Whole { payload, next } => (payload, next),
-        Frame::Torn { reason } | Frame::Corrupt { reason } => {
-            return Err(corrupt(FILE_HEADER_BYTES, reason));
-        }
+        Frame::Torn { reason } | Frame::Corrupt { reason } => return Err(corrupt(reason)),
     };
-    let checkpoint_bytes = at as u64;
     let Ok(Record::Checkpoint {
         base_index,
         base_term,
@@ -888,15 +916,9 @@ fn load_segment(
         entries,
     }) = serde_json::from_slice(payload)
     else {
-        return Err(corrupt(
-            FILE_HEADER_BYTES,
-            "the first record is not a checkpoint".to_string(),
-        ));
+        return Err(corrupt("the first record is not a checkpoint".to_string()));
     };
     let base = (base_index, base_term);
-    let snapshot_matches = snapshot
-        .as_ref()
-        .is_some_and(|s| (s.last_index, s.last_term) == base);
     if snapshot.is_none() && base != (0, 0) {
         return Err(StorageError::Corrupt {
             path: dir.join(SNAPSHOT_FILE),
@@ -907,11 +929,11 @@ fn load_segment(
             ),
         });
     }
+    let base_matches = snapshot.is_some_and(|s| (s.last_index, s.last_term) == base);
     // Replay on the snapshot the segment was written after: the snapshot file itself, or,
     // when a newer one replaced it, a stand-in with the same index and term.
-    let mut durable = Durable::default();
-    durable.snapshot = if snapshot_matches {
-        snapshot.clone()
+    let base_snapshot = if base_matches {
+        snapshot.cloned()
     } else {
         (base != (0, 0)).then(|| Snapshot {
             last_index: base_index,
@@ -919,24 +941,44 @@ fn load_segment(
             ..Snapshot::default()
         })
     };
+    let mut durable = Durable {
+        snapshot: base_snapshot,
+        ..Durable::default()
+    };
     let checkpoint = Persist {
         entries,
         hard_state: Some(hard_state),
         ..Persist::default()
     };
     check_persist(&durable, &checkpoint)
-        .map_err(|reason| corrupt(FILE_HEADER_BYTES, format!("bad checkpoint: {reason}")))?;
+        .map_err(|reason| corrupt(format!("bad checkpoint: {reason}")))?;
     durable.apply(&checkpoint);
-    let mut torn = None;
+    Ok((durable, next as u64, base_matches))
+}
+
+/// Replays the `Ops` records from byte `start` on. Returns where the whole records end and
+/// the torn tail after them, if any.
+fn replay_records(
+    path: &Path,
+    bytes: &[u8],
+    start: u64,
+    durable: &mut Durable,
+) -> Result<(u64, Option<Torn>), StorageError> {
+    let corrupt = |offset: usize, reason: String| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        reason,
+    };
+    let mut at = usize::try_from(start).expect("a segment offset fits in usize");
     while at < bytes.len() {
-        let (payload, next) = match read_frame(&bytes, at) {
+        let (payload, next) = match read_frame(bytes, at) {
             Frame::Whole { payload, next } => (payload, next),
             Frame::Torn { reason } => {
-                torn = Some(Torn {
+                let torn = Torn {
                     offset: at as u64,
                     reason,
-                });
-                break;
+                };
+                return Ok((at as u64, Some(torn)));
             }
             Frame::Corrupt { reason } => return Err(corrupt(at, reason)),
         };
@@ -952,48 +994,55 @@ fn load_segment(
                 hard_state,
             },
             Ok(Record::Checkpoint { .. }) => {
-                return Err(corrupt(at, "a checkpoint after the first record".to_string()));
+                return Err(corrupt(
+                    at,
+                    "a checkpoint after the first record".to_string(),
+                ));
             }
             Err(e) => return Err(corrupt(at, format!("cannot decode the record: {e}"))),
         };
-        check_persist(&durable, &persist)
-            .map_err(|reason| corrupt(at, format!("the record does not follow the log: {reason}")))?;
+        check_persist(durable, &persist).map_err(|reason| {
+            corrupt(at, format!("the record does not follow the log: {reason}"))
+        })?;
         durable.apply(&persist);
         at = next;
     }
-    let valid_bytes = at as u64;
-    let snapshot_reapplied = !snapshot_matches && snapshot.is_some();
-    if snapshot_reapplied {
-        let install = Persist {
-            snapshot,
-            ..Persist::default()
-        };
-        check_persist(&durable, &install).map_err(|reason| StorageError::Corrupt {
-            path: dir.join(SNAPSHOT_FILE),
-            offset: FILE_HEADER_BYTES as u64,
-            reason: format!("the snapshot does not fit the log: {reason}"),
-        })?;
-        durable.apply(&install);
-    }
-    // Replay already refused every record that would break this; it stays as the last word.
-    if durable.hard_state.commit > durable.last_index() {
-        return Err(corrupt(
-            at,
-            format!(
-                "the log ends at index {} before the commit index {}",
-                durable.last_index(),
-                durable.hard_state.commit
-            ),
+    Ok((at as u64, None))
+}
+
+/// Cuts the torn tail of the verified newest segment and removes leftover files.
+fn repair(
+    dir: &Path,
+    listing: &Listing,
+    segment_path: &Path,
+    loaded: &Loaded,
+) -> Result<Recovered, StorageError> {
+    let mut recovered = Recovered::default();
+    if let Some(torn) = &loaded.torn {
+        cut_torn_tail(segment_path, loaded.valid_bytes)?;
+        recovered.truncated_bytes = loaded.file_bytes - loaded.valid_bytes;
+        recovered.torn_tail = Some(format!(
+            "{} at byte {}: {}; cut {} bytes",
+            segment_path.display(),
+            torn.offset,
+            torn.reason,
+            recovered.truncated_bytes
         ));
     }
-    Ok(Loaded {
-        durable,
-        file_bytes: bytes.len() as u64,
-        valid_bytes,
-        checkpoint_bytes,
-        torn,
-        snapshot_reapplied,
-    })
+    remove_file_if_exists(&dir.join(tmp_name(META_FILE)), &mut recovered)?;
+    remove_file_if_exists(&dir.join(tmp_name(SNAPSHOT_FILE)), &mut recovered)?;
+    let superseded = &listing.segments[..listing.segments.len().saturating_sub(1)];
+    for (_, old) in superseded {
+        remove_file_if_exists(old, &mut recovered)?;
+    }
+    for tmp in &listing.tmp_files {
+        remove_file_if_exists(tmp, &mut recovered)?;
+    }
+    if !recovered.removed_files.is_empty() {
+        sync_dir(dir)?;
+        sync_dir(&dir.join(LOG_DIR))?;
+    }
+    Ok(recovered)
 }
 
 // ---- files ----
@@ -1247,7 +1296,11 @@ mod tests {
                 .iter()
                 .find(|e| e.index == s)
                 .map(|e| e.term)
-                .or(model.snapshot.as_ref().filter(|x| x.last_index == s).map(|x| x.last_term))
+                .or(model
+                    .snapshot
+                    .as_ref()
+                    .filter(|x| x.last_index == s)
+                    .map(|x| x.last_term))
                 .unwrap_or(last_term(model).max(model.hard_state.term));
             persist.snapshot = Some(snapshot(s, term));
             after.apply(&persist);
@@ -1294,11 +1347,12 @@ mod tests {
                 entries: vec![entry(last_term(model), last + 2)],
                 ..Persist::default()
             }),
-            1 => (commit > 0 && commit > model.snapshot.as_ref().map_or(0, |s| s.last_index))
-                .then(|| Persist {
+            1 => (commit > 0 && commit > model.snapshot.as_ref().map_or(0, |s| s.last_index)).then(
+                || Persist {
                     truncate_from: Some(commit),
                     ..Persist::default()
-                }),
+                },
+            ),
             _ => Some(Persist {
                 hard_state: Some(HardState {
                     commit: last + 1,
@@ -1339,16 +1393,28 @@ mod tests {
                     matches!(result, Err(StorageError::InvalidPersist { .. })),
                     "{context}: {bad:?} must be refused, got {result:?}"
                 );
-                assert_eq!(dir.durable(), &model, "{context}: a refusal changes nothing");
+                assert_eq!(
+                    dir.durable(),
+                    &model,
+                    "{context}: a refusal changes nothing"
+                );
                 seen.refusals += 1;
                 continue;
             }
             let persist = valid_persist(&mut rng, &model);
-            let before = (dir.segment_path().to_path_buf(), dir.segment.bytes, model.clone());
+            let before = (
+                dir.segment_path().to_path_buf(),
+                dir.segment.bytes,
+                model.clone(),
+            );
             dir.persist(&persist)
                 .unwrap_or_else(|e| panic!("{context}: {persist:?} refused: {e}"));
             model.apply(&persist);
-            assert_eq!(dir.durable(), &model, "{context}: in-memory view after {persist:?}");
+            assert_eq!(
+                dir.durable(),
+                &model,
+                "{context}: in-memory view after {persist:?}"
+            );
             let appended = before.0 == dir.segment_path() && dir.segment.bytes > before.1;
             seen.snapshots += u64::from(persist.snapshot.is_some());
             seen.truncations += u64::from(persist.truncate_from.is_some());
@@ -1357,13 +1423,20 @@ mod tests {
                 // A crash inside the last append: cut the file somewhere in its record.
                 let cut = rng.range(before.1, dir.segment.bytes - 1);
                 drop(dir);
-                let file = OpenOptions::new().write(true).open(&before.0).expect("open");
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&before.0)
+                    .expect("open");
                 file.set_len(cut).expect("set_len");
                 model = before.2;
                 let (reopened, loaded) = DataDir::open_with(&path, options.clone())
                     .unwrap_or_else(|e| panic!("{context}: reopen after a cut at {cut}: {e}"));
                 assert_eq!(loaded, model, "{context}: a torn append loses only itself");
-                assert_eq!(reopened.recovered().truncated_bytes, cut - before.1, "{context}");
+                assert_eq!(
+                    reopened.recovered().truncated_bytes,
+                    cut - before.1,
+                    "{context}"
+                );
                 seen.cuts += 1;
                 dir = reopened;
             } else if rng.chance(25) {
@@ -1371,7 +1444,11 @@ mod tests {
                 let (reopened, loaded) = DataDir::open_with(&path, options.clone())
                     .unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
                 assert_eq!(loaded, model, "{context}: reopen loads what was persisted");
-                assert!(reopened.recovered().is_clean(), "{context}: {:?}", reopened.recovered());
+                assert!(
+                    reopened.recovered().is_clean(),
+                    "{context}: {:?}",
+                    reopened.recovered()
+                );
                 seen.reopens += 1;
                 dir = reopened;
             }
@@ -1432,12 +1509,18 @@ mod tests {
         push_frame(&mut bytes, b"{\"whole\":1}");
         let whole = bytes.len();
         bytes.extend_from_slice(&[0; 40]);
-        assert!(matches!(read_frame(&bytes, whole), Frame::Torn { .. }), "zeros");
+        assert!(
+            matches!(read_frame(&bytes, whole), Frame::Torn { .. }),
+            "zeros"
+        );
         let mut short = Vec::new();
         push_frame(&mut short, b"{\"cut\":12345}");
         short.truncate(short.len() - 3);
         assert!(matches!(read_frame(&short, 0), Frame::Torn { .. }), "short");
-        assert!(matches!(read_frame(&short[..5], 0), Frame::Torn { .. }), "short header");
+        assert!(
+            matches!(read_frame(&short[..5], 0), Frame::Torn { .. }),
+            "short header"
+        );
     }
 
     #[test]
@@ -1466,7 +1549,11 @@ mod tests {
             dir.persist(&persist).expect("persist");
             model.apply(&persist);
         }
-        assert_ne!(dir.segment_path(), first_segment, "the segment was rewritten");
+        assert_ne!(
+            dir.segment_path(),
+            first_segment,
+            "the segment was rewritten"
+        );
         assert!(!first_segment.exists(), "the old segment was removed");
         drop(dir);
         let (_, loaded) = DataDir::open_with(tmp.path(), options).expect("reopen");
