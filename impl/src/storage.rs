@@ -96,7 +96,9 @@ use crate::raft::{Durable, Entry, HardState, Index, Persist, Snapshot, Term};
 pub const FORMAT_VERSION: u16 = 1;
 
 /// The largest record payload, in bytes, that is written or read.
-pub const RECORD_BYTES_MAX: usize = 64 << 20;
+/// A checkpoint holds the whole log after the snapshot, so this bounds that log too; the
+/// core's `snapshot_threshold_entries` and `uncommitted_entries_max` keep it far smaller.
+pub const RECORD_BYTES_MAX: usize = 256 << 20;
 
 /// A segment is rewritten when it is this many times larger than its checkpoint (and larger
 /// than [`Options::compact_segment_bytes_min`]).
@@ -328,8 +330,8 @@ impl DataDir {
         if loaded.snapshot_reapplied {
             // Finish the interrupted snapshot persist, so the segment's base is the snapshot.
             dir.recovered.snapshot_reapplied = true;
-            let state = dir.durable.clone();
-            dir.rewrite_segment(&state)?;
+            let rewritten = segment_file(&dir.durable)?;
+            dir.rewrite_segment(&rewritten)?;
         }
         let durable = dir.durable.clone();
         Ok((dir, durable))
@@ -351,10 +353,9 @@ impl DataDir {
         }
         check_persist(&self.durable, persist)
             .map_err(|reason| StorageError::InvalidPersist { reason })?;
-        let result = if persist.snapshot.is_some() {
-            self.persist_with_snapshot(persist)
-        } else {
-            self.append_ops(persist)
+        let result = match &persist.snapshot {
+            Some(snapshot) => self.persist_with_snapshot(persist, snapshot),
+            None => self.append_ops(persist),
         };
         if let Err(StorageError::Io { .. }) = &result {
             self.poisoned = true;
@@ -411,8 +412,8 @@ impl DataDir {
         );
         let result = encoded.and_then(|()| {
             if self.should_compact() {
-                let state = self.durable.clone();
-                self.rewrite_segment(&state)?;
+                let compacted = segment_file(&self.durable)?;
+                self.rewrite_segment(&compacted)?;
             }
             self.append_frame(&frame)
         });
@@ -465,28 +466,32 @@ impl DataDir {
     }
 
     /// Snapshot file first, then a new segment checkpointing the state after the persist.
-    fn persist_with_snapshot(&mut self, persist: &Persist) -> Result<(), StorageError> {
-        let Some(snapshot) = &persist.snapshot else {
-            unreachable!("persist_with_snapshot is called for a persist with a snapshot");
-        };
+    /// Both files are encoded before either is written, so that a refusal writes nothing.
+    fn persist_with_snapshot(
+        &mut self,
+        persist: &Persist,
+        snapshot: &Snapshot,
+    ) -> Result<(), StorageError> {
         let mut next = self.durable.clone();
         next.apply(persist);
         let mut payload = Vec::new();
         encode_payload(&mut payload, snapshot)?;
-        let mut bytes = file_header(SNAPSHOT_MAGIC);
-        push_frame(&mut bytes, &payload);
-        write_file_atomic(&self.path, SNAPSHOT_FILE, &bytes, self.options.sync)?;
-        self.rewrite_segment(&next)?;
+        let mut snapshot_file = file_header(SNAPSHOT_MAGIC);
+        push_frame(&mut snapshot_file, &payload);
+        let segment_file = segment_file(&next)?;
+        write_file_atomic(&self.path, SNAPSHOT_FILE, &snapshot_file, self.options.sync)?;
+        self.rewrite_segment(&segment_file)?;
         self.durable = next;
         Ok(())
     }
 
-    /// Replaces the segment with a new one whose checkpoint is `state`, then removes the old.
-    fn rewrite_segment(&mut self, state: &Durable) -> Result<(), StorageError> {
+    /// Replaces the segment with a new one holding `segment_file` (see [`segment_file`]),
+    /// then removes the old one.
+    fn rewrite_segment(&mut self, segment_file: &[u8]) -> Result<(), StorageError> {
         let log_dir = self.path.join(LOG_DIR);
         let generation = self.segment.generation + 1;
-        let (path, checkpoint_bytes) =
-            write_segment(&log_dir, generation, state, self.options.sync)?;
+        let path = write_segment(&log_dir, generation, segment_file, self.options.sync)?;
+        let checkpoint_bytes = segment_file.len() as u64;
         let file = open_append(&path)?;
         let old = std::mem::replace(
             &mut self.segment,
@@ -498,7 +503,7 @@ impl DataDir {
                 checkpoint_bytes,
             },
         );
-        // The buffered records are part of `state`, now in the new checkpoint.
+        // The buffered records are part of the state now in the new checkpoint.
         self.pending.clear();
         drop(old.file);
         fs::remove_file(&old.path).map_err(io_error(&old.path, "remove old segment"))?;
@@ -1109,20 +1114,24 @@ fn initialize(dir: &Path) -> Result<(), StorageError> {
     }
     fs::create_dir(&log_dir).map_err(io_error(&log_dir, "create directory"))?;
     sync_dir(dir)?;
-    write_segment(&log_dir, 1, &Durable::default(), SyncMode::Fsync)?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // The data dir itself may be new: make its entry in the parent durable too.
+        sync_dir(parent)?;
+    }
+    write_segment(
+        &log_dir,
+        1,
+        &segment_file(&Durable::default())?,
+        SyncMode::Fsync,
+    )?;
     let mut meta = file_header(META_MAGIC);
     let crc = crc32fast::hash(&meta);
     meta.extend_from_slice(&crc.to_le_bytes());
     write_file_atomic(dir, META_FILE, &meta, SyncMode::Fsync)
 }
 
-/// Writes segment `generation` with `state` as its checkpoint; returns its path and length.
-fn write_segment(
-    log_dir: &Path,
-    generation: u64,
-    state: &Durable,
-    sync: SyncMode,
-) -> Result<(PathBuf, u64), StorageError> {
+/// The bytes of a segment whose checkpoint is `state`: the file header and one record.
+fn segment_file(state: &Durable) -> Result<Vec<u8>, StorageError> {
     let (base_index, base_term) = state
         .snapshot
         .as_ref()
@@ -1139,9 +1148,19 @@ fn write_segment(
     )?;
     let mut bytes = file_header(SEGMENT_MAGIC);
     bytes.extend_from_slice(&frame);
+    Ok(bytes)
+}
+
+/// Writes segment `generation` holding `segment_file`; returns its path.
+fn write_segment(
+    log_dir: &Path,
+    generation: u64,
+    segment_file: &[u8],
+    sync: SyncMode,
+) -> Result<PathBuf, StorageError> {
     let name = segment_name(generation);
-    write_file_atomic(log_dir, &name, &bytes, sync)?;
-    Ok((log_dir.join(name), bytes.len() as u64))
+    write_file_atomic(log_dir, &name, segment_file, sync)?;
+    Ok(log_dir.join(name))
 }
 
 /// Writes `dir/name` whole: tmp file, fsync, rename, fsync the directory.
