@@ -12,8 +12,7 @@ mod io;
 mod message;
 
 pub use io::{
-    ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer,
-    TimerCmd,
+    ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
 
