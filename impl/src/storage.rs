@@ -63,7 +63,7 @@
 //!
 //! A persist is refused with [`StorageError::InvalidPersist`] before anything is written when
 //! applying it would leave a state that recovery refuses: entries that do not continue the
-//! log (index = last + 1, terms never decreasing), a commit index beyond the last index at
+//! log (index = last + 1, terms never decreasing, none below a snapshot's term), a commit index beyond the last index at
 //! any step (so no truncation or snapshot drops a committed entry), a term that goes back, a
 //! vote that changes within a term, or a record larger than [`RECORD_BYTES_MAX`].
 //!
@@ -96,6 +96,7 @@ use crate::raft::{Durable, Entry, HardState, Index, Persist, Snapshot, Term};
 pub const FORMAT_VERSION: u16 = 1;
 
 /// The largest record payload, in bytes, that is written or read.
+///
 /// A checkpoint holds the whole log after the snapshot, so this bounds that log too; the
 /// core's `snapshot_threshold_entries` and `uncommitted_entries_max` keep it far smaller.
 pub const RECORD_BYTES_MAX: usize = 256 << 20;
@@ -266,6 +267,27 @@ struct Segment {
 }
 
 /// An open data dir. See the module docs for the format and the rules.
+///
+/// ```
+/// use lockd::lock::{Command, Proposal};
+/// use lockd::raft::{Entry, HardState, Persist};
+/// use lockd::storage::{DataDir, SyncMode};
+///
+/// let tmp = tempfile::tempdir()?;
+/// let (mut dir, durable) = DataDir::open(tmp.path(), SyncMode::Fsync)?;
+/// assert!(durable.entries.is_empty());
+/// let persist = Persist {
+///     entries: vec![Entry { term: 1, index: 1, proposal: Proposal::system(Command::Noop) }],
+///     hard_state: Some(HardState { term: 1, voted_for: Some(1), commit: 0 }),
+///     ..Persist::default()
+/// };
+/// dir.persist(&persist)?; // durable when it returns: now send the acknowledgements
+/// drop(dir);
+/// let (_, durable) = DataDir::open(tmp.path(), SyncMode::Fsync)?;
+/// assert_eq!(durable.last_index(), 1);
+/// assert_eq!(durable.hard_state.voted_for, Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct DataDir {
     path: PathBuf,

@@ -441,3 +441,63 @@ fn missing_directory_is_created() {
     assert_eq!(dir.path(), path);
     assert!(path.join("meta").is_file());
 }
+
+#[test]
+fn flipped_byte_in_a_lone_checkpoint_is_refused_not_cut() {
+    // Module docs: a segment's checkpoint is written whole and renamed into place, so damage
+    // to it is corruption even when it is the last record of the file.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut persists = three_appends();
+    persists.push(Persist {
+        snapshot: Some(snapshot_at(6, 1)),
+        ..Persist::default()
+    });
+    let (_, offsets, segment) = build(tmp.path(), &persists);
+    assert_eq!(offsets.len(), 5);
+    flip_byte(&segment, file_len(&segment) - 3);
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, offset: 8, .. } if path == &segment),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn missing_snapshot_under_a_compacted_log_is_refused() {
+    // DESIGN.md, "Durability": never silently drop committed data; the entries up to the
+    // snapshot exist only in the snapshot file.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut persists = three_appends();
+    persists.push(Persist {
+        snapshot: Some(snapshot_at(6, 1)),
+        ..Persist::default()
+    });
+    build(tmp.path(), &persists);
+    let snapshot = tmp.path().join("snapshot");
+    fs::remove_file(&snapshot).expect("remove snapshot");
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, .. } if path == &snapshot),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn unexpected_file_in_the_log_dir_is_refused() {
+    // Module docs, "Crash points": only segments and `*.tmp` leftovers belong in `log/`.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    build(tmp.path(), &three_appends());
+    let stray = tmp.path().join("log").join("notes.txt");
+    fs::write(&stray, b"hello").expect("write");
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, .. } if path == &stray),
+        "{error:?}"
+    );
+}
