@@ -58,6 +58,9 @@
 //!   does, and the segment is rewritten at once.
 //! - Older segments and `*.tmp` files are leftovers of a finished or an unfinished rewrite;
 //!   they are removed (and listed in [`Recovered::removed_files`]).
+//! - A dir without `meta` is created afresh when it holds only what an interrupted creation
+//!   leaves (the empty first segment); with any other lockd file it is refused
+//!   ([`StorageError::NotDataDir`]).
 //!
 //! # Checks before writing
 //!
@@ -562,8 +565,9 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
         .map(|(first, last)| (first.index, last.index));
     if let Some(snapshot) = &persist.snapshot {
         let s = snapshot.last_index;
-        range =
-            range.and_then(|(first, last)| (last > s && first <= s + 1).then_some((s + 1, last)));
+        range = range.and_then(|(first, last)| {
+            (last > s && first <= s.saturating_add(1)).then_some((s + 1, last))
+        });
         (base_index, base_term) = (s, snapshot.last_term);
         if let Some((first, _)) = range
             && term_at(state, first) < base_term
@@ -597,7 +601,7 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
         None => base_term,
     };
     for entry in &persist.entries {
-        if entry.index != last_index + 1 {
+        if last_index.checked_add(1) != Some(entry.index) {
             return Err(format!(
                 "entry index {} does not follow the last index {last_index}",
                 entry.index
@@ -1123,15 +1127,28 @@ fn tmp_name(name: &str) -> String {
 }
 
 /// Creates a fresh data dir in `dir`: the first segment, then `meta` as the "done" mark.
+///
+/// A dir without `meta` that holds exactly what an interrupted creation leaves (the empty
+/// first segment, `*.tmp` files) is created again: no persist can have happened there, since
+/// `open` only returns after `meta` is written. Anything else is refused.
 fn initialize(dir: &Path) -> Result<(), StorageError> {
     let log_dir = dir.join(LOG_DIR);
-    if exists(&log_dir)? || exists(&dir.join(SNAPSHOT_FILE))? {
+    if exists(&log_dir)? {
+        if !exists(&dir.join(SNAPSHOT_FILE))? && is_interrupted_creation(&log_dir)? {
+            fs::remove_dir_all(&log_dir).map_err(io_error(&log_dir, "remove"))?;
+        } else {
+            return Err(StorageError::NotDataDir {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "`{META_FILE}` is missing but `{LOG_DIR}` holds data; \
+                     restore `{META_FILE}` or remove the dir to start afresh"
+                ),
+            });
+        }
+    } else if exists(&dir.join(SNAPSHOT_FILE))? {
         return Err(StorageError::NotDataDir {
             path: dir.to_path_buf(),
-            reason: format!(
-                "`{META_FILE}` is missing but `{LOG_DIR}` or `{SNAPSHOT_FILE}` exists \
-                 (an interrupted creation, or a damaged dir); remove it to start afresh"
-            ),
+            reason: format!("`{META_FILE}` is missing but `{SNAPSHOT_FILE}` exists"),
         });
     }
     fs::create_dir(&log_dir).map_err(io_error(&log_dir, "create directory"))?;
@@ -1171,6 +1188,30 @@ fn segment_file(state: &Durable) -> Result<Vec<u8>, StorageError> {
     let mut bytes = file_header(SEGMENT_MAGIC);
     bytes.extend_from_slice(&frame);
     Ok(bytes)
+}
+
+/// Whether `log_dir` holds only what [`initialize`] writes before `meta`.
+fn is_interrupted_creation(log_dir: &Path) -> Result<bool, StorageError> {
+    let first = segment_name(1);
+    let first_tmp = tmp_name(&first);
+    let empty_segment = segment_file(&Durable::default())?;
+    let read_dir = fs::read_dir(log_dir).map_err(io_error(log_dir, "list"))?;
+    for item in read_dir {
+        let item = item.map_err(io_error(log_dir, "list"))?;
+        let name = item.file_name();
+        if name.to_str() == Some(first_tmp.as_str()) {
+            continue;
+        }
+        if name.to_str() != Some(first.as_str()) {
+            return Ok(false);
+        }
+        let path = item.path();
+        let bytes = fs::read(&path).map_err(io_error(&path, "read"))?;
+        if bytes != empty_segment {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Writes segment `generation` holding `segment_file`; returns its path.

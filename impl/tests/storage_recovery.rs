@@ -501,3 +501,19 @@ fn unexpected_file_in_the_log_dir_is_refused() {
         "{error:?}"
     );
 }
+
+#[test]
+fn interrupted_creation_is_created_again() {
+    // Module docs: `meta` is written last when a dir is created; a crash before it leaves
+    // only the empty first segment, and no persist can have happened, so open starts over.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+    drop(dir);
+    fs::remove_file(tmp.path().join("meta")).expect("remove meta");
+
+    let (mut dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, Durable::default());
+    dir.persist(&append(1..=1, 1, None)).expect("persist");
+    assert!(tmp.path().join("meta").is_file());
+}
