@@ -569,15 +569,6 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
             (last > s && first <= s.saturating_add(1)).then_some((s + 1, last))
         });
         (base_index, base_term) = (s, snapshot.last_term);
-        if let Some((first, _)) = range
-            && term_at(state, first) < base_term
-        {
-            return Err(format!(
-                "the snapshot at index {s} has term {base_term}, above the term {} of the \
-                 entry after it",
-                term_at(state, first)
-            ));
-        }
         let last = range.map_or(base_index, |r| r.1);
         if commit > last {
             return Err(format!(
@@ -594,6 +585,18 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
                 "truncating from index {from} drops committed entries (commit index {commit})"
             ));
         }
+    }
+    // Checked after the truncation, which may drop a suffix that conflicts with the snapshot
+    // (the core's InstallSnapshot persist: the snapshot, then `truncate_from` after it).
+    if persist.snapshot.is_some()
+        && let Some((first, _)) = range
+        && term_at(state, first) < base_term
+    {
+        return Err(format!(
+            "the snapshot at index {base_index} has term {base_term}, above the term {} of \
+             the entry after it",
+            term_at(state, first)
+        ));
     }
     let mut last_index = range.map_or(base_index, |r| r.1);
     let mut last_term = match range {
@@ -888,9 +891,24 @@ fn load_segment(
         load_checkpoint(path, dir, &bytes, snapshot.as_ref())?;
     let (valid_bytes, torn) = replay_records(path, &bytes, checkpoint_bytes, &mut durable)?;
     let snapshot_reapplied = !base_matches && snapshot.is_some();
-    if snapshot_reapplied {
+    if let Some(snapshot) = snapshot.filter(|_| snapshot_reapplied) {
+        // As the core installs a snapshot (Raft paper §7): the log after it is kept only when
+        // the log has the snapshot's last entry; otherwise the persist truncated it too.
+        let s = snapshot.last_index;
+        let term_at_s = durable
+            .entries
+            .iter()
+            .find(|e| e.index == s)
+            .map(|e| e.term)
+            .or(durable
+                .snapshot
+                .as_ref()
+                .filter(|b| b.last_index == s)
+                .map(|b| b.last_term));
+        let keep = term_at_s == Some(snapshot.last_term);
         let install = Persist {
-            snapshot,
+            truncate_from: (!keep).then_some(s.saturating_add(1)),
+            snapshot: Some(snapshot),
             ..Persist::default()
         };
         check_persist(&durable, &install).map_err(|reason| StorageError::Corrupt {
@@ -1373,21 +1391,23 @@ mod tests {
         if rng.chance(10) {
             // Any snapshot index at or past the commit index, possibly beyond the log.
             let s = rng.range(commit, model.last_index() + 3);
-            let term = after
-                .entries
-                .iter()
-                .find(|e| e.index == s)
-                .map(|e| e.term)
-                .or(model
-                    .snapshot
-                    .as_ref()
-                    .filter(|x| x.last_index == s)
-                    .map(|x| x.last_term))
+            let term_at_s = after.entries.iter().find(|e| e.index == s).map(|e| e.term);
+            let base_term = model.snapshot.as_ref().filter(|x| x.last_index == s);
+            let term = term_at_s
+                .or(base_term.map(|x| x.last_term))
                 .unwrap_or(last_term(model).max(model.hard_state.term));
-            persist.snapshot = Some(snapshot(s, term));
+            if let Some(term_at_s) = term_at_s
+                && rng.chance(30)
+            {
+                // The core's install of a conflicting snapshot: the log after it goes too.
+                persist.snapshot = Some(snapshot(s, term_at_s + 1));
+                persist.truncate_from = Some(s + 1);
+            } else {
+                persist.snapshot = Some(snapshot(s, term));
+            }
             after.apply(&persist);
         }
-        if rng.chance(20) && after.last_index() >= commit {
+        if persist.truncate_from.is_none() && rng.chance(20) && after.last_index() >= commit {
             let from = rng.range(commit + 1, after.last_index() + 1);
             persist.truncate_from = Some(from);
             after.apply(&Persist {
@@ -1460,7 +1480,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("data");
         let mut options = Options::new(sync);
-        options.compact_segment_bytes_min = 2048;
+        options.compact_segment_bytes_min = 8192;
         let mut rng = Rng(seed);
         let (mut dir, loaded) = DataDir::open_with(&path, options.clone()).expect("open");
         let mut model = Durable::default();
@@ -1553,7 +1573,7 @@ mod tests {
             } else {
                 SyncMode::UserBuffer
             };
-            run_random(seed, sync, 300, &mut seen);
+            run_random(seed, sync, 200, &mut seen);
         }
         if !replaying_one {
             for (what, count) in [
@@ -1682,6 +1702,39 @@ mod tests {
         let (again, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
         assert_eq!(loaded, expected);
         assert!(again.recovered().is_clean(), "{:?}", again.recovered());
+    }
+
+    #[test]
+    fn snapshot_conflicting_with_the_older_log_drops_the_log_after_it_on_reapply() {
+        // Raft paper §7: a log is kept after a snapshot only when it has the snapshot's last
+        // entry; the core's persist then carries `truncate_from`, which a crash between the
+        // two renames loses, so recovery applies the same rule.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        let persist = Persist {
+            entries: (1..=10).map(|i| entry(2, i)).collect(),
+            hard_state: Some(HardState {
+                term: 3,
+                voted_for: None,
+                commit: 4,
+            }),
+            ..Persist::default()
+        };
+        dir.persist(&persist).expect("persist");
+        drop(dir);
+        let snap = snapshot(5, 3);
+        let mut payload = Vec::new();
+        encode_payload(&mut payload, &snap).expect("encode");
+        let mut bytes = file_header(SNAPSHOT_MAGIC);
+        push_frame(&mut bytes, &payload);
+        write_file_atomic(tmp.path(), SNAPSHOT_FILE, &bytes, SyncMode::Fsync).expect("write");
+
+        let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+        assert!(dir.recovered().snapshot_reapplied);
+        assert_eq!(loaded.snapshot, Some(snap));
+        assert!(loaded.entries.is_empty(), "{:?}", loaded.entries);
+        assert_eq!(loaded.hard_state.commit, 4);
     }
 
     #[test]

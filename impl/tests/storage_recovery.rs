@@ -517,3 +517,27 @@ fn interrupted_creation_is_created_again() {
     dir.persist(&append(1..=1, 1, None)).expect("persist");
     assert!(tmp.path().join("meta").is_file());
 }
+
+#[test]
+fn conflicting_snapshot_with_truncation_is_accepted_and_kept() {
+    // Raft paper §7 and the core's InstallSnapshot persist: a snapshot whose last entry the
+    // log does not have comes with `truncate_from` right after it, and the log goes.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let persists = vec![
+        append(1..=8, 2, Some(hard_state(2, None, 3))),
+        Persist {
+            snapshot: Some(snapshot_at(6, 3)),
+            truncate_from: Some(7),
+            hard_state: Some(hard_state(3, None, 6)),
+            ..Persist::default()
+        },
+        append(7..=7, 3, None),
+    ];
+    let (model, _, _) = build(tmp.path(), &persists);
+
+    let (_, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, model);
+    let indices: Vec<(Index, Term)> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
+    assert_eq!(indices, vec![(7, 3)]);
+}
