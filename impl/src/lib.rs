@@ -3,6 +3,7 @@
 //! - [`lock`]: the lock table of the seed design, a pure state machine.
 //! - [`raft`]: the sans-IO Raft core that replicates it.
 //! - [`bugs`]: the injected bugs of `lockd --bug NAME`.
+//! - [`storage`]: the data dir: term, vote, log and snapshot, checksummed and fsync'd.
 //! - `testkit` (feature `testkit`, on by default): an in-memory seeded cluster of nodes for
 //!   tests here and in other crates.
 //!
@@ -74,5 +75,6 @@
 pub mod bugs;
 pub mod lock;
 pub mod raft;
+pub mod storage;
 #[cfg(feature = "testkit")]
 pub mod testkit;
