@@ -17,10 +17,40 @@ use super::{
 };
 use crate::lock::{Command, Proposal};
 
+/// Whether `msg` is internally consistent: AppendEntries entries contiguous after
+/// `prev_log_index` with terms from `prev_log_term` up to the message's term, and a snapshot
+/// whose table was applied exactly up to its last index. A malformed message (a buggy or
+/// foreign peer) is dropped rather than tripping an assertion on the log.
+fn well_formed(msg: &Message) -> bool {
+    match msg {
+        Message::AppendEntries {
+            term,
+            prev_log_index,
+            prev_log_term,
+            entries,
+            ..
+        } => {
+            let mut last_term = *prev_log_term;
+            prev_log_term <= term
+                && entries.iter().zip(1..).all(|(e, offset)| {
+                    let ok = e.index == prev_log_index.saturating_add(offset)
+                        && e.term >= last_term
+                        && e.term <= *term;
+                    last_term = e.term;
+                    ok
+                })
+        }
+        Message::InstallSnapshot { term, snapshot } => {
+            snapshot.last_term <= *term && snapshot.table.last_applied() == snapshot.last_index
+        }
+        _ => true,
+    }
+}
+
 impl Node {
     /// Dispatches a message from a peer after the term rules of Figure 2.
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
-        if from == self.config.id || !self.config.members.contains(&from) {
+        if from == self.config.id || !self.config.members.contains(&from) || !well_formed(&msg) {
             return;
         }
         if let Some(progress) = self.progress.get_mut(&from) {
@@ -188,6 +218,15 @@ impl Node {
         // Entries at or below our commit index match the leader's (Leader Completeness):
         // skip them, so that a prefix compacted here needs no term check.
         let (prev_log_index, prev_log_term) = if prev_log_index < self.commit_index {
+            let commit_term = self.log.term_at(self.commit_index);
+            if entries
+                .iter()
+                .any(|e| e.index == self.commit_index && Some(e.term) != commit_term)
+            {
+                // The sender contradicts our committed prefix, which no leader can do: drop
+                // the message rather than corrupt the log.
+                return;
+            }
             entries.retain(|e| e.index > self.commit_index);
             let term = self.log.term_at(self.commit_index).unwrap_or(0);
             (self.commit_index, term)
@@ -481,6 +520,20 @@ mod tests {
         assert_eq!(persist.truncate_from, Some(2));
         assert_eq!(persist.entries, vec![entry(2, 2, Command::Noop)]);
         assert_eq!(n.log().last().map(|e| e.term), Some(2));
+    }
+
+    #[test]
+    fn a_malformed_append_is_dropped_without_effect() {
+        // STYLE practice 12: no panics on bad input.
+        let mut n = node(2);
+        let before = n.clone();
+        let gap = vec![entry(1, 1, Command::Noop), entry(1, 3, Command::Noop)];
+        let out = n.step(append(1, 1, (0, 0), gap, 0));
+        assert!(out.is_empty(), "{out:?}");
+        let future_term = vec![entry(9, 1, Command::Noop)];
+        let out = n.step(append(1, 1, (0, 0), future_term, 0));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
     }
 
     #[test]
