@@ -142,6 +142,7 @@ impl Node {
     /// Becomes a follower of `term`, with `leader` if known. A leader that steps down answers
     /// its pending proposals `Unknown` and its waiters `NotLeader`.
     pub(super) fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        let led_term = self.term;
         if term > self.term {
             self.term = term;
             self.voted_for = None;
@@ -151,7 +152,7 @@ impl Node {
             self.cancel_timer(Timer::CheckQuorum);
             self.progress.clear();
             self.noop_index = 0;
-            self.abandon_requests(leader);
+            self.abandon_requests(led_term, leader);
         }
         self.role = Role::Follower;
         self.leader = leader;

@@ -62,10 +62,11 @@ impl Node {
             return;
         };
         let now_held = self.table.holder(key).map(|h| (h.token, h.lease_ms));
-        if let Some((key, token)) = before.clone()
-            && now_held.map(|(t, _)| t) != Some(token)
-        {
-            // The lock was removed (or replaced): its lease is over everywhere.
+        if before.as_ref().map(|(_, token)| *token) == now_held.map(|(token, _)| token) {
+            return; // unchanged (a refused Grant, a retry answered from the dedupe table, ...)
+        }
+        if let Some((key, token)) = before {
+            // The lock was removed: its lease is over everywhere.
             self.cancel_timer(Timer::Lease {
                 key: key.clone(),
                 token,
@@ -75,9 +76,7 @@ impl Node {
                 self.grant_head_waiter(&key);
             }
         }
-        if before.is_none()
-            && let Some((token, lease_ms)) = now_held
-        {
+        if let Some((token, lease_ms)) = now_held {
             let at_ms = self.lease_deadline(lease_ms);
             let key = key.to_owned();
             self.set_timer(Timer::Lease { key, token }, at_ms);

@@ -19,7 +19,9 @@
 //! - A client that left before its Grant was answered gets its lock released by a
 //!   `Release{key, token}` with no origin (phantom-lock release, DESIGN.md).
 
-use super::{ClientRequest, Entry, Node, PendingKind, RequestId, Response, Role, Timer, Waiter};
+use super::{
+    ClientRequest, Entry, Node, Pending, PendingKind, RequestId, Response, Role, Timer, Waiter,
+};
 use crate::bugs::Bug;
 use crate::lock::{Command, Outcome, Proposal, validate_key};
 
@@ -60,7 +62,7 @@ impl Node {
             ClientRequest::Release { key, token, origin } => {
                 let command = Command::Release { key, token };
                 let index = self.append_proposal(Proposal { origin, command });
-                let pending = super::Pending {
+                let pending = Pending {
                     id,
                     term: self.term,
                     kind: PendingKind::Release,
@@ -246,8 +248,7 @@ impl Node {
 
     /// After losing leadership: pending proposals may still commit (`Unknown`); queued
     /// waiters were never proposed (`NotLeader`).
-    pub(super) fn abandon_requests(&mut self, leader: Option<super::NodeId>) {
-        let term = self.term;
+    pub(super) fn abandon_requests(&mut self, term: super::Term, leader: Option<super::NodeId>) {
         for (index, pending) in std::mem::take(&mut self.pending) {
             self.cancel_timer(Timer::Wait { id: pending.id });
             if pending.gone {
