@@ -7,8 +7,10 @@
 //! - A node that heard from its leader within the minimum election timeout rejects
 //!   pre-votes and ignores vote requests of a higher term (the "leader lease" of thesis §6.2
 //!   that check-quorum makes safe).
-//! - A leader checks every minimum election timeout that a majority was heard from, and steps
-//!   down otherwise (check-quorum), so a partitioned leader stops serving.
+//! - A leader checks every minimum election timeout that a majority was heard from in that
+//!   window, and steps down otherwise (check-quorum), so a partitioned leader stops serving
+//!   within two windows. Its answers do not rely on this (they come from committed entries);
+//!   the `stale-leader` mutant switches check-quorum off.
 
 use super::{Index, Message, Node, NodeId, Progress, Role, Term, Timer};
 use crate::lock::{Command, Proposal};
