@@ -4,7 +4,7 @@
 //! - [`csv`]: read ([`csv::read_path`], [`csv::read_str`], [`csv::Reader`]) and write
 //!   ([`csv::Writer`]) CSV schema v1, documented in `histories/README.md`.
 //! - [`pair`]: invokes paired with completions, [`pair::Operation`], for the checkers.
-//! - `convert`: Jepsen and Porcupine histories into [`Op`]s.
+//! - [`convert`]: Jepsen and Porcupine histories into [`Op`]s.
 //! - [`error`]: [`ParseError`] (`line:column: reason`), [`PairError`], [`Violation`].
 //!
 //! ```
@@ -23,6 +23,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod convert;
 pub mod csv;
 pub mod error;
 pub mod op;
