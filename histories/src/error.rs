@@ -179,8 +179,9 @@ pub enum ParseErrorKind {
 /// A CSV history rejected at `line:column` (both 1-based).
 ///
 /// Line 1 is the header. The column is the character column (counting Unicode scalar
-/// values, not bytes) where the offending field starts; for an error about a whole row
-/// (too few fields) it is the column just past the row's last character. Displayed as
+/// values, not bytes) where the offending field starts; for a row with too few fields it
+/// is the column just past the row's last character, and for a quoting error the column of
+/// the offending character. Displayed as
 /// `line:column: reason`, the form `locksmith check` prints.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("{line}:{column}: {kind}")]
