@@ -123,10 +123,12 @@ fn violation(
     let lease = lease_ms(g1).map_or("no lease".to_string(), |ms| format!("lease {ms} ms"));
     let release = match released.get(&(key, t1)) {
         Some(&r) => format!(
-            "the first release of token {t1} was invoked only at {}",
+            "the first release of token {t1} that may have taken effect was invoked only at {}",
             fmt_ns(r)
         ),
-        None => format!("no release of token {t1} was ever invoked"),
+        None => format!(
+            "no release of token {t1} that may have taken effect (ok or info) was ever invoked"
+        ),
     };
     let message = format!(
         "key {key}: process {p1} acquired token {t1} ({r1}), invoked at {i1} with {lease}, so its lease is safe until {safe} (lease·(1−2·{drift})); process {p2} acquired token {t2} ({r2}), completed at {c2}, while process {p1} still held it: {release}",

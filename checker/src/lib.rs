@@ -129,6 +129,12 @@ pub struct Options {
     pub budget: Budget,
     /// The algorithm for lock histories.
     pub lock_search: LockSearch,
+    /// Whether an unseen grant of an `info` acquire may end at any time, by a phantom-lock
+    /// release the history does not record (see [`linear::lock_model`]). On by default,
+    /// because lockd releases the grants of clients that are gone (DESIGN "Phantom locks"):
+    /// without it, a correct lockd could be reported invalid. Off, hidden grants end only by
+    /// their lease.
+    pub phantom_release: bool,
 }
 
 impl Default for Options {
@@ -138,6 +144,7 @@ impl Default for Options {
             drift: 0.01,
             budget: Budget::default(),
             lock_search: LockSearch::Fast,
+            phantom_release: true,
         }
     }
 }
@@ -159,6 +166,14 @@ impl Options {
     /// These options with another budget.
     pub fn with_budget(self, budget: Budget) -> Options {
         Options { budget, ..self }
+    }
+
+    /// These options with phantom releases allowed (or not).
+    pub fn with_phantom_release(self, phantom_release: bool) -> Options {
+        Options {
+            phantom_release,
+            ..self
+        }
     }
 
     /// These options with another lock search.
@@ -282,7 +297,9 @@ pub fn check_linearizability(history: &[Operation], options: &Options) -> CheckR
     let run = || -> Result<CheckResult, CheckError> {
         Ok(match options.model {
             ModelKind::Lock => {
-                let ops = linear::lock_model::lock_operations(history, options.drift)?;
+                let lock_options = linear::lock_model::LockOptions::new(options.drift)
+                    .with_phantom_release(options.phantom_release);
+                let ops = linear::lock_model::lock_operations(history, lock_options)?;
                 let report = match options.lock_search {
                     LockSearch::Fast => linear::lock_fast::check(&ops, options.budget),
                     LockSearch::Generic => {

@@ -11,7 +11,7 @@
 //! failure; `LOCKSMITH_SEED=N` changes the base seed.
 
 use checker::Verdict;
-use checker::linear::lock_model::{LockModel, lock_operations};
+use checker::linear::lock_model::{LockModel, LockOptions, lock_operations};
 use checker::linear::register_model::register_operations;
 use checker::linear::{self, Budget, brute_force, lock_fast};
 use history::{Op, OpType, Process};
@@ -243,6 +243,12 @@ fn lock_case(seed: u64, ops_max: u64) -> Vec<Op> {
     to_rows(&ops)
 }
 
+/// Half the cases allow phantom releases, half do not: both readings of hidden grants
+/// are compared.
+fn lock_options(seed: u64) -> LockOptions {
+    LockOptions::new(0.0).with_phantom_release(seed % 2 == 0)
+}
+
 fn verdict_of(valid: bool) -> Verdict {
     if valid {
         Verdict::Valid
@@ -271,7 +277,7 @@ fn lock_fast_agrees_with_wgl_on_random_lock_histories() {
         let seed = base.wrapping_add(case);
         let rows = lock_case(seed, 12);
         let paired = history::pair(&rows).unwrap();
-        let ops = lock_operations(&paired, 0.0).unwrap();
+        let ops = lock_operations(&paired, lock_options(seed)).unwrap();
         let fast = lock_fast::check(&ops, Budget::default()).verdict;
         let wgl = linear::check(&LockModel, &ops, Budget::default()).verdict;
         assert_eq!(
@@ -301,7 +307,7 @@ fn wgl_agrees_with_brute_force_on_small_lock_histories() {
         let seed = base.wrapping_add(case);
         let rows = lock_case(seed, 6);
         let paired = history::pair(&rows).unwrap();
-        let ops = lock_operations(&paired, 0.0).unwrap();
+        let ops = lock_operations(&paired, lock_options(seed)).unwrap();
         let Some(oracle) = brute_force(&LockModel, &ops) else {
             continue;
         };

@@ -29,10 +29,12 @@
 //! 1. An observation (`busy`, `not-holder`) changes nothing, so linearizing it as soon as
 //!    the state allows it can only help: every continuation without it is also a
 //!    continuation with it. Configurations absorb such ops eagerly instead of branching.
-//! 2. Hidden grants are interchangeable once their acquires have been invoked (each may
-//!    end at any later time), so a configuration counts the hidden grants it used instead
-//!    of naming them, and of two configurations that differ only in that count the smaller
-//!    one wins.
+//! 2. A hidden grant (of an `info` acquire) may start any time after its acquire's invoke
+//!    and end any time after its earliest end (its lease floor, or its invoke when phantom
+//!    releases are allowed). Once the sweep has passed an acquire's earliest end, that
+//!    acquire is interchangeable with every other such one. So a configuration names the
+//!    *young* acquires it used (earliest end still ahead) and only *counts* the old ones,
+//!    and of two configurations that differ only in that count the smaller one wins.
 //!
 //! Expiries and `info` releases of token t need no bookkeeping after use: once epoch t has
 //! ended, no later state is held under t (tokens only grow).
@@ -79,12 +81,16 @@ pub fn check(history: &[Operation<LockModel>], budget: Budget) -> LinearReport {
     report
 }
 
-/// Who holds the key, in a configuration (hidden grants are not named: rule 2).
+/// Who holds the key, in a configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Holder {
     Free,
     Token(u64),
-    Hidden,
+    /// A hidden grant that may end from this instant on (0 once the sweep has passed it:
+    /// rule 2 makes such grants interchangeable).
+    Hidden {
+        earliest_end: u64,
+    },
 }
 
 /// One way the key can be, at the current instant of the sweep.
@@ -94,6 +100,8 @@ struct Config {
     last_token: Option<u64>,
     /// Pending (not yet returned) non-optional ops that have taken effect, sorted.
     linearized: Vec<u32>,
+    /// The young `info` acquires (earliest end still ahead) used as hidden grants, sorted.
+    used_young: Vec<u32>,
 }
 
 /// What each op of the part is, for the sweep.
@@ -128,19 +136,36 @@ struct Sweep<'a> {
     observations: Vec<u32>,
     /// Tokens whose epoch may end by an available expiry or `info` release.
     endable: HashSet<u64>,
-    /// `info` acquires invoked so far.
-    hidden_invoked: u32,
-    /// Live configurations, each with the fewest hidden grants it used.
+    /// The earliest end of each op's hidden grant (for `info` acquires; `u64::MAX` when it
+    /// never ends).
+    earliest_end: Vec<u64>,
+    /// `info` acquires invoked so far, as positions.
+    hidden_invoked: Vec<u32>,
+    /// Live configurations, each with the fewest old hidden grants it used.
     configs: HashMap<Config, u32>,
 }
 
 impl<'a> Sweep<'a> {
     fn new(history: &'a [Operation<LockModel>], part: &'a [usize], states_max: usize) -> Self {
         let kinds = part.iter().map(|&i| kind(&history[i])).collect();
+        let mut end_of_row: HashMap<u64, u64> = HashMap::new();
+        for &i in part {
+            if let LockInput::EndHidden { row } = history[i].input {
+                end_of_row.insert(row, history[i].call_ns);
+            }
+        }
+        let earliest_end = part
+            .iter()
+            .map(|&i| match history[i].input {
+                LockInput::Acquire { row, .. } => end_of_row.get(&row).copied().unwrap_or(u64::MAX),
+                _ => u64::MAX,
+            })
+            .collect();
         let start = Config {
             holder: Holder::Free,
             last_token: None,
             linearized: Vec::new(),
+            used_young: Vec::new(),
         };
         Sweep {
             history,
@@ -152,7 +177,8 @@ impl<'a> Sweep<'a> {
             releases: HashMap::new(),
             observations: Vec::new(),
             endable: HashSet::new(),
-            hidden_invoked: 0,
+            earliest_end,
+            hidden_invoked: Vec::new(),
             configs: HashMap::from([(start, 0)]),
         }
     }
@@ -192,14 +218,17 @@ impl<'a> Sweep<'a> {
             Kind::InfoRelease(t) | Kind::Expire(t) => {
                 self.endable.insert(t);
             }
-            Kind::HiddenGrant => self.hidden_invoked += 1,
-            // A hidden grant may end at any time: nothing to record.
+            Kind::HiddenGrant => self.hidden_invoked.push(p),
+            // The end of a hidden grant is read from `earliest_end`.
             Kind::EndHidden => {}
         }
     }
 
     fn ret(&mut self, p: u32) -> Result<(), Stop> {
-        let closed = self.closure()?;
+        let now = self.history[self.part[p as usize]]
+            .return_ns
+            .unwrap_or(u64::MAX);
+        let closed = self.closure(now)?;
         let mut survivors: HashMap<Config, u32> = HashMap::new();
         for (mut config, used) in closed {
             if let Ok(at) = config.linearized.binary_search(&p) {
@@ -227,13 +256,30 @@ impl<'a> Sweep<'a> {
 
     /// Every configuration reachable from the live ones by legal steps of pending ops,
     /// each with its observations absorbed (rule 1).
-    fn closure(&mut self) -> Result<HashMap<Config, u32>, Stop> {
+    fn closure(&mut self, now: u64) -> Result<HashMap<Config, u32>, Stop> {
         let mut seen: HashMap<Config, u32> = HashMap::new();
         let mut work: Vec<(Config, u32)> = Vec::new();
+        let old_invoked = self
+            .hidden_invoked
+            .iter()
+            .filter(|&&i| self.earliest_end[i as usize] <= now)
+            .count() as u32;
         for (config, &used) in &self.configs {
             let mut config = config.clone();
+            let mut used_old = used;
+            // Rule 2: acquires whose earliest end has passed are only counted.
+            let before = config.used_young.len();
+            config
+                .used_young
+                .retain(|&i| self.earliest_end[i as usize] > now);
+            used_old += (before - config.used_young.len()) as u32;
+            if let Holder::Hidden { earliest_end } = config.holder {
+                if earliest_end <= now {
+                    config.holder = Holder::Hidden { earliest_end: 0 };
+                }
+            }
             self.absorb(&mut config);
-            work.push((config, used));
+            work.push((config, used_old));
         }
         while let Some((config, used)) = work.pop() {
             if seen.get(&config).is_some_and(|&u| u <= used) {
@@ -247,7 +293,7 @@ impl<'a> Sweep<'a> {
                     self.states_max
                 )));
             }
-            for (mut next, next_used) in self.successors(&config, used) {
+            for (mut next, next_used) in self.successors(&config, used, now, old_invoked) {
                 self.absorb(&mut next);
                 work.push((next, next_used));
             }
@@ -255,7 +301,13 @@ impl<'a> Sweep<'a> {
         Ok(seen)
     }
 
-    fn successors(&self, config: &Config, used: u32) -> Vec<(Config, u32)> {
+    fn successors(
+        &self,
+        config: &Config,
+        used: u32,
+        now: u64,
+        old_invoked: u32,
+    ) -> Vec<(Config, u32)> {
         let mut out = Vec::new();
         let with = |holder: Holder, last_token: Option<u64>, add: Option<u32>| {
             let mut linearized = config.linearized.clone();
@@ -267,6 +319,7 @@ impl<'a> Sweep<'a> {
                 holder,
                 last_token,
                 linearized,
+                used_young: config.used_young.clone(),
             }
         };
         match config.holder {
@@ -277,8 +330,19 @@ impl<'a> Sweep<'a> {
                         out.push((with(Holder::Token(t), Some(t), Some(op)), used));
                     }
                 }
-                if self.hidden_invoked > used {
-                    out.push((with(Holder::Hidden, config.last_token, None), used + 1));
+                if old_invoked > used {
+                    let hidden = Holder::Hidden { earliest_end: 0 };
+                    out.push((with(hidden, config.last_token, None), used + 1));
+                }
+                for &i in &self.hidden_invoked {
+                    let earliest_end = self.earliest_end[i as usize];
+                    if earliest_end > now && config.used_young.binary_search(&i).is_err() {
+                        let mut next =
+                            with(Holder::Hidden { earliest_end }, config.last_token, None);
+                        let at = next.used_young.binary_search(&i).unwrap_or_else(|at| at);
+                        next.used_young.insert(at, i);
+                        out.push((next, used));
+                    }
                 }
             }
             Holder::Token(t) => {
@@ -291,7 +355,11 @@ impl<'a> Sweep<'a> {
                     out.push((with(Holder::Free, config.last_token, None), used));
                 }
             }
-            Holder::Hidden => out.push((with(Holder::Free, config.last_token, None), used)),
+            Holder::Hidden { earliest_end } => {
+                if earliest_end <= now {
+                    out.push((with(Holder::Free, config.last_token, None), used));
+                }
+            }
         }
         out
     }
@@ -321,7 +389,7 @@ impl<'a> Sweep<'a> {
             .map(|h| match h {
                 Holder::Free => "free".to_string(),
                 Holder::Token(t) => format!("held under token {t}"),
-                Holder::Hidden => "held by an unseen grant of an info acquire".to_string(),
+                Holder::Hidden { .. } => "held by an unseen grant of an info acquire".to_string(),
             })
             .collect();
         Counterexample {

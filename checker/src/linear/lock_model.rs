@@ -31,11 +31,18 @@
 //!
 //! # Hidden grants
 //!
-//! An `info` acquire may have been granted with a token nobody saw. Such a grant ends by
-//! lockd's phantom-lock release or by its lease, at a time the history does not show, so
-//! its end is an optional internal operation that may happen any time after the acquire's
-//! invoke. This is the permissive choice of research/linearizability.md §4.2: it never
-//! raises a false alarm, but cannot catch "a grant to a gone client blocked others too long".
+//! An `info` acquire may have been granted with a token nobody saw. Such a hidden grant
+//! ends, like any grant, by its lease: an optional internal event "end of the hidden grant"
+//! whose interval starts at `invoke + lease_ms·(1 − drift)` (never, without a lease). This
+//! is the spec's reading of DESIGN ("a held key may expire on its own, but not before
+//! lease_ms less the drift"), and it catches a grant made inside an unseen grant's lease.
+//!
+//! lockd also ends a grant whose client is gone by a *phantom-lock release* that the
+//! history does not record. [`LockOptions::phantom_release`] allows for it: the end of a
+//! hidden grant may then happen any time after the acquire's invoke. That is the permissive
+//! choice of research/linearizability.md §4.2: it never raises a false alarm on a service
+//! that releases phantom locks, but cannot catch "a grant to a gone client blocked others
+//! too long" or "a regrant inside an unseen grant's lease".
 
 use std::collections::BTreeMap;
 
@@ -217,14 +224,42 @@ pub fn lease_floor_ns(lease_ms: u64, drift: f64) -> u64 {
     if ns <= 0.0 { 0 } else { ns.floor() as u64 }
 }
 
+/// How the lock spec reads time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// The declared clock-drift bound, a fraction in `[0, 1)`.
+    pub drift: f64,
+    /// Whether a hidden grant (of an `info` acquire) may end at any time, by a phantom-lock
+    /// release the history does not record, instead of only by its lease.
+    pub phantom_release: bool,
+}
+
+impl LockOptions {
+    /// Drift `drift`, hidden grants end only by their lease.
+    pub fn new(drift: f64) -> LockOptions {
+        LockOptions {
+            drift,
+            phantom_release: false,
+        }
+    }
+
+    /// These options with phantom releases allowed (or not).
+    pub fn with_phantom_release(self, phantom_release: bool) -> LockOptions {
+        LockOptions {
+            phantom_release,
+            ..self
+        }
+    }
+}
+
 /// Builds the lock model's operations from paired history operations: the lock ops the
 /// spec constrains, then the internal events (expiries, ends of hidden grants).
-///
-/// `drift` is the declared clock-drift bound, a fraction in `[0, 1)`.
 pub fn lock_operations(
     ops: &[history::pair::Operation],
-    drift: f64,
+    options: LockOptions,
 ) -> Result<Vec<Operation<LockModel>>, CheckError> {
+    let drift = options.drift;
     let mut out = Vec::new();
     let mut internal = Vec::new();
     for op in ops {
@@ -249,11 +284,14 @@ pub fn lock_operations(
                 let Some(completion) = op.completion.as_ref().filter(|_| !op.is_indeterminate())
                 else {
                     out.push(base(input, LockOutput::Unknown, None));
-                    internal.push(internal_event(
-                        op,
-                        LockInput::EndHidden { row },
-                        op.call_ns(),
-                    ));
+                    let earliest_end = if options.phantom_release {
+                        Some(op.call_ns())
+                    } else {
+                        lease_ms.map(|ms| op.call_ns().saturating_add(lease_floor_ns(ms, drift)))
+                    };
+                    if let Some(at) = earliest_end {
+                        internal.push(internal_event(op, LockInput::EndHidden { row }, at));
+                    }
                     continue;
                 };
                 if op.is_ok() {
