@@ -368,26 +368,7 @@ impl<R: Read> Iterator for Reader<R> {
 /// Turns a record into an op, checking each field on its own (not the history rules).
 fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
     let fields = &record.fields;
-    if fields.len() != COLUMNS.len() {
-        let (line, column) = match fields.get(COLUMNS.len()) {
-            Some(extra) => (extra.line, extra.column),
-            None => (record.end_line, record.end_column),
-        };
-        let kind = ParseErrorKind::FieldCount {
-            found: fields.len(),
-        };
-        return Err(ParseError { line, column, kind });
-    }
-    let mut text: Vec<String> = Vec::with_capacity(COLUMNS.len());
-    for (field, column) in fields.iter().zip(COLUMNS) {
-        match String::from_utf8(field.bytes.clone()) {
-            Ok(s) => text.push(s),
-            Err(_) => {
-                let kind = ParseErrorKind::InvalidUtf8 { column };
-                return Err(at(field, kind));
-            }
-        }
-    }
+    let text = decode_fields(record)?;
     let number = |i: usize| -> Result<u64, ParseError> {
         parse_u64(&text[i]).ok_or_else(|| {
             let kind = ParseErrorKind::NotANumber {
@@ -399,37 +380,24 @@ fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
     };
     let index = number(0)?;
     let time_ns = number(1)?;
-    let process = match text[2].as_str() {
-        "nemesis" => Process::Nemesis,
-        other => match parse_u64(other) {
-            Some(id) => Process::Client(id),
-            None => {
-                let kind = ParseErrorKind::BadProcess {
-                    found: other.to_owned(),
-                };
-                return Err(at(&fields[2], kind));
-            }
-        },
-    };
-    let op_type = match text[3].as_str() {
-        "invoke" => OpType::Invoke,
-        "ok" => OpType::Ok,
-        "fail" => OpType::Fail,
-        "info" => OpType::Info,
-        other => {
-            let kind = ParseErrorKind::UnknownType {
-                found: other.to_owned(),
-            };
-            return Err(at(&fields[3], kind));
-        }
-    };
+    let process = parse_process(&text[2]).ok_or_else(|| {
+        let kind = ParseErrorKind::BadProcess {
+            found: text[2].clone(),
+        };
+        at(&fields[2], kind)
+    })?;
+    let op_type = parse_type(&text[3]).ok_or_else(|| {
+        let kind = ParseErrorKind::UnknownType {
+            found: text[3].clone(),
+        };
+        at(&fields[3], kind)
+    })?;
     let token = if text[7].is_empty() {
         None
     } else {
         Some(number(7)?)
     };
-    let [_, _, _, _, f, key, value, _, node, error] = <[String; 10]>::try_from(text)
-        .map_err(|_| at(&fields[0], ParseErrorKind::FieldCount { found: 0 }))?;
+    let [_, _, _, _, f, key, value, _, node, error] = text;
     Ok(Op {
         index,
         time_ns,
@@ -442,6 +410,46 @@ fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
         node,
         error,
     })
+}
+
+/// Checks that a row has the header's 10 fields, each valid UTF-8, and returns them.
+fn decode_fields(record: &RawRecord) -> Result<[String; 10], ParseError> {
+    let fields = &record.fields;
+    if fields.len() != COLUMNS.len() {
+        let (line, column) = match fields.get(COLUMNS.len()) {
+            Some(extra) => (extra.line, extra.column),
+            None => (record.end_line, record.end_column),
+        };
+        let kind = ParseErrorKind::FieldCount {
+            found: fields.len(),
+        };
+        return Err(ParseError { line, column, kind });
+    }
+    let mut text: [String; 10] = Default::default();
+    for ((field, column), cell) in fields.iter().zip(COLUMNS).zip(&mut text) {
+        *cell = String::from_utf8(field.bytes.clone())
+            .map_err(|_| at(field, ParseErrorKind::InvalidUtf8 { column }))?;
+    }
+    Ok(text)
+}
+
+/// `nemesis` or a client id.
+fn parse_process(text: &str) -> Option<Process> {
+    match text {
+        "nemesis" => Some(Process::Nemesis),
+        other => parse_u64(other).map(Process::Client),
+    }
+}
+
+/// `invoke`, `ok`, `fail` or `info`.
+fn parse_type(text: &str) -> Option<OpType> {
+    match text {
+        "invoke" => Some(OpType::Invoke),
+        "ok" => Some(OpType::Ok),
+        "fail" => Some(OpType::Fail),
+        "info" => Some(OpType::Info),
+        _ => None,
+    }
 }
 
 fn at(field: &RawField, kind: ParseErrorKind) -> ParseError {

@@ -155,7 +155,7 @@ fn config() -> Config {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(512),
+            .unwrap_or(256),
         rng_seed: RngSeed::Fixed(seed),
         failure_persistence: None,
         ..Config::default()
