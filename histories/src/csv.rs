@@ -66,7 +66,7 @@ struct RawRecord {
 /// A streaming history reader over any [`io::Read`]: an iterator of ops.
 ///
 /// It checks the header, each row's fields, and the history rules of schema v1 (those of
-/// [`crate::pair`]) as it goes, and yields `Err` once, at the first problem, then `None`.
+/// [`mod@crate::pair`]) as it goes, and yields `Err` once, at the first problem, then `None`.
 pub struct Reader<R> {
     source: R,
     buffer: Box<[u8]>,
