@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use history::Operation;
 
+use crate::linear::bitset::FastBuildHasher;
 use crate::report::{fmt_ns, rows_of};
 
 /// One violated fencing property, described.
@@ -76,7 +77,7 @@ fn who(op: &Operation) -> String {
 }
 
 fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
-    let mut first: HashMap<u64, &Operation> = HashMap::new();
+    let mut first: HashMap<u64, &Operation, FastBuildHasher> = HashMap::default();
     for op in grants {
         let token = granted_token(op)?;
         if let Some(earlier) = first.get(&token) {

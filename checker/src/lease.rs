@@ -28,8 +28,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use history::Operation;
 
+use crate::linear::bitset::FastBuildHasher;
 use crate::linear::lock_model::lease_floor_ns;
 use crate::report::{fmt_ns, rows_of};
+
+/// The earliest invoke of a release of each (key, token) that may have taken effect.
+type Released<'a> = HashMap<(&'a str, u64), u64, FastBuildHasher>;
 
 /// Two holders of one key at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +50,7 @@ pub struct LeaseViolation {
 /// first violation per key.
 pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
     // The earliest invoke of a release of each (key, token) that may have taken effect.
-    let mut released: HashMap<(&str, u64), u64> = HashMap::new();
+    let mut released: Released<'_> = HashMap::default();
     for op in history.iter().filter(|op| op.f == "release") {
         let Some(token) = op.invoke.token else {
             continue;
@@ -96,7 +100,7 @@ fn protected_until(
     token: u64,
     grant: &Operation,
     drift: f64,
-    released: &HashMap<(&str, u64), u64>,
+    released: &Released<'_>,
 ) -> u64 {
     let safe_end = safe_end(grant, drift);
     let release = released
@@ -118,7 +122,7 @@ fn violation(
     drift: f64,
     (t1, g1): (u64, &Operation),
     (t2, g2): (u64, &Operation),
-    released: &HashMap<(&str, u64), u64>,
+    released: &Released<'_>,
 ) -> LeaseViolation {
     let lease = lease_ms(g1).map_or("no lease".to_string(), |ms| format!("lease {ms} ms"));
     let release = match released.get(&(key, t1)) {
