@@ -98,7 +98,7 @@ fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
 
 fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
     let mut by_token: Vec<&&Operation> = grants.iter().collect();
-    by_token.sort_by_key(|op| granted_token(op));
+    by_token.sort_unstable_by_key(|op| (granted_token(op), op.invoke.index));
     // Walk from the largest token down, keeping the grant with the earliest return among
     // the larger tokens: a smaller-token grant invoked after it is a violation.
     let mut earliest: Option<&Operation> = None;
@@ -136,7 +136,7 @@ fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingVio
         .iter()
         .filter(|w| w.is_ok() && w.invoke.token.is_some())
         .collect();
-    accepted.sort_by_key(|w| w.invoke.token);
+    accepted.sort_unstable_by_key(|w| (w.invoke.token, w.invoke.index));
     // As for grants, with ties allowed: a write that returned before a write with a
     // smaller token was invoked means the resource accepted a stale token.
     let mut earliest: Option<&Operation> = None;

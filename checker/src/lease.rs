@@ -24,7 +24,7 @@
 //! first release invoke + 1 ns)`. A prefix maximum of that protection over the smaller
 //! tokens finds, for each g2, the earlier grant that protects the longest: O(n log n).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use history::Operation;
 
@@ -60,15 +60,18 @@ pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
             *slot = (*slot).min(op.call_ns());
         }
     }
-    let mut grants: BTreeMap<&str, Vec<(u64, &Operation)>> = BTreeMap::new();
+    let mut grants: HashMap<&str, Vec<(u64, &Operation)>, FastBuildHasher> = HashMap::default();
     for op in history.iter().filter(|op| op.f == "acquire" && op.is_ok()) {
         if let Some(token) = op.completion.as_ref().and_then(|c| c.token) {
             grants.entry(op.key.as_str()).or_default().push((token, op));
         }
     }
+    // Keys in order, so that the report does not depend on hashing.
+    let mut grants: Vec<(&str, Vec<(u64, &Operation)>)> = grants.into_iter().collect();
+    grants.sort_unstable_by_key(|(key, _)| *key);
     let mut out = Vec::new();
     for (key, mut by_token) in grants {
-        by_token.sort_by_key(|(token, _)| *token);
+        by_token.sort_unstable_by_key(|(token, _)| *token);
         // (protected until, token, grant) of the earlier grant protecting the longest.
         let mut best: Option<(u64, u64, &Operation)> = None;
         for &(token, g2) in &by_token {

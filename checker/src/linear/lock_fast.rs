@@ -50,6 +50,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
+use super::bitset::FastBuildHasher;
 use super::lock_model::{LockInput, LockModel, LockOutput, partition_by_key};
 use super::{Budget, Counterexample, LinearReport, Model, Operation};
 use crate::verdict::Verdict;
@@ -168,11 +169,11 @@ struct Sweep<'a> {
     /// Pending `ok` grants: token -> op.
     grants: BTreeMap<u64, u32>,
     /// Pending `ok` releases: token -> ops.
-    releases: HashMap<u64, Vec<u32>>,
+    releases: HashMap<u64, Vec<u32>, FastBuildHasher>,
     /// Pending observations.
     observations: Vec<u32>,
     /// Tokens whose epoch may end by an available expiry or `info` release.
-    endable: HashSet<u64>,
+    endable: HashSet<u64, FastBuildHasher>,
     /// The earliest end of each op's hidden grant (for `info` acquires; `u64::MAX` when it
     /// never ends).
     earliest_end: Vec<u64>,
@@ -211,9 +212,9 @@ impl<'a> Sweep<'a> {
             states_max,
             explored: 0,
             grants: BTreeMap::new(),
-            releases: HashMap::new(),
+            releases: HashMap::default(),
             observations: Vec::new(),
-            endable: HashSet::new(),
+            endable: HashSet::default(),
             earliest_end,
             hidden_invoked: Vec::new(),
             configs: vec![(start, 0)],
@@ -265,7 +266,18 @@ impl<'a> Sweep<'a> {
         let now = self.history[self.part[p as usize]]
             .return_ns
             .unwrap_or(u64::MAX);
-        let mut closed = self.closure(now)?;
+        // When every configuration has already linearized `p`, the closure can wait for
+        // the next return: every step available now is still available then (pending sets
+        // only grow until a return), and `p` needs nothing more.
+        let everywhere = self
+            .configs
+            .iter()
+            .all(|(c, _)| c.linearized.binary_search(&p).is_ok());
+        let mut closed = if everywhere {
+            std::mem::take(&mut self.configs)
+        } else {
+            self.closure(now)?
+        };
         closed.retain_mut(|(config, _)| match config.linearized.binary_search(&p) {
             Ok(at) => {
                 config.linearized.remove(at);
@@ -426,22 +438,43 @@ impl<'a> Sweep<'a> {
     }
 
     fn counterexample(&self, p: u32) -> Counterexample {
-        let mut holders: Vec<Holder> = self.configs.iter().map(|(c, _)| c.holder).collect();
-        holders.sort_by_key(|h| format!("{h:?}"));
-        holders.dedup();
-        let states: Vec<String> = holders
+        let mut states: Vec<String> = self
+            .configs
             .iter()
-            .map(|h| match h {
-                Holder::Free => "free".to_string(),
-                Holder::Token(t) => format!("held under token {t}"),
-                Holder::Hidden { .. } => "held by an unseen grant of an info acquire".to_string(),
-            })
+            .map(|(config, _)| self.describe(config))
             .collect();
+        states.sort();
+        states.dedup();
         Counterexample {
             part: self.part.to_vec(),
             linearized: Vec::new(),
             state: states.join(" or "),
             stuck: Some(self.part[p as usize]),
+        }
+    }
+
+    /// Who holds the key in a configuration, in words; a young hidden grant is named by
+    /// its acquire.
+    fn describe(&self, config: &Config) -> String {
+        match config.holder {
+            Holder::Free => "free".to_string(),
+            Holder::Token(t) => format!("held under token {t}"),
+            Holder::Hidden { earliest_end } => {
+                let acquire = config
+                    .used_young
+                    .iter()
+                    .find(|&&i| self.earliest_end[i as usize] == earliest_end)
+                    .map(|&i| &self.history[self.part[i as usize]]);
+                match acquire {
+                    Some(op) => format!(
+                        "held by an unseen grant of process {}'s unanswered acquire ({}), which cannot end before {}",
+                        op.process.map_or("?".to_string(), |p| p.to_string()),
+                        op.rows,
+                        crate::report::fmt_ns(earliest_end)
+                    ),
+                    None => "held by an unseen grant of an unanswered (info) acquire".to_string(),
+                }
+            }
         }
     }
 }
