@@ -109,6 +109,10 @@ fn run_case(case: &str) {
 
 fn lock_1m() {
     let ops = generate_lock_history(0x10C_5317, 1_000_000, 100, 20);
+    println!(
+        "  peak RSS after generating the history (before checking): {:.1}MB",
+        peak_rss_mb()
+    );
     let cpu = cpu_seconds();
     let started = Instant::now();
     let paired = history::pair(&ops).expect("the generated history follows schema v1");
@@ -141,6 +145,10 @@ fn breakdown(ops: &[Op], paired: &[history::Operation]) {
     time("lock_fast", &mut || {
         let report = checker::linear::lock_fast::check(&lock_ops, checker::Budget::default());
         assert_eq!(report.verdict, Verdict::Valid);
+        println!(
+            "  lock_fast configurations explored: {}",
+            report.states_explored
+        );
     });
     time("fencing", &mut || {
         assert!(checker::fencing::check(paired).is_empty())
