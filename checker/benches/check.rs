@@ -129,12 +129,11 @@ fn lock_1m() {
 /// Where the time of `lock-1m` goes, stage by stage (printed before the summary line).
 fn breakdown(ops: &[Op], paired: &[history::Operation]) {
     let time = |what: &str, f: &mut dyn FnMut()| {
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), cpu_seconds());
         f();
-        println!(
-            "  {what:<28} {:>8.1}ms",
-            started.elapsed().as_secs_f64() * 1e3
-        );
+        let wall = started.elapsed().as_secs_f64() * 1e3;
+        let cpu = (cpu_seconds() - cpu) * 1e3;
+        println!("  {what:<28} {wall:>8.1}ms wall {cpu:>8.1}ms cpu");
     };
     time("pair", &mut || drop(history::pair(ops).unwrap()));
     let options = checker::linear::lock_model::LockOptions::new(0.01).with_phantom_release(true);
