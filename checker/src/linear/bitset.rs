@@ -1,0 +1,163 @@
+//! A fixed-size set of small integers: the linearized operations of one search.
+
+/// A set of integers in `0..len`, one bit each, with an incrementally maintained hash.
+///
+/// The hash is Zobrist-style: every member contributes a fixed pseudo-random word, XORed
+/// in on insert and out on remove, so updating it is O(1) and equal sets hash equally no
+/// matter the order of inserts (research/linearizability.md §4.3).
+#[derive(Clone, Debug, Default)]
+pub struct Bitset {
+    words: Vec<u64>,
+    hash: u64,
+}
+
+impl PartialEq for Bitset {
+    fn eq(&self, other: &Self) -> bool {
+        // The hash first: unequal sets almost always differ there. Then the words, in a
+        // plain loop (the sets are a few words; a `memcmp` call costs more than that).
+        self.hash == other.hash
+            && self.words.len() == other.words.len()
+            && self.words.iter().zip(&other.words).all(|(a, b)| a == b)
+    }
+}
+
+impl Eq for Bitset {}
+
+impl std::hash::Hash for Bitset {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // Equal sets have equal words and therefore equal Zobrist hashes.
+        state.write_u64(self.hash);
+    }
+}
+
+/// The Zobrist word of member `i`: splitmix64 of `i`, fixed for the life of the program.
+fn zobrist(i: usize) -> u64 {
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Bitset {
+    /// The empty set over `0..len`.
+    pub fn new(len: usize) -> Bitset {
+        Bitset {
+            words: vec![0; len.div_ceil(64)],
+            hash: 0,
+        }
+    }
+
+    /// Whether `i` is a member.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is outside `0..len` (rounded up to a multiple of 64).
+    pub fn contains(&self, i: usize) -> bool {
+        self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Adds `i`; returns whether it was absent.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is outside `0..len` (rounded up to a multiple of 64).
+    pub fn insert(&mut self, i: usize) -> bool {
+        let absent = !self.contains(i);
+        if absent {
+            self.words[i / 64] |= 1 << (i % 64);
+            self.hash ^= zobrist(i);
+        }
+        absent
+    }
+
+    /// Removes `i`; returns whether it was present.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is outside `0..len` (rounded up to a multiple of 64).
+    pub fn remove(&mut self, i: usize) -> bool {
+        let present = self.contains(i);
+        if present {
+            self.words[i / 64] &= !(1 << (i % 64));
+            self.hash ^= zobrist(i);
+        }
+        present
+    }
+
+    /// The number of members.
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+}
+
+/// A fast, non-cryptographic hasher for the memo (the FxHash mixing step of rustc): the
+/// keys are our own bitsets and model states, never adversarial input, so SipHash's
+/// protection is not needed and its cost is (research/linearizability.md §2.2: constant
+/// factors matter 10-50x).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 56));
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Builds [`FastHasher`]s.
+pub type FastBuildHasher = std::hash::BuildHasherDefault<FastHasher>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_sets_are_equal_whatever_the_insert_order() {
+        // research/linearizability.md §4.3: the memo keys on the set, not on the order.
+        let mut a = Bitset::new(130);
+        let mut b = Bitset::new(130);
+        for i in [3, 64, 129] {
+            assert!(a.insert(i));
+        }
+        for i in [129, 3, 64] {
+            assert!(b.insert(i));
+        }
+        assert_eq!(a, b);
+        assert_eq!(a.hash, b.hash);
+        assert!(!a.insert(3));
+        assert!(a.remove(64));
+        assert!(!a.contains(64));
+        assert_eq!(a.count(), 2);
+        assert_ne!(a, b);
+    }
+}
