@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the system packages that the tests need, and only those that are missing.
+# Idempotent: a second run installs nothing. Needs root (CI runs as root) when a
+# package is missing.
+#
+# - etcd-server, etcd-client: etcd 3.4 as the second system under test
+#   (nemesis::etcd, nemesis/tests/etcd.rs). The harness talks to etcd through its
+#   JSON gateway over plain HTTP, so no protobuf-compiler is needed.
+#   The package's own service is never used: the harness starts private nodes on
+#   free loopback ports with temporary data dirs.
+set -euo pipefail
+
+packages=(etcd-server etcd-client)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "ci/install.sh: all present: ${packages[*]}"
+  exit 0
+fi
+
+echo "ci/install.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
