@@ -306,11 +306,11 @@ impl FaultOp {
         }
     }
 
-    /// The history's `value` cell: targets and shape, e.g. `1 2 | 3 4 5 (halves)`.
+    /// The history's `value` cell: targets and shape, e.g. `n1 n2 | n3 n4 n5 (halves)`.
     pub fn describe(&self, nodes: &[NodeId]) -> String {
         let list = |t: &[NodeId]| {
             t.iter()
-                .map(|n| n.to_string())
+                .map(|n| format!("n{n}"))
                 .collect::<Vec<_>>()
                 .join(" ")
         };
@@ -815,7 +815,7 @@ mod tests {
             &c,
             &mut rng,
         );
-        assert_eq!(iso.describe(&c.nodes), "1 2 4 5 | 3 (isolate-leader)");
+        assert_eq!(iso.describe(&c.nodes), "n1 n2 n4 n5 | n3 (isolate-leader)");
         let mute = resolve(
             &FaultOp::new(Verb::Partition, FaultValue::Shape(Shape::LeaderMute)),
             &c,

@@ -18,10 +18,13 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod nemeses;
 pub mod net;
 pub mod recorder;
 pub mod rng;
 pub mod schedule;
+pub mod system;
+pub mod workload;
 
 /// A node's id, 1-based as in `lockd --id`.
 pub type NodeId = u64;

@@ -110,15 +110,16 @@ impl Recorder {
         op
     }
 
-    /// Records a nemesis row (`invoke` before the fault acts, `info` after).
-    pub fn nemesis(&self, op_type: OpType, f: &str, value: &str, error: &str) -> Op {
+    /// Records a nemesis row. Nemesis rows are always `info` (histories/README.md): one
+    /// before the fault acts and one, with the same `f` and `value`, after it.
+    pub fn nemesis(&self, f: &str, value: &str, error: &str) -> Op {
         let row = Row {
             f: f.to_owned(),
             value: value.to_owned(),
             error: error.to_owned(),
             ..Row::default()
         };
-        self.record(Process::Nemesis, op_type, row)
+        self.record(Process::Nemesis, OpType::Info, row)
     }
 
     /// A copy of every op recorded so far.
@@ -246,7 +247,7 @@ mod tests {
                 ..row
             },
         );
-        rec.nemesis(OpType::Invoke, "partition", "1 2 | 3 4 5", "");
+        rec.nemesis("partition", "n1 n2 | n3 n4 n5", "");
         let text = std::fs::read_to_string(&path).expect("read");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], HEADER.join(","));
@@ -257,7 +258,7 @@ mod tests {
             lines[2]
         );
         assert!(
-            lines[3].contains(",nemesis,invoke,partition,,1 2 | 3 4 5,,,"),
+            lines[3].contains(",nemesis,info,partition,,n1 n2 | n3 n4 n5,,,"),
             "{}",
             lines[3]
         );

@@ -37,9 +37,9 @@ fn halves_split_a_minority_from_a_majority() {
         assert_eq!(g.len() as u64, 2 * minority * (n - minority), "n={n}");
         assert_eq!(both_ways(&g, n, &all).len() as u64, n - minority, "n={n}");
         let expected = match n {
-            3 => "1 | 2 3",
-            5 => "1 2 | 3 4 5",
-            _ => "1 2 3 | 4 5 6 7",
+            3 => "n1 | n2 n3",
+            5 => "n1 n2 | n3 n4 n5",
+            _ => "n1 n2 n3 | n4 n5 n6 n7",
         };
         assert_eq!(g.describe(&all), expected);
     }
@@ -139,7 +139,7 @@ fn one_way_cuts_only_the_named_direction() {
             assert!(!g.is_cut(*t, 1), "n={n}: {t}->1 must stay open");
         }
         assert_eq!(g.len() as u64, n - 1);
-        assert!(g.describe(&all).contains("1->2"), "{}", g.describe(&all));
+        assert!(g.describe(&all).contains("n1->n2"), "{}", g.describe(&all));
     }
 }
 

@@ -81,8 +81,8 @@ impl Grudge {
     }
 
     /// A short human description for the history's `value` cell: the components when the
-    /// grudge is a complete grudge of components (`1 2 | 3 4 5`), otherwise the cut links
-    /// (`1->2 3->2`).
+    /// grudge is a complete grudge of components (`n1 n2 | n3 n4 n5`), otherwise the cut
+    /// links (`n1->n2 n3->n2`).
     pub fn describe(&self, nodes: &[NodeId]) -> String {
         if self.is_empty() {
             return "healed".to_owned();
@@ -92,7 +92,7 @@ impl Grudge {
                 .iter()
                 .map(|c| {
                     c.iter()
-                        .map(|n| n.to_string())
+                        .map(|n| format!("n{n}"))
                         .collect::<Vec<_>>()
                         .join(" ")
                 })
@@ -104,7 +104,7 @@ impl Grudge {
             if !out.is_empty() {
                 out.push(' ');
             }
-            let _ = write!(out, "{s}->{t}");
+            let _ = write!(out, "n{s}->n{t}");
         }
         out
     }
