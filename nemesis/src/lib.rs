@@ -16,12 +16,14 @@
 //! through `LOCKD_BIN`, or next to its own executable.
 #![deny(missing_docs)]
 
+pub mod checks;
 pub mod cluster;
 pub mod faults;
 pub mod nemeses;
 pub mod net;
 pub mod recorder;
 pub mod rng;
+pub mod run;
 pub mod schedule;
 pub mod system;
 pub mod workload;

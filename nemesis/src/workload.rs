@@ -247,7 +247,7 @@ impl Worker {
             Outcome::Ok { token, node } => (
                 OpType::Ok,
                 *token,
-                node.map(|n| n.to_string()).unwrap_or_default(),
+                node.map(|n| format!("n{n}")).unwrap_or_default(),
                 String::new(),
             ),
             Outcome::Fail(e) => (OpType::Fail, None, String::new(), e.clone()),
