@@ -1,6 +1,29 @@
-//! `locksmith`: the harness's command line.
+//! `locksmith`: the harness's command line. Each subcommand lives in its own `cmd_*.rs`
+//! module; this file only parses and dispatches.
 
-fn main() {
-    eprintln!("locksmith: no subcommands yet");
-    std::process::exit(2);
+mod cmd_client;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// locksmith: a Jepsen-style harness for lock services.
+#[derive(Debug, Parser)]
+#[command(name = "locksmith", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Talk to a running lockd cluster: acquire, release, status.
+    Client(cmd_client::ClientArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Client(args) => cmd_client::run(args),
+    }
 }
