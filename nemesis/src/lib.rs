@@ -19,6 +19,7 @@
 pub mod checks;
 pub mod cluster;
 pub mod faults;
+pub mod lockd_system;
 pub mod nemeses;
 pub mod net;
 pub mod recorder;

@@ -2,6 +2,7 @@
 //! module; this file only parses and dispatches.
 
 mod cmd_client;
+mod cmd_test;
 
 use std::process::ExitCode;
 
@@ -19,11 +20,14 @@ struct Cli {
 enum Command {
     /// Talk to a running lockd cluster: acquire, release, status.
     Client(cmd_client::ClientArgs),
+    /// Run a complete chaos test: cluster, clients, nemesis, heal, recovery, checks.
+    Test(cmd_test::TestArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Client(args) => cmd_client::run(args),
+        Command::Test(args) => cmd_test::run(args),
     }
 }

@@ -24,6 +24,20 @@ use crate::{Error, NodeId};
 /// How long one iptables command may take before it is reported as hung.
 pub const IPTABLES_TIMEOUT_MS: u64 = 5_000;
 
+/// Chains installed by this process, for the Ctrl-C and panic paths.
+static CHAINS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Removes every chain this process installed (the Ctrl-C and panic paths). Idempotent.
+pub fn teardown_registered() {
+    let chains: Vec<String> =
+        std::mem::take(&mut *CHAINS.lock().unwrap_or_else(|p| p.into_inner()));
+    for chain in chains {
+        let _ = iptables(&["-w", "-D", "OUTPUT", "-j", &chain]);
+        let _ = iptables(&["-w", "-F", &chain]);
+        let _ = iptables(&["-w", "-X", &chain]);
+    }
+}
+
 /// iptables rules on per-link loopback ports.
 pub struct Kernel {
     forwarders: Proxy,
@@ -102,6 +116,10 @@ impl Net for Kernel {
         let b = iptables(&["-w", "-F", &self.chain]);
         let c = iptables(&["-w", "-X", &self.chain]);
         *installed = false;
+        CHAINS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|c| *c != self.chain);
         self.forwarders.teardown()?;
         a.and(b).and(c)
     }
