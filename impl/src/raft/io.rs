@@ -351,9 +351,18 @@ mod tests {
         // io.rs, Output contract: `extend` keeps the order of persists.
         let base: Vec<Entry> = (1..=5).map(|i| entry(1, i)).collect();
         let cases = [
-            (persist(None, vec![entry(2, 6)]), persist(Some(6), vec![entry(3, 6)])),
-            (persist(Some(4), vec![entry(2, 4)]), persist(Some(3), vec![entry(3, 3)])),
-            (persist(Some(4), vec![entry(2, 4), entry(2, 5)]), persist(Some(5), vec![])),
+            (
+                persist(None, vec![entry(2, 6)]),
+                persist(Some(6), vec![entry(3, 6)]),
+            ),
+            (
+                persist(Some(4), vec![entry(2, 4)]),
+                persist(Some(3), vec![entry(3, 3)]),
+            ),
+            (
+                persist(Some(4), vec![entry(2, 4), entry(2, 5)]),
+                persist(Some(5), vec![]),
+            ),
         ];
         for (a, b) in cases {
             let mut sequential = Durable {

@@ -8,18 +8,30 @@
 //! (`checker::model`). Nothing here may use tokio, tarpc, clocks, files or sockets:
 //! `ci/test.sh` greps for them.
 
+mod election;
+#[cfg(test)]
+mod interaction_test;
+pub mod invariants;
 mod io;
+mod leases;
+mod log;
 mod message;
+mod quorum;
+mod replication;
+mod requests;
 
 pub use io::{
-    ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer,
-    TimerCmd,
+    ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
 use serde::{Deserialize, Serialize};
 
-use crate::bugs::BugSet;
+use crate::bugs::{Bug, BugSet};
+use crate::lock::{Key, LockTable, Origin, Token};
+use log::RaftLog;
 
 /// The configuration of one node. Every field with a unit has it last.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -115,4 +127,382 @@ pub struct Status {
     pub last_log_index: Index,
     /// How many locks its lock table holds.
     pub locks_held: usize,
+}
+
+/// The leader's view of one follower (Raft paper Figure 2, "volatile state on leaders").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Progress {
+    /// The index of the next entry to send.
+    next_index: Index,
+    /// The highest index known to be replicated on the follower.
+    match_index: Index,
+    /// Whether the follower was heard from in the current check-quorum window.
+    recent_active: bool,
+}
+
+/// An acquire waiting in the leader's FIFO queue for its key, or proposed on its behalf.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Waiter {
+    id: RequestId,
+    key: Key,
+    lease_ms: u64,
+    origin: Option<Origin>,
+    deadline_ms: u64,
+}
+
+/// What a client proposal in the log was for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum PendingKind {
+    /// An acquire; `waiter` is set for an acquire with a wait deadline.
+    Grant { waiter: Option<Waiter> },
+    /// A release.
+    Release,
+}
+
+/// A client proposal in the leader's log, not yet applied.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Pending {
+    id: RequestId,
+    /// The term the entry was proposed in (the leader's term).
+    term: Term,
+    kind: PendingKind,
+    /// The client left (`Input::ClientGone`): release a grant instead of answering.
+    gone: bool,
+}
+
+/// One Raft node with the lock table as its state machine. See the module docs.
+///
+/// Everything is ordered (`BTreeMap`, `Vec`) so that the node is `Hash` and the stateright
+/// model can use it as actor state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    config: Config,
+    /// The splitmix64 state of the node's RNG, seeded from `Config::seed`.
+    rng: u64,
+    /// The latest reading of the local clock.
+    now_ms: u64,
+    term: Term,
+    voted_for: Option<NodeId>,
+    role: Role,
+    leader: Option<NodeId>,
+    /// When this node last heard from the leader of its term (for pre-vote and vote leases).
+    leader_contact_ms: Option<u64>,
+    log: RaftLog,
+    commit_index: Index,
+    /// The last index the driver reported durable (`Input::Persisted`).
+    persisted_index: Index,
+    /// The applied lock table.
+    table: LockTable,
+    /// Votes (or pre-votes) received in the current campaign.
+    votes: BTreeMap<NodeId, bool>,
+    /// Leader only: per follower.
+    progress: BTreeMap<NodeId, Progress>,
+    /// Leader only: the index of this term's Noop.
+    noop_index: Index,
+    /// Armed timers and their deadlines on the local clock.
+    timers: BTreeMap<Timer, u64>,
+    /// The hard state last handed to the driver to persist.
+    hard_state: HardState,
+    /// Leader only: client proposals by log index.
+    pending: BTreeMap<Index, Pending>,
+    /// Leader only: queued acquires per key, FIFO.
+    waiters: BTreeMap<Key, VecDeque<Waiter>>,
+    /// Locks whose lease timer fired on this node while they were still held.
+    expired: BTreeSet<(Key, Token)>,
+    /// The output of the step in progress; empty between steps.
+    out: Output,
+}
+
+impl Node {
+    /// Starts (or restarts) a node from what storage loaded.
+    ///
+    /// Restores the snapshot, re-applies the log up to `durable.hard_state.commit` (reported
+    /// in the output's `apply`), and arms the election timer and a full lease for every held
+    /// lock (conservative: a restarted node never expires a lease earlier than before).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `config.members` does not contain `config.id`, or if the loaded log is not
+    /// contiguous after the snapshot.
+    pub fn new(config: Config, durable: Durable, now_ms: u64) -> (Node, Output) {
+        assert!(
+            config.members.contains(&config.id),
+            "config: members {:?} do not contain id {}",
+            config.members,
+            config.id
+        );
+        let log = RaftLog::new(durable.snapshot.clone(), durable.entries.clone());
+        let mut table = match &durable.snapshot {
+            Some(s) => s.table.clone(),
+            None => LockTable::with_bugs(config.bugs),
+        };
+        table.reset_local();
+        let commit_index = durable
+            .hard_state
+            .commit
+            .max(log.base_index())
+            .min(log.last_index());
+        let mut node = Node {
+            rng: config.seed ^ now_ms.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            config,
+            now_ms,
+            term: durable.hard_state.term,
+            voted_for: durable.hard_state.voted_for,
+            role: Role::Follower,
+            leader: None,
+            leader_contact_ms: None,
+            persisted_index: log.last_index(),
+            log,
+            commit_index,
+            table,
+            votes: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            noop_index: 0,
+            timers: BTreeMap::new(),
+            hard_state: durable.hard_state,
+            pending: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            expired: BTreeSet::new(),
+            out: Output::default(),
+        };
+        node.apply_committed();
+        node.rearm_all_leases();
+        node.reset_election_timer();
+        node.finish_step();
+        let out = std::mem::take(&mut node.out);
+        #[cfg(debug_assertions)]
+        node.check_invariants();
+        (node, out)
+    }
+
+    /// Feeds one input and returns what the driver must do (see [`Output`] for the order).
+    pub fn step(&mut self, input: Input) -> Output {
+        self.maybe_snapshot();
+        match input {
+            Input::Tick { now_ms } => self.tick(now_ms),
+            Input::Message { from, msg } => self.handle_message(from, msg),
+            Input::Request { id, request } => self.handle_request(id, request),
+            Input::ClientGone { id } => self.handle_client_gone(id),
+            Input::Propose(proposal) => {
+                if self.role == Role::Leader {
+                    self.append_proposal(proposal);
+                }
+            }
+            Input::Campaign => self.campaign(),
+            Input::Persisted { term, index } => self.handle_persisted(term, index),
+        }
+        self.finish_step();
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        std::mem::take(&mut self.out)
+    }
+
+    /// What the node reports about itself.
+    pub fn status(&self) -> Status {
+        Status {
+            id: self.config.id,
+            role: self.role,
+            term: self.term,
+            leader: self.leader,
+            commit_index: self.commit_index,
+            last_applied: self.table.last_applied(),
+            last_log_index: self.log.last_index(),
+            locks_held: self.table.locks().len(),
+        }
+    }
+
+    /// The applied lock table.
+    pub fn table(&self) -> &LockTable {
+        &self.table
+    }
+
+    /// The node's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The in-memory log entries after the snapshot.
+    pub fn log(&self) -> &[Entry] {
+        &self.log.entries
+    }
+
+    /// The latest snapshot, if any.
+    pub fn snapshot(&self) -> Option<&Snapshot> {
+        self.log.snapshot.as_ref()
+    }
+
+    /// The deadline of `timer` on the local clock, if it is armed.
+    pub fn deadline(&self, timer: &Timer) -> Option<u64> {
+        self.timers.get(timer).copied()
+    }
+
+    /// The earliest deadline of any armed timer (the driver sleeps until then).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.timers.values().min().copied()
+    }
+
+    /// Every armed timer with its deadline.
+    pub fn timers(&self) -> impl Iterator<Item = (&Timer, u64)> {
+        self.timers.iter().map(|(t, at)| (t, *at))
+    }
+
+    /// The index of the last entry the driver reported durable.
+    pub fn persisted_index(&self) -> Index {
+        self.persisted_index
+    }
+
+    /// The term of the entry at `index`, if this node knows it (in the log or the snapshot).
+    pub fn term_at(&self, index: Index) -> Option<Term> {
+        self.log.term_at(index)
+    }
+
+    /// The node's latest reading of its local clock.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Whether bug `bug` is injected.
+    fn bug(&self, bug: Bug) -> bool {
+        self.config.bugs.contains(bug)
+    }
+
+    /// Check-quorum as configured; the `stale-leader` mutant switches it off.
+    fn check_quorum_on(&self) -> bool {
+        self.config.check_quorum && !self.bug(Bug::StaleLeader)
+    }
+
+    /// The other members of the cluster.
+    fn peers(&self) -> Vec<NodeId> {
+        let id = self.config.id;
+        self.config
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != id)
+            .collect()
+    }
+
+    /// Whether `votes` granted hold a majority of the members.
+    fn has_majority(&self, count: usize) -> bool {
+        count >= quorum::majority(self.config.members.len())
+    }
+
+    /// The next number of the node's splitmix64 generator.
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn set_timer(&mut self, timer: Timer, at_ms: u64) {
+        self.timers.insert(timer.clone(), at_ms);
+        self.out.timers.push(TimerCmd::Set { timer, at_ms });
+    }
+
+    fn cancel_timer(&mut self, timer: Timer) {
+        if self.timers.remove(&timer).is_some() {
+            self.out.timers.push(TimerCmd::Cancel(timer));
+        }
+    }
+
+    fn send_now(&mut self, target: NodeId, msg: Message) {
+        let source = self.config.id;
+        self.out.send_now.push(Envelope {
+            source,
+            target,
+            msg,
+        });
+    }
+
+    fn send_after_persist(&mut self, target: NodeId, msg: Message) {
+        let source = self.config.id;
+        self.out.send_after_persist.push(Envelope {
+            source,
+            target,
+            msg,
+        });
+    }
+
+    fn respond(&mut self, id: RequestId, response: Response) {
+        self.out.respond.push((id, response));
+    }
+
+    /// Adds `persist` to the step's output, after what is already there.
+    fn persist(&mut self, persist: Persist) {
+        self.out.extend(Output {
+            persist: Some(persist),
+            ..Output::default()
+        });
+    }
+
+    /// Advances the clock and fires every timer whose deadline has passed, earliest first.
+    /// A fired timer is disarmed without a `TimerCmd` (it fired).
+    fn tick(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        // Bounded: each timer fires at most once per tick; timers armed while firing lie in
+        // the future (every deadline is now + a positive interval) except a lease re-armed
+        // with lease_ms 0, which validation forbids.
+        let mut due: Vec<(u64, Timer)> = self
+            .timers
+            .iter()
+            .filter(|(_, at)| **at <= self.now_ms)
+            .map(|(t, at)| (*at, t.clone()))
+            .collect();
+        due.sort();
+        for (at, timer) in due {
+            if self.timers.get(&timer) != Some(&at) {
+                continue; // cancelled or re-armed by an earlier timer of this tick
+            }
+            self.timers.remove(&timer);
+            self.fire(timer);
+        }
+    }
+
+    fn fire(&mut self, timer: Timer) {
+        match timer {
+            Timer::Election => self.handle_election_timeout(),
+            Timer::Heartbeat => self.handle_heartbeat_timeout(),
+            Timer::CheckQuorum => self.handle_check_quorum_timeout(),
+            Timer::Lease { key, token } => self.handle_lease_timeout(key, token),
+            Timer::Wait { id } => self.handle_wait_timeout(id),
+        }
+    }
+
+    /// Hands the hard state to the driver when it changed in this step.
+    fn finish_step(&mut self) {
+        let hard_state = HardState {
+            term: self.term,
+            voted_for: self.voted_for,
+            commit: self.commit_index,
+        };
+        if hard_state != self.hard_state {
+            self.hard_state = hard_state.clone();
+            self.persist(Persist {
+                hard_state: Some(hard_state),
+                ..Persist::default()
+            });
+        }
+    }
+
+    /// The driver reports the log durable up to (`term`, `index`).
+    fn handle_persisted(&mut self, term: Term, index: Index) {
+        // A report for an entry that was since truncated says nothing about the current log.
+        if index > self.persisted_index && self.log.term_at(index) == Some(term) {
+            self.persisted_index = index.min(self.log.last_index());
+        }
+        if self.role == Role::Leader {
+            self.maybe_commit();
+        }
+    }
+
+    /// Node-local invariants, one assertion per invariant, naming the values.
+    ///
+    /// # Panics
+    ///
+    /// Panics when an invariant does not hold: that is a bug in the core.
+    pub fn check_invariants(&self) {
+        invariants::check_node(self);
+    }
 }

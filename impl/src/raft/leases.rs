@@ -1,0 +1,228 @@
+//! Lease timers, locally expired locks and the leader's waiter queues.
+//!
+//! # Leases
+//!
+//! Every node, leader or follower, arms `Timer::Lease{key, token}` at its own `now +
+//! lease_ms` when it applies the `Granted{token}` of a Grant. Only a committed `Expire{key,
+//! token}` removes a lock; a timer only decides when the leader proposes one.
+//!
+//! Why this is conservative (DESIGN.md, "Leases": a new leader never expires earlier than the
+//! old leader could have):
+//!
+//! - The client invoked its acquire before the Grant was proposed, and every node applies
+//!   the Grant after it was committed, so every node's lease starts after the client's
+//!   invoke: the lease a client can count on, from its invoke, ends no later than any node's
+//!   timer (clock rates equal, drift aside).
+//! - A follower applies an entry only after the leader committed it, that is after the
+//!   leader could have applied it, so a follower's timer never runs out before the leader's.
+//!   A new leader takes over with its own timers: they end no earlier than the old leader's.
+//! - A node that restarts, or installs a snapshot, re-arms every held lock with its full
+//!   lease from that moment: later still.
+//! - A timer that fires at a follower, or at a leader whose Noop of its term is not yet
+//!   committed (it may not know the latest table), marks the lock locally expired. When the
+//!   node is leader and its Noop commits, it proposes `Expire` for every locally expired lock
+//!   still held. An Expire names its token, so a late or duplicate one removes nothing newer.
+//!
+//! The `early-expire` mutant arms the leader's timer at half the lease.
+//!
+//! # Waiters
+//!
+//! An acquire with `wait_ms > 0` for a held key waits in a FIFO queue at the leader, bounded
+//! by `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
+//! proposes the Grant of the head waiter. A waiter still queued at its deadline gets `Busy`:
+//! it was queued because the key was held (applied, or a Grant ahead of it in the log), and
+//! it stayed queued only because the key was never freed at the leader while it waited, so
+//! the key was held at some instant during the request.
+
+use super::{Entry, Node, Pending, PendingKind, RequestId, Response, Role, Timer, Waiter};
+use crate::bugs::Bug;
+use crate::lock::{Command, Key, Proposal, Token};
+
+impl Node {
+    /// The lease timer of a lock granted at this node's now.
+    fn lease_deadline(&self, lease_ms: u64) -> u64 {
+        let lease_ms = if self.role == Role::Leader && self.bug(Bug::EarlyExpire) {
+            // Mutant: the leader's timer runs at half the lease.
+            lease_ms / 2
+        } else {
+            lease_ms
+        };
+        self.now_ms + lease_ms
+    }
+
+    /// Lease bookkeeping after `entry` was applied; `before` is the key's holder before.
+    pub(super) fn after_apply_leases(&mut self, entry: &Entry, before: Option<(Key, Token)>) {
+        let Some(key) = entry.proposal.command.key() else {
+            return;
+        };
+        let now_held = self.table.holder(key).map(|h| (h.token, h.lease_ms));
+        if let Some((key, token)) = before.clone()
+            && now_held.map(|(t, _)| t) != Some(token)
+        {
+            // The lock was removed (or replaced): its lease is over everywhere.
+            self.cancel_timer(Timer::Lease {
+                key: key.clone(),
+                token,
+            });
+            self.expired.remove(&(key.clone(), token));
+            if self.role == Role::Leader {
+                self.grant_head_waiter(&key);
+            }
+        }
+        if before.is_none()
+            && let Some((token, lease_ms)) = now_held
+        {
+            let at_ms = self.lease_deadline(lease_ms);
+            let key = key.to_owned();
+            self.set_timer(Timer::Lease { key, token }, at_ms);
+        }
+    }
+
+    /// Re-arms a full lease for every held lock and forgets timers and expiries of locks no
+    /// longer held (restart, snapshot install).
+    pub(super) fn rearm_all_leases(&mut self) {
+        let stale: Vec<Timer> = self
+            .timers
+            .keys()
+            .filter(|t| match t {
+                Timer::Lease { key, token } => {
+                    self.table.holder(key).map(|h| h.token) != Some(*token)
+                }
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        for timer in stale {
+            self.cancel_timer(timer);
+        }
+        let table = &self.table;
+        self.expired
+            .retain(|(key, token)| table.holder(key).map(|h| h.token) == Some(*token));
+        let held: Vec<(Key, Token, u64)> = self
+            .table
+            .locks()
+            .iter()
+            .map(|(k, h)| (k.clone(), h.token, h.lease_ms))
+            .collect();
+        for (key, token, lease_ms) in held {
+            let at_ms = self.now_ms + lease_ms;
+            self.set_timer(Timer::Lease { key, token }, at_ms);
+        }
+    }
+
+    /// Whether this node leads and its Noop of the term is committed: only then does it know
+    /// every committed entry (Raft paper §8) and may it propose an Expire.
+    fn leads_with_committed_noop(&self) -> bool {
+        self.role == Role::Leader && self.noop_index > 0 && self.commit_index >= self.noop_index
+    }
+
+    pub(super) fn handle_lease_timeout(&mut self, key: Key, token: Token) {
+        if self.table.holder(&key).map(|h| h.token) != Some(token) {
+            return;
+        }
+        self.expired.insert((key.clone(), token));
+        if self.leads_with_committed_noop() {
+            self.append_proposal(Proposal::system(Command::Expire { key, token }));
+        }
+    }
+
+    /// Proposes an Expire for every locally expired lock still held (a new leader whose Noop
+    /// just committed).
+    pub(super) fn expire_locally_expired(&mut self) {
+        let due: Vec<(Key, Token)> = self
+            .expired
+            .iter()
+            .filter(|(key, token)| self.table.holder(key).map(|h| h.token) == Some(*token))
+            .cloned()
+            .collect();
+        for (key, token) in due {
+            self.append_proposal(Proposal::system(Command::Expire { key, token }));
+        }
+    }
+
+    /// Whether a Grant for `key` is in the log but not yet applied.
+    pub(super) fn grant_pending_for(&self, key: &str) -> bool {
+        let from = self.table.last_applied() + 1;
+        if from > self.log.last_index() {
+            return false;
+        }
+        self.log
+            .entries_from(from, usize::MAX)
+            .iter()
+            .any(|e| matches!(&e.proposal.command, Command::Grant { key: k, .. } if k == key))
+    }
+
+    /// Whether `key` is held in the applied table or by a Grant ahead in the log.
+    pub(super) fn key_taken(&self, key: &str) -> bool {
+        self.table.holder(key).is_some() || self.grant_pending_for(key)
+    }
+
+    /// Proposes the Grant of the head waiter of `key` when the key is free at the leader.
+    pub(super) fn grant_head_waiter(&mut self, key: &str) {
+        if self.role != Role::Leader || self.key_taken(key) {
+            return;
+        }
+        let Some(waiter) = self.waiters.get_mut(key).and_then(|q| q.pop_front()) else {
+            return;
+        };
+        if self.waiters.get(key).is_some_and(|q| q.is_empty()) {
+            self.waiters.remove(key);
+        }
+        self.propose_grant(
+            waiter.id,
+            waiter.key.clone(),
+            waiter.lease_ms,
+            waiter.origin,
+            Some(waiter),
+        );
+    }
+
+    /// Proposes a client's Grant and remembers it as pending.
+    pub(super) fn propose_grant(
+        &mut self,
+        id: RequestId,
+        key: Key,
+        lease_ms: u64,
+        origin: Option<crate::lock::Origin>,
+        waiter: Option<Waiter>,
+    ) {
+        let command = Command::Grant { key, lease_ms };
+        let index = self.append_proposal(Proposal { origin, command });
+        let pending = Pending {
+            id,
+            term: self.term,
+            kind: PendingKind::Grant { waiter },
+            gone: false,
+        };
+        self.pending.insert(index, pending);
+    }
+
+    /// Queues `waiter` at the tail (or, after a lost race, the head) of its key's FIFO.
+    pub(super) fn enqueue_waiter(&mut self, waiter: Waiter, at_head: bool) {
+        let queue = self.waiters.entry(waiter.key.clone()).or_default();
+        if at_head {
+            queue.push_front(waiter);
+        } else {
+            queue.push_back(waiter);
+        }
+    }
+
+    pub(super) fn handle_wait_timeout(&mut self, id: RequestId) {
+        let found = self.waiters.iter().find_map(|(key, queue)| {
+            queue
+                .iter()
+                .position(|w| w.id == id)
+                .map(|at| (key.clone(), at))
+        });
+        let Some((key, at)) = found else {
+            return; // proposed already: the answer comes with the apply
+        };
+        if let Some(queue) = self.waiters.get_mut(&key) {
+            queue.remove(at);
+            if queue.is_empty() {
+                self.waiters.remove(&key);
+            }
+        }
+        self.respond(id, Response::Busy);
+    }
+}

@@ -1,0 +1,268 @@
+//! Client requests in the core, so that the stateright model checks them too.
+//!
+//! # Why the answers are linearizable (DESIGN.md, "Semantics of the lock ops")
+//!
+//! - Every answer that reports lock state (`Granted`, `Busy`, `Released`, `NotHolder`) comes
+//!   from an entry that was committed and then applied at this leader: the outcome is the
+//!   state machine's at that log position, and the log position lies between the request's
+//!   invoke (the entry was proposed after it arrived) and its answer (sent after apply). The
+//!   linearization point is the apply of the entry. A deposed leader cannot commit, so it
+//!   cannot answer from a stale table.
+//! - A try-acquire is a Grant in the log, even for a held key: `GrantRejected` at apply means
+//!   the key was held at that log position, hence `Busy`.
+//! - A queued waiter that times out gets `Busy`; see the waiter argument in `leases.rs`.
+//! - A request whose entry might still commit after this node lost leadership is answered
+//!   `Unknown` (the client records `info`); a request that was never proposed is answered
+//!   `NotLeader` or `Invalid`, which promise that nothing happened.
+//! - Retries are deduplicated by `LockTable::apply_proposal` through the entry's origin.
+//! - A client that left before its Grant was answered gets its lock released by a
+//!   `Release{key, token}` with no origin (phantom-lock release, DESIGN.md).
+
+use super::{ClientRequest, Entry, Node, PendingKind, RequestId, Response, Role, Timer, Waiter};
+use crate::bugs::Bug;
+use crate::lock::{Command, Outcome, Proposal, validate_key};
+
+impl Node {
+    /// A client request: validate, then propose through the log at the leader.
+    pub(super) fn handle_request(&mut self, id: RequestId, request: ClientRequest) {
+        if let Err(reason) = self.validate(&request) {
+            return self.respond(id, Response::Invalid { reason });
+        }
+        if self.role != Role::Leader {
+            if self.bug(Bug::FollowerGrants) && self.follower_grants(id, &request) {
+                return;
+            }
+            let leader = self.leader;
+            return self.respond(id, Response::NotLeader { leader });
+        }
+        let uncommitted = self.log.last_index() - self.commit_index;
+        if uncommitted as usize >= self.config.uncommitted_entries_max {
+            let reason = format!(
+                "too many uncommitted entries ({uncommitted}, uncommitted_entries_max {})",
+                self.config.uncommitted_entries_max
+            );
+            return self.respond(id, Response::Invalid { reason });
+        }
+        match request {
+            ClientRequest::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+                origin,
+            } => self.handle_acquire(Waiter {
+                id,
+                key,
+                lease_ms,
+                origin,
+                deadline_ms: self.now_ms + wait_ms,
+            }),
+            ClientRequest::Release { key, token, origin } => {
+                let command = Command::Release { key, token };
+                let index = self.append_proposal(Proposal { origin, command });
+                let pending = super::Pending {
+                    id,
+                    term: self.term,
+                    kind: PendingKind::Release,
+                    gone: false,
+                };
+                self.pending.insert(index, pending);
+            }
+        }
+    }
+
+    /// Checks the request's key and bounds; the reason names the field.
+    fn validate(&self, request: &ClientRequest) -> Result<(), String> {
+        let key = match request {
+            ClientRequest::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+                ..
+            } => {
+                let lease_ms_max = self.config.lease_ms_max;
+                if *lease_ms < 1 || *lease_ms > lease_ms_max {
+                    return Err(format!("lease_ms {lease_ms} is not in 1..={lease_ms_max}"));
+                }
+                let wait_ms_max = self.config.wait_ms_max;
+                if *wait_ms > wait_ms_max {
+                    return Err(format!(
+                        "wait_ms {wait_ms} is more than wait_ms_max {wait_ms_max}"
+                    ));
+                }
+                key
+            }
+            ClientRequest::Release { key, .. } => key,
+        };
+        validate_key(key).map_err(|e| format!("key: {e}"))
+    }
+
+    /// The `follower-grants` mutant: a follower grants a key its table shows free, with the
+    /// next token it guesses, proposing nothing. Returns whether it answered.
+    fn follower_grants(&mut self, id: RequestId, request: &ClientRequest) -> bool {
+        let ClientRequest::Acquire { key, .. } = request else {
+            return false;
+        };
+        if self.table.holder(key).is_some() {
+            return false;
+        }
+        let token = self.table.last_token() + 1;
+        self.respond(id, Response::Granted { token });
+        true
+    }
+
+    /// An acquire at the leader: try-acquires and acquires of a free key are proposed at
+    /// once; acquires of a taken key wait in the key's FIFO.
+    fn handle_acquire(&mut self, waiter: Waiter) {
+        let waits = waiter.deadline_ms > self.now_ms;
+        let taken = self.key_taken(&waiter.key) || self.waiters.contains_key(&waiter.key);
+        if waits && taken {
+            return self.queue_acquire(waiter);
+        }
+        if self.bug(Bug::StaleLeader) && !taken {
+            return self.stale_leader_grant(waiter);
+        }
+        if waits {
+            self.set_timer(Timer::Wait { id: waiter.id }, waiter.deadline_ms);
+        }
+        let Waiter {
+            id,
+            key,
+            lease_ms,
+            origin,
+            ..
+        } = waiter.clone();
+        self.propose_grant(id, key, lease_ms, origin, waits.then_some(waiter));
+    }
+
+    /// Queues an acquire of a taken key, bounded by `waiters_per_key_max`.
+    fn queue_acquire(&mut self, waiter: Waiter) {
+        let queued = self.waiters.get(&waiter.key).map_or(0, |q| q.len());
+        if queued >= self.config.waiters_per_key_max {
+            let reason = format!(
+                "too many waiters for key {:?} ({queued}, waiters_per_key_max {})",
+                waiter.key, self.config.waiters_per_key_max
+            );
+            return self.respond(waiter.id, Response::Invalid { reason });
+        }
+        self.set_timer(Timer::Wait { id: waiter.id }, waiter.deadline_ms);
+        self.enqueue_waiter(waiter, false);
+    }
+
+    /// The `stale-leader` mutant: answer `Granted` as soon as the Grant is in the local log,
+    /// before it is committed, with the token it would get.
+    fn stale_leader_grant(&mut self, waiter: Waiter) {
+        let token = self.log.last_index() + 1;
+        let command = Command::Grant {
+            key: waiter.key,
+            lease_ms: waiter.lease_ms,
+        };
+        self.append_proposal(Proposal {
+            origin: waiter.origin,
+            command,
+        });
+        self.respond(waiter.id, Response::Granted { token });
+    }
+
+    /// The client of `id` left: drop its queued acquire, or remember to release the lock its
+    /// pending Grant will get (phantom-lock release). Unknown or answered ids: nothing.
+    pub(super) fn handle_client_gone(&mut self, id: RequestId) {
+        if self.bug(Bug::SkipPhantomRelease) {
+            return; // Mutant: the lock stays held until its lease runs out.
+        }
+        let queued = self.waiters.iter().find_map(|(key, queue)| {
+            queue
+                .iter()
+                .position(|w| w.id == id)
+                .map(|at| (key.clone(), at))
+        });
+        if let Some((key, at)) = queued {
+            if let Some(queue) = self.waiters.get_mut(&key) {
+                queue.remove(at);
+                if queue.is_empty() {
+                    self.waiters.remove(&key);
+                }
+            }
+            self.cancel_timer(Timer::Wait { id });
+            return;
+        }
+        if let Some(pending) = self.pending.values_mut().find(|p| p.id == id) {
+            pending.gone = true;
+        }
+    }
+
+    /// Answers the client whose proposal `entry` is, from the applied `outcome`.
+    pub(super) fn answer_pending(&mut self, entry: &Entry, outcome: &Outcome) {
+        let Some(pending) = self.pending.remove(&entry.index) else {
+            return;
+        };
+        assert_eq!(
+            pending.term, entry.term,
+            "pending request {:?} at index {} proposed in term {} but applied entry of term {}",
+            pending.id, entry.index, pending.term, entry.term
+        );
+        if let PendingKind::Grant {
+            waiter: Some(waiter),
+        } = &pending.kind
+        {
+            if *outcome == Outcome::GrantRejected
+                && waiter.deadline_ms > self.now_ms
+                && !pending.gone
+            {
+                // Lost a race with another Grant: back to the head of the queue.
+                let key = waiter.key.clone();
+                self.enqueue_waiter(waiter.clone(), true);
+                return self.grant_head_waiter(&key);
+            }
+            self.cancel_timer(Timer::Wait { id: pending.id });
+        }
+        if pending.gone {
+            return self.release_phantom(entry, outcome);
+        }
+        let response = match outcome {
+            Outcome::Granted { token } => Response::Granted { token: *token },
+            Outcome::GrantRejected => Response::Busy,
+            Outcome::Released => Response::Released,
+            Outcome::NotFound => Response::NotHolder,
+            other => Response::Unknown {
+                reason: format!("unexpected outcome {other:?} for a client request"),
+            },
+        };
+        self.respond(pending.id, response);
+    }
+
+    /// Releases the lock granted to a client that left (no origin: the system's own entry).
+    fn release_phantom(&mut self, entry: &Entry, outcome: &Outcome) {
+        if let (Outcome::Granted { token }, Command::Grant { key, .. }) =
+            (outcome, &entry.proposal.command)
+        {
+            let command = Command::Release {
+                key: key.clone(),
+                token: *token,
+            };
+            self.append_proposal(Proposal::system(command));
+        }
+    }
+
+    /// After losing leadership: pending proposals may still commit (`Unknown`); queued
+    /// waiters were never proposed (`NotLeader`).
+    pub(super) fn abandon_requests(&mut self, leader: Option<super::NodeId>) {
+        let term = self.term;
+        for (index, pending) in std::mem::take(&mut self.pending) {
+            self.cancel_timer(Timer::Wait { id: pending.id });
+            if pending.gone {
+                continue;
+            }
+            let reason = format!(
+                "node {} stopped leading in term {term} with the request at log index {index} uncommitted; it may still commit",
+                self.config.id
+            );
+            self.respond(pending.id, Response::Unknown { reason });
+        }
+        for (_, queue) in std::mem::take(&mut self.waiters) {
+            for waiter in queue {
+                self.cancel_timer(Timer::Wait { id: waiter.id });
+                self.respond(waiter.id, Response::NotLeader { leader });
+            }
+        }
+    }
+}
