@@ -1,16 +1,20 @@
 //! Benchmarks of a lock service: acquire+release cycles per second with latency percentiles,
 //! and the time from killing the leader until a lock is granted again.
 //!
-//! [`measure_cycles`] is generic over [`CycleClient`], so lockd's client plugs in beside
-//! etcd's; [`etcd_cycles`] and [`etcd_failover`] run them against an [`EtcdCluster`].
+//! Everything goes through the harness's [`System`] trait, so lockd and etcd are measured by
+//! the same code: [`BenchCluster::start`] starts the system's nodes on loopback (no fault
+//! net: peers dial each other directly), [`measure_cycles`] drives concurrent clients on
+//! distinct keys, [`failover`] kills the leader while probes loop on acquire.
 //! Every loop here is bounded in time and in count, and reaching a count bound is reported.
 
-use std::future::Future;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::etcd::{Acquired, ClientOptions, EtcdCluster, EtcdError, EtcdLockClient, Wait};
+use crate::cluster::{Cluster, Layout};
+use crate::system::{LockClient, Outcome, System, leader_of};
+use crate::{Error, NodeId};
 
 /// The most cycles one client runs in one measurement (a bound, reported when reached).
 pub const CYCLES_PER_CLIENT_MAX: u64 = 1_000_000;
@@ -18,29 +22,100 @@ pub const CYCLES_PER_CLIENT_MAX: u64 = 1_000_000;
 const PROBE_ATTEMPTS_MAX: u64 = 100_000;
 /// The pause after a failed cycle or probe, so that a dead node is not hammered.
 const FAILURE_BACKOFF: Duration = Duration::from_millis(10);
+/// The deadline of each acquire or release of a cycle.
+const CYCLE_OP_DEADLINE: Duration = Duration::from_secs(5);
+/// How long one status round may take.
+const STATUS_DEADLINE: Duration = Duration::from_millis(1500);
 
-/// A client that can run one acquire+release cycle.
-pub trait CycleClient: Send + 'static {
-    /// Try-acquires `key` for `lease_ms`, then releases it; `Err` says why either failed
-    /// (a busy key is an error here: every client of a measurement has its own key).
-    fn cycle(
-        &mut self,
-        key: &str,
-        lease_ms: u64,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+/// A system's nodes started for a benchmark, in a temporary directory.
+pub struct BenchCluster {
+    system: Arc<dyn System>,
+    layout: Layout,
+    cluster: Cluster,
+    // Dropped after `cluster` (fields drop in order), so the nodes die before their dirs go.
+    _dir: tempfile::TempDir,
 }
 
-impl CycleClient for EtcdLockClient {
-    async fn cycle(&mut self, key: &str, lease_ms: u64) -> Result<(), String> {
-        match self.acquire(key, lease_ms, Wait::No).await {
-            Ok(Acquired::Granted(grant)) => match self.release(key, grant.token).await {
-                Ok(crate::etcd::Released::Released) => Ok(()),
-                Ok(crate::etcd::Released::NotHolder) => Err("release: not holder".into()),
-                Err(error) => Err(format!("release: {error}")),
-            },
-            Ok(Acquired::Busy) => Err("acquire: busy".into()),
-            Err(error) => Err(format!("acquire: {error}")),
+impl BenchCluster {
+    /// Starts `nodes` nodes of `system` and waits (up to `timeout`) for a leader.
+    pub async fn start(
+        system: Arc<dyn System>,
+        nodes: u64,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
+        let dir = tempfile::Builder::new()
+            .prefix("locksmith-bench-")
+            .tempdir()
+            .map_err(|e| Error::Io(format!("bench dir: {e}")))?;
+        let layout = Layout::new(nodes, dir.path())?;
+        let launcher = system.launcher(&layout, BTreeMap::new())?;
+        let cluster = Cluster::start(launcher, &layout.nodes, &layout.log_dir)?;
+        let bench = Self {
+            system,
+            layout,
+            cluster,
+            _dir: dir,
+        };
+        bench.wait_for_leader(timeout).await?;
+        Ok(bench)
+    }
+
+    /// The system's name.
+    pub fn name(&self) -> &'static str {
+        self.system.name()
+    }
+
+    /// The leader, as the nodes' status says (`None` when no node claims it).
+    pub async fn leader(&self) -> Option<NodeId> {
+        let status = self.system.status(&self.layout);
+        let views = tokio::time::timeout(STATUS_DEADLINE, status)
+            .await
+            .unwrap_or_default();
+        leader_of(&views)
+    }
+
+    /// Waits until some node says it leads.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(leader) = self.leader().await {
+                return Ok(leader);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!(
+                    "{}: no leader within {} ms",
+                    self.name(),
+                    timeout.as_millis()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The client of client process `client_id` (for etcd: bound to node
+    /// `nodes[client_id % n]`).
+    pub fn client(&self, client_id: u64) -> Box<dyn LockClient> {
+        self.system.client(&self.layout, client_id)
+    }
+}
+
+/// One acquire (try) + release of `key`; `Err` says which failed and how.
+async fn cycle(client: &dyn LockClient, key: &str, lease_ms: u64) -> Result<(), String> {
+    let acquired = client
+        .acquire(key, lease_ms, 0, Instant::now() + CYCLE_OP_DEADLINE)
+        .await;
+    let token = match acquired {
+        Outcome::Ok {
+            token: Some(token), ..
+        } => token,
+        other => return Err(format!("acquire: {other:?}")),
+    };
+    match client
+        .release(key, token, Instant::now() + CYCLE_OP_DEADLINE)
+        .await
+    {
+        Outcome::Ok { .. } => Ok(()),
+        other => Err(format!("release: {other:?}")),
     }
 }
 
@@ -90,15 +165,15 @@ impl CyclesReport {
 }
 
 /// Runs `clients` concurrently, client `i` cycling on key `bench-i`, for the configured time.
-pub async fn measure_cycles<C: CycleClient>(
-    clients: Vec<C>,
+pub async fn measure_cycles(
+    clients: Vec<Box<dyn LockClient>>,
     config: &CyclesConfig,
 ) -> CyclesReport {
     let started = Instant::now();
     let deadline = started + config.duration;
     let count = clients.len();
     let mut tasks = Vec::with_capacity(count);
-    for (index, mut client) in clients.into_iter().enumerate() {
+    for (index, client) in clients.into_iter().enumerate() {
         let lease_ms = config.lease_ms;
         tasks.push(tokio::spawn(async move {
             let key = format!("bench-{index}");
@@ -109,7 +184,7 @@ pub async fn measure_cycles<C: CycleClient>(
             while Instant::now() < deadline && attempts < CYCLES_PER_CLIENT_MAX {
                 attempts += 1;
                 let begun = Instant::now();
-                match client.cycle(&key, lease_ms).await {
+                match cycle(client.as_ref(), &key, lease_ms).await {
                     Ok(()) => latencies_us.push(begun.elapsed().as_micros() as u64),
                     Err(error) => {
                         errors += 1;
@@ -176,16 +251,12 @@ pub fn percentile(sorted: &[u64], p: f64) -> Option<u64> {
     sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }
 
-/// [`measure_cycles`] with `config.clients` etcd clients bound round-robin to the nodes.
-pub async fn etcd_cycles(
-    cluster: &EtcdCluster,
-    config: &CyclesConfig,
-) -> Result<CyclesReport, EtcdError> {
-    let nodes = cluster.node_ids();
-    let clients = (0..config.clients)
-        .map(|index| cluster.client(nodes[index % nodes.len()], ClientOptions::default()))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(measure_cycles(clients, config).await)
+/// [`measure_cycles`] with `config.clients` clients of the bench cluster (ids 0, 1, ...).
+pub async fn cycles(bench: &BenchCluster, config: &CyclesConfig) -> CyclesReport {
+    let clients = (0..config.clients as u64)
+        .map(|id| bench.client(id))
+        .collect();
+    measure_cycles(clients, config).await
 }
 
 /// What a failover measurement runs.
@@ -238,22 +309,23 @@ impl FailoverReport {
 
 /// Kills the leader `config.rounds` times while one probe client per surviving node loops
 /// on try-acquire of fresh keys, and measures how long until a lock is granted again. The
-/// killed node is restarted after each round, and the cluster must serve before the next.
-pub async fn etcd_failover(
-    cluster: &mut EtcdCluster,
+/// killed node is restarted after each round, and a leader must be back before the next.
+pub async fn failover(
+    bench: &BenchCluster,
     config: &FailoverConfig,
-) -> Result<FailoverReport, EtcdError> {
+) -> Result<FailoverReport, Error> {
     let mut report = FailoverReport::default();
     for round in 0..config.rounds {
-        cluster.wait_serving(config.round_timeout).await?;
-        let Some(leader) = cluster.leader().await else {
+        let Ok(leader) = bench.wait_for_leader(config.round_timeout).await else {
             report
                 .failed_rounds
                 .push(format!("round {round}: no leader found"));
             continue;
         };
-        let outcome = failover_round(cluster, config, round, leader).await;
-        cluster.restart(leader)?;
+        // Let the restarted node of the previous round catch up before it may be killed.
+        tokio::time::sleep(config.settle).await;
+        let outcome = failover_round(bench, config, round, leader).await;
+        bench.cluster.restart(leader)?;
         match outcome? {
             Ok(recovery) => report.recovery_ms.push(recovery.as_secs_f64() * 1000.0),
             Err(reason) => report
@@ -261,31 +333,30 @@ pub async fn etcd_failover(
                 .push(format!("round {round}: {reason}")),
         }
     }
-    cluster.wait_serving(config.round_timeout).await?;
+    bench.wait_for_leader(config.round_timeout).await?;
     Ok(report)
 }
 
 /// One round: probes on the survivors, kill `leader`, wait for a grant invoked after it.
 async fn failover_round(
-    cluster: &mut EtcdCluster,
+    bench: &BenchCluster,
     config: &FailoverConfig,
     round: usize,
-    leader: u64,
-) -> Result<Result<Duration, String>, EtcdError> {
+    leader: NodeId,
+) -> Result<Result<Duration, String>, Error> {
     let stop = Arc::new(AtomicBool::new(false));
     let (grants, mut granted) = tokio::sync::mpsc::unbounded_channel::<(Instant, Instant)>();
+    let nodes = &bench.layout.nodes;
     let mut probes = Vec::new();
-    for node in cluster
-        .node_ids()
-        .into_iter()
-        .filter(|&node| node != leader)
-    {
-        let options = ClientOptions {
-            call_timeout: config.call_timeout,
-            ..ClientOptions::default()
-        };
-        let mut client = cluster.client(node, options)?;
-        let (stop, grants, lease_ms) = (Arc::clone(&stop), grants.clone(), config.lease_ms);
+    for (index, &node) in nodes.iter().enumerate() {
+        if node == leader {
+            continue;
+        }
+        // Client ids that map to this node (etcd binds id % n) and are fresh every round.
+        let id = (nodes.len() * (1000 + round) + index) as u64;
+        let client = bench.client(id);
+        let (stop, grants) = (Arc::clone(&stop), grants.clone());
+        let (lease_ms, call_timeout) = (config.lease_ms, config.call_timeout);
         probes.push(tokio::spawn(async move {
             for attempt in 0..PROBE_ATTEMPTS_MAX {
                 if stop.load(Ordering::Relaxed) {
@@ -293,20 +364,26 @@ async fn failover_round(
                 }
                 let key = format!("failover-{round}-{node}-{attempt}");
                 let invoked = Instant::now();
-                match client.acquire(&key, lease_ms, Wait::No).await {
-                    Ok(Acquired::Granted(grant)) => {
-                        let _ = grants.send((invoked, Instant::now()));
-                        let _ = client.release(&key, grant.token).await;
-                    }
-                    _ => tokio::time::sleep(FAILURE_BACKOFF).await,
+                let outcome = client
+                    .acquire(&key, lease_ms, 0, invoked + call_timeout)
+                    .await;
+                if let Outcome::Ok {
+                    token: Some(token), ..
+                } = outcome
+                {
+                    let _ = grants.send((invoked, Instant::now()));
+                    let _ = client
+                        .release(&key, token, Instant::now() + call_timeout)
+                        .await;
+                } else {
+                    tokio::time::sleep(FAILURE_BACKOFF).await;
                 }
             }
         }));
     }
     tokio::time::sleep(config.settle).await;
     let killed_at = Instant::now();
-    let killed = cluster.kill(leader);
-    let outcome = match killed {
+    let outcome = match bench.cluster.kill(leader) {
         Err(error) => Err(error),
         Ok(()) => Ok(first_grant_after(&mut granted, killed_at, config.round_timeout).await),
     };
@@ -366,36 +443,62 @@ mod tests {
         assert_eq!(FailoverReport::default().median_ms(), None);
     }
 
+    /// A fake system client: every cycle takes about 1 ms; the `fail_every`-th acquire fails.
     struct CountingClient {
         fail_every: u64,
-        calls: u64,
+        calls: std::sync::atomic::AtomicU64,
     }
 
-    impl CycleClient for CountingClient {
-        async fn cycle(&mut self, _key: &str, _lease_ms: u64) -> Result<(), String> {
-            self.calls += 1;
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            if self.calls % self.fail_every == 0 {
-                Err(format!("call {}", self.calls))
-            } else {
-                Ok(())
-            }
+    impl CountingClient {
+        fn boxed(fail_every: u64) -> Box<dyn LockClient> {
+            Box::new(CountingClient {
+                fail_every,
+                calls: std::sync::atomic::AtomicU64::new(0),
+            })
+        }
+    }
+
+    impl LockClient for CountingClient {
+        fn acquire<'a>(
+            &'a self,
+            _key: &'a str,
+            _lease_ms: u64,
+            _wait_ms: u64,
+            _deadline: Instant,
+        ) -> futures::future::BoxFuture<'a, Outcome> {
+            Box::pin(async move {
+                let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if call % self.fail_every == 0 {
+                    Outcome::Info(format!("call {call}"))
+                } else {
+                    Outcome::Ok {
+                        token: Some(call),
+                        node: None,
+                    }
+                }
+            })
+        }
+
+        fn release<'a>(
+            &'a self,
+            _key: &'a str,
+            _token: u64,
+            _deadline: Instant,
+        ) -> futures::future::BoxFuture<'a, Outcome> {
+            Box::pin(async {
+                Outcome::Ok {
+                    token: None,
+                    node: None,
+                }
+            })
         }
     }
 
     #[tokio::test]
     async fn measure_cycles_counts_successes_and_failures_separately() {
         // Bench rule (issue 8): cycles/s counts completed cycles; failures are reported apart.
-        let clients = vec![
-            CountingClient {
-                fail_every: 2,
-                calls: 0,
-            },
-            CountingClient {
-                fail_every: 1_000_000,
-                calls: 0,
-            },
-        ];
+        let clients = vec![CountingClient::boxed(2), CountingClient::boxed(1_000_000)];
         let config = CyclesConfig {
             clients: 2,
             duration: Duration::from_millis(200),
@@ -404,7 +507,10 @@ mod tests {
         let report = measure_cycles(clients, &config).await;
         assert!(report.cycles > 10, "{report:?}");
         assert!(report.errors > 0, "{report:?}");
-        assert_eq!(report.first_error.as_deref(), Some("call 2"));
+        assert_eq!(
+            report.first_error.as_deref(),
+            Some("acquire: Info(\"call 2\")")
+        );
         assert!(
             report.p50_ms >= 1.0 && report.p50_ms <= report.p99_ms,
             "{report:?}"

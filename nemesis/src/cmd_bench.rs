@@ -9,13 +9,20 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use nemesis::bench::{self, CyclesConfig, CyclesReport, FailoverConfig, FailoverReport};
-use nemesis::etcd::{EtcdCluster, EtcdClusterConfig, etcd_binary};
+use nemesis::bench::{
+    self, BenchCluster, CyclesConfig, CyclesReport, FailoverConfig, FailoverReport,
+};
+use nemesis::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::lockd_system::{Lockd, find_lockd};
 
-/// How long a fresh cluster may take to serve.
+/// How long a fresh cluster may take to elect a leader.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The seed of lockd's node RNGs (election timeouts); the bench has no schedule to seed.
+const BENCH_SEED: u64 = 1;
 
 /// A system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -40,7 +47,7 @@ pub struct BenchArgs {
     clients: Vec<usize>,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
-    nodes: usize,
+    nodes: u64,
     /// How many times to kill the leader (0 skips the failover measurement).
     #[arg(long, default_value_t = 3)]
     failover_rounds: usize,
@@ -86,27 +93,20 @@ pub fn run(args: BenchArgs) -> ExitCode {
 }
 
 async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
-    match system {
-        System::Lockd => anyhow::bail!(
-            "lockd is not wired into the bench yet: it needs lockd's client to implement \
-             nemesis::bench::CycleClient and a lockd cluster handle for the failover"
-        ),
-        System::Etcd => measure_etcd(args).await,
-    }
-}
-
-async fn measure_etcd(args: &BenchArgs) -> anyhow::Result<Figures> {
-    let binary = etcd_binary().context("no etcd binary on PATH (run ci/install.sh)")?;
-    let config = EtcdClusterConfig {
-        nodes: args.nodes,
-        binary,
-        ..EtcdClusterConfig::default()
+    let system: Arc<dyn nemesis::system::System> = match system {
+        System::Lockd => Arc::new(Lockd::new(find_lockd()?, None, BENCH_SEED)),
+        System::Etcd => {
+            let config = EtcdClusterConfig {
+                binary: find_etcd()?,
+                ..EtcdClusterConfig::default()
+            };
+            Arc::new(Etcd::new(config, ClientOptions::default()))
+        }
     };
-    let mut cluster = EtcdCluster::start(config).context("start the etcd cluster")?;
-    cluster
-        .wait_serving(START_TIMEOUT)
+    let name = system.name();
+    let cluster = BenchCluster::start(system, args.nodes, START_TIMEOUT)
         .await
-        .context("wait for the etcd cluster")?;
+        .with_context(|| format!("start {name}"))?;
     let mut cycles = Vec::new();
     for &clients in &args.clients {
         let config = CyclesConfig {
@@ -114,19 +114,19 @@ async fn measure_etcd(args: &BenchArgs) -> anyhow::Result<Figures> {
             duration: Duration::from_secs(args.time_s),
             lease_ms: args.lease_ms,
         };
-        eprintln!("etcd: {clients} clients for {} s ...", args.time_s);
-        cycles.push(bench::etcd_cycles(&cluster, &config).await?);
+        eprintln!("{name}: {clients} clients for {} s ...", args.time_s);
+        cycles.push(bench::cycles(&cluster, &config).await);
     }
     let failover = if args.failover_rounds > 0 {
         eprintln!(
-            "etcd: killing the leader {} times ...",
+            "{name}: killing the leader {} times ...",
             args.failover_rounds
         );
         let config = FailoverConfig {
             rounds: args.failover_rounds,
             ..FailoverConfig::default()
         };
-        Some(bench::etcd_failover(&mut cluster, &config).await?)
+        Some(bench::failover(&cluster, &config).await?)
     } else {
         None
     };

@@ -344,3 +344,53 @@ async fn dropping_the_cluster_ends_every_node_process() {
     }
     assert!(!dir.exists(), "the data dirs were not removed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
+    // system.rs: `System::status` names one leader, and `LockClient` outcomes use DESIGN's
+    // words: ok with a token, fail `busy`, fail `not-holder`; a killed leader is found again.
+    use std::sync::Arc;
+
+    use nemesis::bench::BenchCluster;
+    use nemesis::etcd::Etcd;
+    use nemesis::system::Outcome;
+
+    let Some(binary) = etcd_or_skip("the_etcd_system_serves_the_harness_trait") else {
+        return;
+    };
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let config = EtcdClusterConfig {
+        binary,
+        ..EtcdClusterConfig::default()
+    };
+    let system = Arc::new(Etcd::new(config, ClientOptions::default()));
+    let bench = BenchCluster::start(system, 3, START_TIMEOUT)
+        .await
+        .expect("start etcd");
+    let deadline = || Instant::now() + Duration::from_secs(5);
+    let (first, second) = (bench.client(0), bench.client(1));
+    let Outcome::Ok {
+        token: Some(token),
+        node: Some(1),
+    } = first.acquire("s", 5000, 0, deadline()).await
+    else {
+        panic!("client 0 (bound to n1) was not granted a free key");
+    };
+    assert_eq!(
+        second.acquire("s", 5000, 0, deadline()).await,
+        Outcome::Fail("busy".into())
+    );
+    assert_eq!(
+        first.release("s", token, deadline()).await,
+        Outcome::Ok {
+            token: None,
+            node: Some(1)
+        }
+    );
+    assert_eq!(
+        first.release("s", token, deadline()).await,
+        Outcome::Fail("not-holder".into())
+    );
+    let leader = bench.leader().await.expect("one node leads");
+    assert!((1..=3).contains(&leader));
+}

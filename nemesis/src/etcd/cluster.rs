@@ -108,11 +108,10 @@ impl EtcdCluster {
             .tempdir()
             .map_err(|source| setup("create the cluster directory", source))?;
         let ports = free_ports(2 * config.nodes)?;
-        let peer_url = |i: usize| format!("http://127.0.0.1:{}", ports[2 * i + 1]);
-        let initial_cluster = (0..config.nodes)
-            .map(|i| format!("n{}={}", i + 1, peer_url(i)))
-            .collect::<Vec<_>>()
-            .join(",");
+        let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let peers: Vec<(u64, SocketAddr)> = (0..config.nodes)
+            .map(|i| (i as u64 + 1, addr(ports[2 * i + 1])))
+            .collect();
         let token = dir
             .path()
             .file_name()
@@ -121,26 +120,12 @@ impl EtcdCluster {
         let mut nodes = Vec::with_capacity(config.nodes);
         for i in 0..config.nodes {
             let id = i as u64 + 1;
-            let client_url = format!("http://127.0.0.1:{}", ports[2 * i]);
+            let client_addr = addr(ports[2 * i]);
             let data_dir = dir.path().join(format!("n{id}.data"));
-            let args = vec![
-                format!("--name=n{id}"),
-                format!("--data-dir={}", data_dir.display()),
-                format!("--listen-client-urls={client_url}"),
-                format!("--advertise-client-urls={client_url}"),
-                format!("--listen-peer-urls={}", peer_url(i)),
-                format!("--initial-advertise-peer-urls={}", peer_url(i)),
-                format!("--initial-cluster={initial_cluster}"),
-                format!("--initial-cluster-token={token}"),
-                "--initial-cluster-state=new".into(),
-                format!("--heartbeat-interval={}", config.heartbeat_ms),
-                format!("--election-timeout={}", config.election_ms),
-                format!("--pre-vote={}", config.pre_vote),
-            ];
             nodes.push(EtcdNode {
                 id,
-                client_addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i])),
-                args,
+                client_addr,
+                args: node_args(&config, id, client_addr, &peers, &data_dir, &token),
                 log_path: dir.path().join(format!("n{id}.log")),
                 child: None,
                 paused: false,
@@ -387,6 +372,44 @@ impl Drop for EtcdCluster {
             }
         }
     }
+}
+
+/// The command line of node `id` (named `n<id>`): its client URL, its peer URL from
+/// `peers` (every node's peer address, the same list for all), its data dir, the timing of
+/// `config`, and `--initial-cluster-state new`, which etcd ignores once the data dir exists,
+/// so the same line restarts the node.
+pub(crate) fn node_args(
+    config: &EtcdClusterConfig,
+    id: u64,
+    client: SocketAddr,
+    peers: &[(u64, SocketAddr)],
+    data_dir: &Path,
+    cluster_token: &str,
+) -> Vec<String> {
+    let initial_cluster = peers
+        .iter()
+        .map(|(peer, addr)| format!("n{peer}=http://{addr}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let own_peer = peers
+        .iter()
+        .find(|(peer, _)| *peer == id)
+        .map(|(_, addr)| format!("http://{addr}"))
+        .unwrap_or_default();
+    vec![
+        format!("--name=n{id}"),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--listen-client-urls=http://{client}"),
+        format!("--advertise-client-urls=http://{client}"),
+        format!("--listen-peer-urls={own_peer}"),
+        format!("--initial-advertise-peer-urls={own_peer}"),
+        format!("--initial-cluster={initial_cluster}"),
+        format!("--initial-cluster-token={cluster_token}"),
+        "--initial-cluster-state=new".into(),
+        format!("--heartbeat-interval={}", config.heartbeat_ms),
+        format!("--election-timeout={}", config.election_ms),
+        format!("--pre-vote={}", config.pre_vote),
+    ]
 }
 
 fn pid_of(child: &Child) -> Pid {

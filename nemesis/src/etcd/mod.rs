@@ -38,6 +38,7 @@ mod client;
 mod cluster;
 mod error;
 mod http;
+mod system;
 mod wire;
 
 pub use client::{
@@ -45,3 +46,4 @@ pub use client::{
 };
 pub use cluster::{EtcdCluster, EtcdClusterConfig, NodeState, etcd_binary};
 pub use error::EtcdError;
+pub use system::{Etcd, find_etcd};

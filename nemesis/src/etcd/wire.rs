@@ -118,6 +118,8 @@ pub(crate) struct StatusResponse {
     pub(crate) leader: u64,
     #[serde(rename = "raftTerm", deserialize_with = "int")]
     pub(crate) raft_term: u64,
+    #[serde(rename = "raftIndex", deserialize_with = "int")]
+    pub(crate) raft_index: u64,
 }
 
 /// `mvccpb.Event`; `type` is omitted for `PUT` (enum value 0).
