@@ -147,7 +147,14 @@ fn outcome<T>(
             token: token(v),
             node: Some(node),
         },
-        Err(e) if e.is_definite() => Outcome::Fail(e.history_error().to_owned()),
+        Err(ClientError::Unavailable(_)) => Outcome::Fail {
+            error: "unavailable".into(),
+            node: None,
+        },
+        Err(e) if e.is_definite() => Outcome::Fail {
+            error: e.history_error().to_owned(),
+            node: Some(node),
+        },
         Err(e) => Outcome::Info(e.history_error().to_owned()),
     }
 }

@@ -156,8 +156,16 @@ impl Nemesis for ClockNemesis {
             } => {
                 let mut outcome = FaultOutcome::done("strobed");
                 for jump in 0..(*count).min(faults::STROBE_JUMPS_MAX) {
-                    let sign = if jump % 2 == 0 { 1 } else { -1 };
-                    outcome = each(targets, |id| self.set(id, 1000, sign * delta_ms));
+                    // Alternately jump back by delta and run at half speed. lockd holds its
+                    // clock still after a backward jump and re-anchors every set at its
+                    // current reading, so a forward jump would put the clock ahead of real
+                    // time; these two moves never do.
+                    let (rate, jump_ms) = if jump % 2 == 0 {
+                        (1000, -delta_ms)
+                    } else {
+                        (500, 0)
+                    };
+                    outcome = each(targets, |id| self.set(id, rate, jump_ms));
                     if !outcome.ok {
                         break;
                     }

@@ -453,7 +453,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     drop(data);
 
     let ops = recorder.ops();
-    let check = checks::check_history(&ops, &dir);
+    let check = checks::check_history(&dir);
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
     let mut verdict = check.verdict.clone();
     let mut exit_code = check.exit_code;

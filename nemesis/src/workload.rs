@@ -240,7 +240,10 @@ impl Worker {
                     token: None,
                     node: None,
                 },
-                Err(_) => Outcome::Fail("stale-token".into()),
+                Err(_) => Outcome::Fail {
+                    error: "stale-token".into(),
+                    node: None,
+                },
             },
         };
         let (op_type, row_token, node, error) = match &outcome {
@@ -250,7 +253,12 @@ impl Worker {
                 node.map(|n| format!("n{n}")).unwrap_or_default(),
                 String::new(),
             ),
-            Outcome::Fail(e) => (OpType::Fail, None, String::new(), e.clone()),
+            Outcome::Fail { error, node } => (
+                OpType::Fail,
+                None,
+                node.map(|n| format!("n{n}")).unwrap_or_default(),
+                error.clone(),
+            ),
             Outcome::Info(e) => (OpType::Info, None, String::new(), e.clone()),
         };
         let complete = Row {

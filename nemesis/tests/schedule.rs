@@ -127,7 +127,7 @@ const GOLDEN_CLIENT: &str = "
 ";
 
 const GOLDEN_PLAN: &str = "
-  2000 skew leader rate=2000/1000 jump=500ms
+  2000 skew leader rate=750/1000 jump=-250ms
   3741 reset-clock faulty rate=1000/1000 jump=0ms
   6622 partition isolate-leader
   9995 heal
