@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== ci/install.sh (iptables for the kernel net backend, when root)"
+bash ci/install.sh
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -18,6 +21,9 @@ if grep -rnE 'tokio|tarpc|std::time|std::fs|std::net|thread_rng|Instant|SystemTi
   exit 1
 fi
 echo "ok: no IO names in impl/src/raft/ or impl/src/lock.rs"
+
+echo "== cargo build --workspace (the harness's tests start the lockd binary)"
+cargo build --workspace --bins
 
 echo "== cargo test --workspace"
 cargo test --workspace
