@@ -68,6 +68,8 @@ pub struct TestOptions {
     pub workload: WorkloadKind,
     /// Length of the recovery phase's bound, seconds.
     pub recovery_s: u64,
+    /// Shortest and longest pause between two ops of one client, ms (the request rate).
+    pub think_ms: (u64, u64),
     /// Print a progress line.
     pub progress: bool,
 }
@@ -86,6 +88,7 @@ impl Default for TestOptions {
             store: PathBuf::from("store"),
             workload: WorkloadKind::Fenced,
             recovery_s: 20,
+            think_ms: (10, 100),
             progress: true,
         }
     }
@@ -257,10 +260,10 @@ impl FaultDriver {
             outcome.detail.clone()
         };
         self.recorder.nemesis(verb, &value, &error);
-        self.note(&op, &outcome);
+        self.note(planned, &op, &outcome);
     }
 
-    fn note(&self, op: &FaultOp, outcome: &FaultOutcome) {
+    fn note(&self, planned: &FaultOp, op: &FaultOp, outcome: &FaultOutcome) {
         {
             let mut skewed = self.skewed.lock().unwrap_or_else(|p| p.into_inner());
             match op.f {
@@ -286,15 +289,19 @@ impl FaultDriver {
                 FaultValue::Clock { spec, .. } | FaultValue::Strobe { spec, .. } => {
                     format!("{}:{}", op.f.name(), spec.name())
                 }
-                _ => format!("{}:{}", op.f.name(), planned_spec(op)),
+                _ => format!("{}:{}", op.f.name(), planned_spec(planned, op)),
             };
             *counts.by_detail.entry(detail).or_default() += 1;
         }
     }
 }
 
-fn planned_spec(op: &FaultOp) -> String {
-    format!("{}-nodes", op.targets().len())
+/// The planned node spec (`one`, `minority`, `leader`, ...) of a node-targeted fault.
+fn planned_spec(planned: &FaultOp, op: &FaultOp) -> String {
+    match &planned.value {
+        FaultValue::Nodes(spec) => spec.name().to_owned(),
+        _ => format!("{}-nodes", op.targets().len()),
+    }
 }
 
 /// A UTC timestamp `YYYYMMDDTHHMMSS.mmmZ` (civil-from-days; no time zone database needed).
@@ -531,7 +538,8 @@ async fn run_phases(
         let layout = layout.clone();
         Arc::new(move |id| system.client(&layout, id))
     };
-    let config = WorkloadConfig::new(options.seed, options.keys);
+    let mut config = WorkloadConfig::new(options.seed, options.keys);
+    config.think_ms = options.think_ms;
     let mut workers = Vec::new();
     for slot in 0..options.concurrency {
         let generator = ClientGen::new(&config, slot);

@@ -26,7 +26,8 @@ async fn a_short_run_on_lockd_exits_valid_with_every_fault_kind() {
     let outcome = run(&options, system).await.expect("the run completes");
     let r = &outcome.results;
     assert_eq!(
-        outcome.exit_code, 0,
+        outcome.exit_code,
+        0,
         "seed {SEED}: verdict {} ({}):\n{}\nrerun: locksmith test --nodes 3 --time-s 10 --seed {SEED}",
         outcome.verdict,
         outcome.dir.display(),
@@ -41,11 +42,29 @@ async fn a_short_run_on_lockd_exits_valid_with_every_fault_kind() {
         );
     }
     assert_eq!(r["recovery"]["recovered"], true, "{}", r["recovery"]);
-    assert!(r["ops"]["ok"].as_u64().unwrap_or(0) > 20, "too few ok ops: {}", r["ops"]);
-    for file in ["history.csv", "results.json", "seed.txt", "plan.txt", "timeline.html", "latency.svg"] {
-        assert!(outcome.dir.join(file).is_file(), "missing {file} in {}", outcome.dir.display());
+    assert!(
+        r["ops"]["ok"].as_u64().unwrap_or(0) > 20,
+        "too few ok ops: {}",
+        r["ops"]
+    );
+    for file in [
+        "history.csv",
+        "results.json",
+        "seed.txt",
+        "plan.txt",
+        "timeline.html",
+        "latency.svg",
+    ] {
+        assert!(
+            outcome.dir.join(file).is_file(),
+            "missing {file} in {}",
+            outcome.dir.display()
+        );
     }
-    assert!(outcome.dir.join("node-logs/n1.log").is_file(), "missing node logs");
+    assert!(
+        outcome.dir.join("node-logs/n1.log").is_file(),
+        "missing node logs"
+    );
     // The history on disk is what the checks read: re-reading it gives every row recorded.
     let ops = history::csv::read_path(&outcome.dir.join("history.csv")).expect("history reads");
     assert_eq!(ops.len() as u64, r["ops"]["rows"].as_u64().unwrap_or(0));
