@@ -77,6 +77,49 @@ impl FencedStore {
     }
 }
 
+/// The longest a client stays stalled by `pause-clients` when no resume comes, ms.
+pub const CLIENT_PAUSE_MAX_MS: u64 = 15_000;
+
+/// Client slots stalled by the nemesis (`pause-clients`): a stalled client starts no op until
+/// it is resumed, as a lock holder in a GC pause would; it then goes on with what it was
+/// doing, e.g. writing under a token whose lease ran out meanwhile.
+#[derive(Debug, Default)]
+pub struct ClientPauses {
+    paused: Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl ClientPauses {
+    /// Stalls these slots.
+    pub fn pause(&self, slots: &[u64]) {
+        self.lock().extend(slots.iter().copied());
+    }
+
+    /// Resumes these slots.
+    pub fn resume(&self, slots: &[u64]) {
+        let mut paused = self.lock();
+        for s in slots {
+            paused.remove(s);
+        }
+    }
+
+    /// The stalled slots.
+    pub fn paused(&self) -> std::collections::BTreeSet<u64> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.paused.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits while `slot` is stalled, at most [`CLIENT_PAUSE_MAX_MS`].
+    pub async fn wait(&self, slot: u64) {
+        let deadline = Instant::now() + Duration::from_millis(CLIENT_PAUSE_MAX_MS);
+        while self.lock().contains(&slot) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// Counters the progress line and results read.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -116,6 +159,7 @@ pub struct Worker {
     recorder: Arc<Recorder>,
     store: Arc<FencedStore>,
     counters: Arc<Counters>,
+    pauses: Arc<ClientPauses>,
 }
 
 /// What one op did, for the generator and the recovery phase.
@@ -134,9 +178,11 @@ impl Worker {
         recorder: Arc<Recorder>,
         store: Arc<FencedStore>,
         counters: Arc<Counters>,
+        pauses: Arc<ClientPauses>,
     ) -> Self {
         let client = factory(slot);
         Worker {
+            pauses,
             slot,
             slots,
             process: slot,
@@ -161,6 +207,7 @@ impl Worker {
                 return ops;
             }
             tokio::time::sleep_until(start.into()).await;
+            self.pauses.wait(self.slot).await;
             last = Some(self.perform(&step.op).await.completion);
             ops += 1;
         }
