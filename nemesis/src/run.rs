@@ -31,7 +31,9 @@ use crate::recorder::{Recorder, write_file};
 use crate::rng::Rng;
 use crate::schedule::{self, ClientGen, FaultPlanConfig, Planned, WorkloadConfig};
 use crate::system::{System, leader_of};
-use crate::workload::{ClientFactory, ClientPauses, Counters, FencedStore, Worker, WorkloadKind};
+use crate::workload::{
+    ClientFactory, ClientPauses, Counters, FencedStore, Shared, Worker, WorkloadKind,
+};
 use crate::{Error, NodeId};
 
 /// How long the cluster has to show a leader before the run gives up (exit 2).
@@ -581,19 +583,17 @@ async fn run_phases(
     let mut config = WorkloadConfig::new(options.seed, options.keys);
     config.think_ms = options.think_ms;
     config.overhold_percent = options.overhold_percent;
+    let shared = Shared {
+        factory,
+        recorder: recorder.clone(),
+        store,
+        counters: counters.clone(),
+        pauses: driver.clients.clone(),
+    };
     let mut workers = Vec::new();
     for slot in 0..options.concurrency {
         let generator = ClientGen::new(&config, slot);
-        let mut worker = Worker::new(
-            slot,
-            options.concurrency,
-            generator,
-            factory.clone(),
-            recorder.clone(),
-            store.clone(),
-            counters.clone(),
-            driver.clients.clone(),
-        );
+        let mut worker = Worker::new(slot, options.concurrency, generator, shared.clone());
         workers.push(tokio::spawn(async move {
             worker.run_until(stop).await;
             worker

@@ -148,6 +148,21 @@ impl Counters {
 /// Makes a client for a process id.
 pub type ClientFactory = Arc<dyn Fn(u64) -> Box<dyn LockClient> + Send + Sync>;
 
+/// What every worker of a run shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// Makes a client for a process id.
+    pub factory: ClientFactory,
+    /// The history.
+    pub recorder: Arc<Recorder>,
+    /// The fenced resource.
+    pub store: Arc<FencedStore>,
+    /// Progress counters.
+    pub counters: Arc<Counters>,
+    /// Stalls set by the pause nemesis.
+    pub pauses: Arc<ClientPauses>,
+}
+
 /// One client slot: its generator, its current process and client.
 pub struct Worker {
     slot: u64,
@@ -170,28 +185,19 @@ struct Done {
 
 impl Worker {
     /// A worker for `slot` of `slots`.
-    pub fn new(
-        slot: u64,
-        slots: u64,
-        generator: ClientGen,
-        factory: ClientFactory,
-        recorder: Arc<Recorder>,
-        store: Arc<FencedStore>,
-        counters: Arc<Counters>,
-        pauses: Arc<ClientPauses>,
-    ) -> Self {
-        let client = factory(slot);
+    pub fn new(slot: u64, slots: u64, generator: ClientGen, shared: Shared) -> Self {
+        let client = (shared.factory)(slot);
         Worker {
-            pauses,
             slot,
             slots,
             process: slot,
             generator,
             client,
-            factory,
-            recorder,
-            store,
-            counters,
+            factory: shared.factory,
+            recorder: shared.recorder,
+            store: shared.store,
+            counters: shared.counters,
+            pauses: shared.pauses,
         }
     }
 
