@@ -141,7 +141,10 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&spec.data_dir)
             .args(&self.extra_args)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("LOCKD_TEST_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
