@@ -173,6 +173,9 @@ mod basics {
             assert_eq!(status.raft.term, leaders[0].raft.term);
         }
         assert_eq!(client.leader_hint(), leader, "the client found the leader");
+        let answered = client.acquire_traced("s", 60_000, 0, within_ms(3000)).await;
+        assert_eq!(answered.result, Err(ClientError::Busy));
+        assert_eq!(answered.node, Some(leader), "the leader answered");
     }
 
     #[test]
