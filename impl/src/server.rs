@@ -523,8 +523,14 @@ impl Core {
         }
         let persisted = output.persist.is_some();
         if let Some(persist) = &output.persist {
+            debug!(persist = %describe_persist(persist), "persist");
             if let Err(e) = self.storage.persist(persist) {
-                error!(error = %e, "storage failed; stopping without acknowledging");
+                error!(
+                    error = %e,
+                    persist = %describe_persist(persist),
+                    durable_last_index = self.storage.durable().last_index(),
+                    "storage failed; stopping without acknowledging"
+                );
                 return Err(e.into());
             }
         }
@@ -563,6 +569,24 @@ impl Core {
             self.seen = now;
         }
     }
+}
+
+/// A one-line summary of a persist, for the log.
+fn describe_persist(persist: &crate::raft::Persist) -> String {
+    format!(
+        "snapshot={:?} truncate_from={:?} entries={:?} hard_state={:?}",
+        persist
+            .snapshot
+            .as_ref()
+            .map(|s| (s.last_index, s.last_term)),
+        persist.truncate_from,
+        persist
+            .entries
+            .first()
+            .zip(persist.entries.last())
+            .map(|(first, last)| (first.index, last.index)),
+        persist.hard_state,
+    )
 }
 
 async fn sleep_until_some(wake: Option<Instant>) {

@@ -58,12 +58,15 @@
 //!   does, and the segment is rewritten at once.
 //! - Older segments and `*.tmp` files are leftovers of a finished or an unfinished rewrite;
 //!   they are removed (and listed in [`Recovered::removed_files`]).
+//! - A dir without `meta` is created afresh when it holds only what an interrupted creation
+//!   leaves (the empty first segment); with any other lockd file it is refused
+//!   ([`StorageError::NotDataDir`]).
 //!
 //! # Checks before writing
 //!
 //! A persist is refused with [`StorageError::InvalidPersist`] before anything is written when
 //! applying it would leave a state that recovery refuses: entries that do not continue the
-//! log (index = last + 1, terms never decreasing), a commit index beyond the last index at
+//! log (index = last + 1, terms never decreasing, none below a snapshot's term), a commit index beyond the last index at
 //! any step (so no truncation or snapshot drops a committed entry), a term that goes back, a
 //! vote that changes within a term, or a record larger than [`RECORD_BYTES_MAX`].
 //!
@@ -96,7 +99,10 @@ use crate::raft::{Durable, Entry, HardState, Index, Persist, Snapshot, Term};
 pub const FORMAT_VERSION: u16 = 1;
 
 /// The largest record payload, in bytes, that is written or read.
-pub const RECORD_BYTES_MAX: usize = 64 << 20;
+///
+/// A checkpoint holds the whole log after the snapshot, so this bounds that log too; the
+/// core's `snapshot_threshold_entries` and `uncommitted_entries_max` keep it far smaller.
+pub const RECORD_BYTES_MAX: usize = 256 << 20;
 
 /// A segment is rewritten when it is this many times larger than its checkpoint (and larger
 /// than [`Options::compact_segment_bytes_min`]).
@@ -264,6 +270,27 @@ struct Segment {
 }
 
 /// An open data dir. See the module docs for the format and the rules.
+///
+/// ```
+/// use lockd::lock::{Command, Proposal};
+/// use lockd::raft::{Entry, HardState, Persist};
+/// use lockd::storage::{DataDir, SyncMode};
+///
+/// let tmp = tempfile::tempdir()?;
+/// let (mut dir, durable) = DataDir::open(tmp.path(), SyncMode::Fsync)?;
+/// assert!(durable.entries.is_empty());
+/// let persist = Persist {
+///     entries: vec![Entry { term: 1, index: 1, proposal: Proposal::system(Command::Noop) }],
+///     hard_state: Some(HardState { term: 1, voted_for: Some(1), commit: 0 }),
+///     ..Persist::default()
+/// };
+/// dir.persist(&persist)?; // durable when it returns: now send the acknowledgements
+/// drop(dir);
+/// let (_, durable) = DataDir::open(tmp.path(), SyncMode::Fsync)?;
+/// assert_eq!(durable.last_index(), 1);
+/// assert_eq!(durable.hard_state.voted_for, Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct DataDir {
     path: PathBuf,
@@ -296,44 +323,18 @@ impl DataDir {
             initialize(path)?;
         }
         read_meta(&meta_path)?;
-        let mut recovered = Recovered::default();
-        remove_file_if_exists(&path.join(tmp_name(META_FILE)), &mut recovered)?;
-        remove_file_if_exists(&path.join(tmp_name(SNAPSHOT_FILE)), &mut recovered)?;
         let snapshot = read_snapshot(&path.join(SNAPSHOT_FILE))?;
-        let log_dir = path.join(LOG_DIR);
-        let listing = list_segments(&log_dir)?;
-        let (generation, segment_path) = match listing.segments.last() {
-            Some(newest) => newest.clone(),
-            None => {
-                return Err(StorageError::Corrupt {
-                    path: log_dir,
-                    offset: 0,
-                    reason: "no log segment".to_string(),
-                });
-            }
+        let listing = list_segments(&path.join(LOG_DIR))?;
+        let Some((generation, segment_path)) = listing.segments.last().cloned() else {
+            return Err(StorageError::Corrupt {
+                path: path.join(LOG_DIR),
+                offset: 0,
+                reason: "no log segment".to_string(),
+            });
         };
         let loaded = load_segment(&segment_path, path, snapshot)?;
         // Everything is verified; only now repair.
-        if let Some(torn) = &loaded.torn {
-            cut_torn_tail(&segment_path, loaded.valid_bytes)?;
-            recovered.truncated_bytes = loaded.file_bytes - loaded.valid_bytes;
-            recovered.torn_tail = Some(format!(
-                "{} at byte {}: {}; cut {} bytes",
-                segment_path.display(),
-                torn.offset,
-                torn.reason,
-                recovered.truncated_bytes
-            ));
-        }
-        for (_, old) in &listing.segments[..listing.segments.len() - 1] {
-            remove_file_if_exists(old, &mut recovered)?;
-        }
-        for tmp in &listing.tmp_files {
-            remove_file_if_exists(tmp, &mut recovered)?;
-        }
-        if !recovered.removed_files.is_empty() {
-            sync_dir(&log_dir)?;
-        }
+        let recovered = repair(path, &listing, &segment_path, &loaded)?;
         let file = open_append(&segment_path)?;
         let mut dir = DataDir {
             path: path.to_path_buf(),
@@ -354,8 +355,8 @@ impl DataDir {
         if loaded.snapshot_reapplied {
             // Finish the interrupted snapshot persist, so the segment's base is the snapshot.
             dir.recovered.snapshot_reapplied = true;
-            let state = dir.durable.clone();
-            dir.rewrite_segment(&state)?;
+            let rewritten = segment_file(&dir.durable)?;
+            dir.rewrite_segment(&rewritten)?;
         }
         let durable = dir.durable.clone();
         Ok((dir, durable))
@@ -377,10 +378,9 @@ impl DataDir {
         }
         check_persist(&self.durable, persist)
             .map_err(|reason| StorageError::InvalidPersist { reason })?;
-        let result = if persist.snapshot.is_some() {
-            self.persist_with_snapshot(persist)
-        } else {
-            self.append_ops(persist)
+        let result = match &persist.snapshot {
+            Some(snapshot) => self.persist_with_snapshot(persist, snapshot),
+            None => self.append_ops(persist),
         };
         if let Err(StorageError::Io { .. }) = &result {
             self.poisoned = true;
@@ -437,8 +437,8 @@ impl DataDir {
         );
         let result = encoded.and_then(|()| {
             if self.should_compact() {
-                let state = self.durable.clone();
-                self.rewrite_segment(&state)?;
+                let compacted = segment_file(&self.durable)?;
+                self.rewrite_segment(&compacted)?;
             }
             self.append_frame(&frame)
         });
@@ -491,28 +491,32 @@ impl DataDir {
     }
 
     /// Snapshot file first, then a new segment checkpointing the state after the persist.
-    fn persist_with_snapshot(&mut self, persist: &Persist) -> Result<(), StorageError> {
-        let Some(snapshot) = &persist.snapshot else {
-            unreachable!("persist_with_snapshot is called for a persist with a snapshot");
-        };
+    /// Both files are encoded before either is written, so that a refusal writes nothing.
+    fn persist_with_snapshot(
+        &mut self,
+        persist: &Persist,
+        snapshot: &Snapshot,
+    ) -> Result<(), StorageError> {
         let mut next = self.durable.clone();
         next.apply(persist);
         let mut payload = Vec::new();
         encode_payload(&mut payload, snapshot)?;
-        let mut bytes = file_header(SNAPSHOT_MAGIC);
-        push_frame(&mut bytes, &payload);
-        write_file_atomic(&self.path, SNAPSHOT_FILE, &bytes, self.options.sync)?;
-        self.rewrite_segment(&next)?;
+        let mut snapshot_file = file_header(SNAPSHOT_MAGIC);
+        push_frame(&mut snapshot_file, &payload);
+        let segment_file = segment_file(&next)?;
+        write_file_atomic(&self.path, SNAPSHOT_FILE, &snapshot_file, self.options.sync)?;
+        self.rewrite_segment(&segment_file)?;
         self.durable = next;
         Ok(())
     }
 
-    /// Replaces the segment with a new one whose checkpoint is `state`, then removes the old.
-    fn rewrite_segment(&mut self, state: &Durable) -> Result<(), StorageError> {
+    /// Replaces the segment with a new one holding `segment_file` (see [`segment_file`]),
+    /// then removes the old one.
+    fn rewrite_segment(&mut self, segment_file: &[u8]) -> Result<(), StorageError> {
         let log_dir = self.path.join(LOG_DIR);
         let generation = self.segment.generation + 1;
-        let (path, checkpoint_bytes) =
-            write_segment(&log_dir, generation, state, self.options.sync)?;
+        let path = write_segment(&log_dir, generation, segment_file, self.options.sync)?;
+        let checkpoint_bytes = segment_file.len() as u64;
         let file = open_append(&path)?;
         let old = std::mem::replace(
             &mut self.segment,
@@ -524,7 +528,7 @@ impl DataDir {
                 checkpoint_bytes,
             },
         );
-        // The buffered records are part of `state`, now in the new checkpoint.
+        // The buffered records are part of the state now in the new checkpoint.
         self.pending.clear();
         drop(old.file);
         fs::remove_file(&old.path).map_err(io_error(&old.path, "remove old segment"))?;
@@ -561,17 +565,10 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
         .map(|(first, last)| (first.index, last.index));
     if let Some(snapshot) = &persist.snapshot {
         let s = snapshot.last_index;
-        range = range.and_then(|(first, last)| (last > s && first <= s + 1).then_some((s + 1, last)));
+        range = range.and_then(|(first, last)| {
+            (last > s && first <= s.saturating_add(1)).then_some((s + 1, last))
+        });
         (base_index, base_term) = (s, snapshot.last_term);
-        if let Some((first, _)) = range
-            && term_at(state, first) < base_term
-        {
-            return Err(format!(
-                "the snapshot at index {s} has term {base_term}, above the term {} of the \
-                 entry after it",
-                term_at(state, first)
-            ));
-        }
         let last = range.map_or(base_index, |r| r.1);
         if commit > last {
             return Err(format!(
@@ -580,7 +577,8 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
         }
     }
     if let Some(from) = persist.truncate_from {
-        range = range.and_then(|(first, last)| (from > first).then_some((first, last.min(from - 1))));
+        range =
+            range.and_then(|(first, last)| (from > first).then_some((first, last.min(from - 1))));
         let last = range.map_or(base_index, |r| r.1);
         if commit > last {
             return Err(format!(
@@ -588,13 +586,25 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
             ));
         }
     }
+    // Checked after the truncation, which may drop a suffix that conflicts with the snapshot
+    // (the core's InstallSnapshot persist: the snapshot, then `truncate_from` after it).
+    if persist.snapshot.is_some()
+        && let Some((first, _)) = range
+        && term_at(state, first) < base_term
+    {
+        return Err(format!(
+            "the snapshot at index {base_index} has term {base_term}, above the term {} of \
+             the entry after it",
+            term_at(state, first)
+        ));
+    }
     let mut last_index = range.map_or(base_index, |r| r.1);
     let mut last_term = match range {
         Some((_, last)) => term_at(state, last),
         None => base_term,
     };
     for entry in &persist.entries {
-        if entry.index != last_index + 1 {
+        if last_index.checked_add(1) != Some(entry.index) {
             return Err(format!(
                 "entry index {} does not follow the last index {last_index}",
                 entry.index
@@ -616,7 +626,10 @@ fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
 
 fn check_hard_state(old: &HardState, new: &HardState, last_index: Index) -> Result<(), String> {
     if new.term < old.term {
-        return Err(format!("the term goes back from {} to {}", old.term, new.term));
+        return Err(format!(
+            "the term goes back from {} to {}",
+            old.term, new.term
+        ));
     }
     if new.term == old.term && old.voted_for.is_some() && new.voted_for != old.voted_for {
         return Err(format!(
@@ -776,7 +789,10 @@ fn check_file_header(path: &Path, bytes: &[u8], magic: &[u8; 4]) -> Result<(), S
         reason,
     };
     if bytes.len() < FILE_HEADER_BYTES {
-        return Err(corrupt(0, format!("a short file header ({} bytes)", bytes.len())));
+        return Err(corrupt(
+            0,
+            format!("a short file header ({} bytes)", bytes.len()),
+        ));
     }
     if &bytes[0..4] != magic {
         return Err(corrupt(
@@ -839,9 +855,12 @@ fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, StorageError> {
     if next != bytes.len() {
         return Err(corrupt(next, "bytes after the snapshot record".to_string()));
     }
-    serde_json::from_slice(payload)
-        .map(Some)
-        .map_err(|e| corrupt(FILE_HEADER_BYTES, format!("cannot decode the snapshot: {e}")))
+    serde_json::from_slice(payload).map(Some).map_err(|e| {
+        corrupt(
+            FILE_HEADER_BYTES,
+            format!("cannot decode the snapshot: {e}"),
+        )
+    })
 }
 
 /// A torn tail found by [`load_segment`].
@@ -868,19 +887,77 @@ fn load_segment(
 ) -> Result<Loaded, StorageError> {
     let bytes = fs::read(path).map_err(io_error(path, "read"))?;
     check_file_header(path, &bytes, SEGMENT_MAGIC)?;
-    let corrupt = |offset: usize, reason: String| StorageError::Corrupt {
+    let (mut durable, checkpoint_bytes, base_matches) =
+        load_checkpoint(path, dir, &bytes, snapshot.as_ref())?;
+    let (valid_bytes, torn) = replay_records(path, &bytes, checkpoint_bytes, &mut durable)?;
+    let snapshot_reapplied = !base_matches && snapshot.is_some();
+    if let Some(snapshot) = snapshot.filter(|_| snapshot_reapplied) {
+        // As the core installs a snapshot (Raft paper §7): the log after it is kept only when
+        // the log has the snapshot's last entry; otherwise the persist truncated it too.
+        let s = snapshot.last_index;
+        let term_at_s = durable
+            .entries
+            .iter()
+            .find(|e| e.index == s)
+            .map(|e| e.term)
+            .or(durable
+                .snapshot
+                .as_ref()
+                .filter(|b| b.last_index == s)
+                .map(|b| b.last_term));
+        let keep = term_at_s == Some(snapshot.last_term);
+        let install = Persist {
+            truncate_from: (!keep).then_some(s.saturating_add(1)),
+            snapshot: Some(snapshot),
+            ..Persist::default()
+        };
+        check_persist(&durable, &install).map_err(|reason| StorageError::Corrupt {
+            path: dir.join(SNAPSHOT_FILE),
+            offset: FILE_HEADER_BYTES as u64,
+            reason: format!("the snapshot does not fit the log: {reason}"),
+        })?;
+        durable.apply(&install);
+    }
+    // Replay already refused every record that would break this; it stays as the last word.
+    if durable.hard_state.commit > durable.last_index() {
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            offset: valid_bytes,
+            reason: format!(
+                "the log ends at index {} before the commit index {}",
+                durable.last_index(),
+                durable.hard_state.commit
+            ),
+        });
+    }
+    Ok(Loaded {
+        durable,
+        file_bytes: bytes.len() as u64,
+        valid_bytes,
+        checkpoint_bytes,
+        torn,
+        snapshot_reapplied,
+    })
+}
+
+/// Reads the segment's checkpoint record. Returns the state it holds, on the snapshot it was
+/// written after, the offset after it, and whether `snapshot` is that snapshot.
+fn load_checkpoint(
+    path: &Path,
+    dir: &Path,
+    bytes: &[u8],
+    snapshot: Option<&Snapshot>,
+) -> Result<(Durable, u64, bool), StorageError> {
+    let corrupt = |reason: String| StorageError::Corrupt {
         path: path.to_path_buf(),
-        offset: offset as u64,
+        offset: FILE_HEADER_BYTES as u64,
         reason,
     };
     // The checkpoint is written whole and renamed into place: a torn one is corruption.
-    let (payload, mut at) = match read_frame(&bytes, FILE_HEADER_BYTES) {
+    let (payload, next) = match read_frame(bytes, FILE_HEADER_BYTES) {
         Frame::Whole { payload, next } => (payload, next),
-        Frame::Torn { reason } | Frame::Corrupt { reason } => {
-            return Err(corrupt(FILE_HEADER_BYTES, reason));
-        }
+        Frame::Torn { reason } | Frame::Corrupt { reason } => return Err(corrupt(reason)),
     };
-    let checkpoint_bytes = at as u64;
     let Ok(Record::Checkpoint {
         base_index,
         base_term,
@@ -888,15 +965,9 @@ fn load_segment(
         entries,
     }) = serde_json::from_slice(payload)
     else {
-        return Err(corrupt(
-            FILE_HEADER_BYTES,
-            "the first record is not a checkpoint".to_string(),
-        ));
+        return Err(corrupt("the first record is not a checkpoint".to_string()));
     };
     let base = (base_index, base_term);
-    let snapshot_matches = snapshot
-        .as_ref()
-        .is_some_and(|s| (s.last_index, s.last_term) == base);
     if snapshot.is_none() && base != (0, 0) {
         return Err(StorageError::Corrupt {
             path: dir.join(SNAPSHOT_FILE),
@@ -907,11 +978,11 @@ fn load_segment(
             ),
         });
     }
+    let base_matches = snapshot.is_some_and(|s| (s.last_index, s.last_term) == base);
     // Replay on the snapshot the segment was written after: the snapshot file itself, or,
     // when a newer one replaced it, a stand-in with the same index and term.
-    let mut durable = Durable::default();
-    durable.snapshot = if snapshot_matches {
-        snapshot.clone()
+    let base_snapshot = if base_matches {
+        snapshot.cloned()
     } else {
         (base != (0, 0)).then(|| Snapshot {
             last_index: base_index,
@@ -919,24 +990,44 @@ fn load_segment(
             ..Snapshot::default()
         })
     };
+    let mut durable = Durable {
+        snapshot: base_snapshot,
+        ..Durable::default()
+    };
     let checkpoint = Persist {
         entries,
         hard_state: Some(hard_state),
         ..Persist::default()
     };
     check_persist(&durable, &checkpoint)
-        .map_err(|reason| corrupt(FILE_HEADER_BYTES, format!("bad checkpoint: {reason}")))?;
+        .map_err(|reason| corrupt(format!("bad checkpoint: {reason}")))?;
     durable.apply(&checkpoint);
-    let mut torn = None;
+    Ok((durable, next as u64, base_matches))
+}
+
+/// Replays the `Ops` records from byte `start` on. Returns where the whole records end and
+/// the torn tail after them, if any.
+fn replay_records(
+    path: &Path,
+    bytes: &[u8],
+    start: u64,
+    durable: &mut Durable,
+) -> Result<(u64, Option<Torn>), StorageError> {
+    let corrupt = |offset: usize, reason: String| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        reason,
+    };
+    let mut at = usize::try_from(start).expect("a segment offset fits in usize");
     while at < bytes.len() {
-        let (payload, next) = match read_frame(&bytes, at) {
+        let (payload, next) = match read_frame(bytes, at) {
             Frame::Whole { payload, next } => (payload, next),
             Frame::Torn { reason } => {
-                torn = Some(Torn {
+                let torn = Torn {
                     offset: at as u64,
                     reason,
-                });
-                break;
+                };
+                return Ok((at as u64, Some(torn)));
             }
             Frame::Corrupt { reason } => return Err(corrupt(at, reason)),
         };
@@ -952,48 +1043,55 @@ fn load_segment(
                 hard_state,
             },
             Ok(Record::Checkpoint { .. }) => {
-                return Err(corrupt(at, "a checkpoint after the first record".to_string()));
+                return Err(corrupt(
+                    at,
+                    "a checkpoint after the first record".to_string(),
+                ));
             }
             Err(e) => return Err(corrupt(at, format!("cannot decode the record: {e}"))),
         };
-        check_persist(&durable, &persist)
-            .map_err(|reason| corrupt(at, format!("the record does not follow the log: {reason}")))?;
+        check_persist(durable, &persist).map_err(|reason| {
+            corrupt(at, format!("the record does not follow the log: {reason}"))
+        })?;
         durable.apply(&persist);
         at = next;
     }
-    let valid_bytes = at as u64;
-    let snapshot_reapplied = !snapshot_matches && snapshot.is_some();
-    if snapshot_reapplied {
-        let install = Persist {
-            snapshot,
-            ..Persist::default()
-        };
-        check_persist(&durable, &install).map_err(|reason| StorageError::Corrupt {
-            path: dir.join(SNAPSHOT_FILE),
-            offset: FILE_HEADER_BYTES as u64,
-            reason: format!("the snapshot does not fit the log: {reason}"),
-        })?;
-        durable.apply(&install);
-    }
-    // Replay already refused every record that would break this; it stays as the last word.
-    if durable.hard_state.commit > durable.last_index() {
-        return Err(corrupt(
-            at,
-            format!(
-                "the log ends at index {} before the commit index {}",
-                durable.last_index(),
-                durable.hard_state.commit
-            ),
+    Ok((at as u64, None))
+}
+
+/// Cuts the torn tail of the verified newest segment and removes leftover files.
+fn repair(
+    dir: &Path,
+    listing: &Listing,
+    segment_path: &Path,
+    loaded: &Loaded,
+) -> Result<Recovered, StorageError> {
+    let mut recovered = Recovered::default();
+    if let Some(torn) = &loaded.torn {
+        cut_torn_tail(segment_path, loaded.valid_bytes)?;
+        recovered.truncated_bytes = loaded.file_bytes - loaded.valid_bytes;
+        recovered.torn_tail = Some(format!(
+            "{} at byte {}: {}; cut {} bytes",
+            segment_path.display(),
+            torn.offset,
+            torn.reason,
+            recovered.truncated_bytes
         ));
     }
-    Ok(Loaded {
-        durable,
-        file_bytes: bytes.len() as u64,
-        valid_bytes,
-        checkpoint_bytes,
-        torn,
-        snapshot_reapplied,
-    })
+    remove_file_if_exists(&dir.join(tmp_name(META_FILE)), &mut recovered)?;
+    remove_file_if_exists(&dir.join(tmp_name(SNAPSHOT_FILE)), &mut recovered)?;
+    let superseded = &listing.segments[..listing.segments.len().saturating_sub(1)];
+    for (_, old) in superseded {
+        remove_file_if_exists(old, &mut recovered)?;
+    }
+    for tmp in &listing.tmp_files {
+        remove_file_if_exists(tmp, &mut recovered)?;
+    }
+    if !recovered.removed_files.is_empty() {
+        sync_dir(dir)?;
+        sync_dir(&dir.join(LOG_DIR))?;
+    }
+    Ok(recovered)
 }
 
 // ---- files ----
@@ -1047,33 +1145,50 @@ fn tmp_name(name: &str) -> String {
 }
 
 /// Creates a fresh data dir in `dir`: the first segment, then `meta` as the "done" mark.
+///
+/// A dir without `meta` that holds exactly what an interrupted creation leaves (the empty
+/// first segment, `*.tmp` files) is created again: no persist can have happened there, since
+/// `open` only returns after `meta` is written. Anything else is refused.
 fn initialize(dir: &Path) -> Result<(), StorageError> {
     let log_dir = dir.join(LOG_DIR);
-    if exists(&log_dir)? || exists(&dir.join(SNAPSHOT_FILE))? {
+    if exists(&log_dir)? {
+        if !exists(&dir.join(SNAPSHOT_FILE))? && is_interrupted_creation(&log_dir)? {
+            fs::remove_dir_all(&log_dir).map_err(io_error(&log_dir, "remove"))?;
+        } else {
+            return Err(StorageError::NotDataDir {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "`{META_FILE}` is missing but `{LOG_DIR}` holds data; \
+                     restore `{META_FILE}` or remove the dir to start afresh"
+                ),
+            });
+        }
+    } else if exists(&dir.join(SNAPSHOT_FILE))? {
         return Err(StorageError::NotDataDir {
             path: dir.to_path_buf(),
-            reason: format!(
-                "`{META_FILE}` is missing but `{LOG_DIR}` or `{SNAPSHOT_FILE}` exists \
-                 (an interrupted creation, or a damaged dir); remove it to start afresh"
-            ),
+            reason: format!("`{META_FILE}` is missing but `{SNAPSHOT_FILE}` exists"),
         });
     }
     fs::create_dir(&log_dir).map_err(io_error(&log_dir, "create directory"))?;
     sync_dir(dir)?;
-    write_segment(&log_dir, 1, &Durable::default(), SyncMode::Fsync)?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // The data dir itself may be new: make its entry in the parent durable too.
+        sync_dir(parent)?;
+    }
+    write_segment(
+        &log_dir,
+        1,
+        &segment_file(&Durable::default())?,
+        SyncMode::Fsync,
+    )?;
     let mut meta = file_header(META_MAGIC);
     let crc = crc32fast::hash(&meta);
     meta.extend_from_slice(&crc.to_le_bytes());
     write_file_atomic(dir, META_FILE, &meta, SyncMode::Fsync)
 }
 
-/// Writes segment `generation` with `state` as its checkpoint; returns its path and length.
-fn write_segment(
-    log_dir: &Path,
-    generation: u64,
-    state: &Durable,
-    sync: SyncMode,
-) -> Result<(PathBuf, u64), StorageError> {
+/// The bytes of a segment whose checkpoint is `state`: the file header and one record.
+fn segment_file(state: &Durable) -> Result<Vec<u8>, StorageError> {
     let (base_index, base_term) = state
         .snapshot
         .as_ref()
@@ -1090,9 +1205,43 @@ fn write_segment(
     )?;
     let mut bytes = file_header(SEGMENT_MAGIC);
     bytes.extend_from_slice(&frame);
+    Ok(bytes)
+}
+
+/// Whether `log_dir` holds only what [`initialize`] writes before `meta`.
+fn is_interrupted_creation(log_dir: &Path) -> Result<bool, StorageError> {
+    let first = segment_name(1);
+    let first_tmp = tmp_name(&first);
+    let empty_segment = segment_file(&Durable::default())?;
+    let read_dir = fs::read_dir(log_dir).map_err(io_error(log_dir, "list"))?;
+    for item in read_dir {
+        let item = item.map_err(io_error(log_dir, "list"))?;
+        let name = item.file_name();
+        if name.to_str() == Some(first_tmp.as_str()) {
+            continue;
+        }
+        if name.to_str() != Some(first.as_str()) {
+            return Ok(false);
+        }
+        let path = item.path();
+        let bytes = fs::read(&path).map_err(io_error(&path, "read"))?;
+        if bytes != empty_segment {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Writes segment `generation` holding `segment_file`; returns its path.
+fn write_segment(
+    log_dir: &Path,
+    generation: u64,
+    segment_file: &[u8],
+    sync: SyncMode,
+) -> Result<PathBuf, StorageError> {
     let name = segment_name(generation);
-    write_file_atomic(log_dir, &name, &bytes, sync)?;
-    Ok((log_dir.join(name), bytes.len() as u64))
+    write_file_atomic(log_dir, &name, segment_file, sync)?;
+    Ok(log_dir.join(name))
 }
 
 /// Writes `dir/name` whole: tmp file, fsync, rename, fsync the directory.
@@ -1242,17 +1391,23 @@ mod tests {
         if rng.chance(10) {
             // Any snapshot index at or past the commit index, possibly beyond the log.
             let s = rng.range(commit, model.last_index() + 3);
-            let term = after
-                .entries
-                .iter()
-                .find(|e| e.index == s)
-                .map(|e| e.term)
-                .or(model.snapshot.as_ref().filter(|x| x.last_index == s).map(|x| x.last_term))
+            let term_at_s = after.entries.iter().find(|e| e.index == s).map(|e| e.term);
+            let base_term = model.snapshot.as_ref().filter(|x| x.last_index == s);
+            let term = term_at_s
+                .or(base_term.map(|x| x.last_term))
                 .unwrap_or(last_term(model).max(model.hard_state.term));
-            persist.snapshot = Some(snapshot(s, term));
+            if let Some(term_at_s) = term_at_s
+                && rng.chance(30)
+            {
+                // The core's install of a conflicting snapshot: the log after it goes too.
+                persist.snapshot = Some(snapshot(s, term_at_s + 1));
+                persist.truncate_from = Some(s + 1);
+            } else {
+                persist.snapshot = Some(snapshot(s, term));
+            }
             after.apply(&persist);
         }
-        if rng.chance(20) && after.last_index() >= commit {
+        if persist.truncate_from.is_none() && rng.chance(20) && after.last_index() >= commit {
             let from = rng.range(commit + 1, after.last_index() + 1);
             persist.truncate_from = Some(from);
             after.apply(&Persist {
@@ -1294,11 +1449,12 @@ mod tests {
                 entries: vec![entry(last_term(model), last + 2)],
                 ..Persist::default()
             }),
-            1 => (commit > 0 && commit > model.snapshot.as_ref().map_or(0, |s| s.last_index))
-                .then(|| Persist {
+            1 => (commit > 0 && commit > model.snapshot.as_ref().map_or(0, |s| s.last_index)).then(
+                || Persist {
                     truncate_from: Some(commit),
                     ..Persist::default()
-                }),
+                },
+            ),
             _ => Some(Persist {
                 hard_state: Some(HardState {
                     commit: last + 1,
@@ -1324,7 +1480,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("data");
         let mut options = Options::new(sync);
-        options.compact_segment_bytes_min = 2048;
+        options.compact_segment_bytes_min = 8192;
         let mut rng = Rng(seed);
         let (mut dir, loaded) = DataDir::open_with(&path, options.clone()).expect("open");
         let mut model = Durable::default();
@@ -1339,16 +1495,28 @@ mod tests {
                     matches!(result, Err(StorageError::InvalidPersist { .. })),
                     "{context}: {bad:?} must be refused, got {result:?}"
                 );
-                assert_eq!(dir.durable(), &model, "{context}: a refusal changes nothing");
+                assert_eq!(
+                    dir.durable(),
+                    &model,
+                    "{context}: a refusal changes nothing"
+                );
                 seen.refusals += 1;
                 continue;
             }
             let persist = valid_persist(&mut rng, &model);
-            let before = (dir.segment_path().to_path_buf(), dir.segment.bytes, model.clone());
+            let before = (
+                dir.segment_path().to_path_buf(),
+                dir.segment.bytes,
+                model.clone(),
+            );
             dir.persist(&persist)
                 .unwrap_or_else(|e| panic!("{context}: {persist:?} refused: {e}"));
             model.apply(&persist);
-            assert_eq!(dir.durable(), &model, "{context}: in-memory view after {persist:?}");
+            assert_eq!(
+                dir.durable(),
+                &model,
+                "{context}: in-memory view after {persist:?}"
+            );
             let appended = before.0 == dir.segment_path() && dir.segment.bytes > before.1;
             seen.snapshots += u64::from(persist.snapshot.is_some());
             seen.truncations += u64::from(persist.truncate_from.is_some());
@@ -1357,13 +1525,20 @@ mod tests {
                 // A crash inside the last append: cut the file somewhere in its record.
                 let cut = rng.range(before.1, dir.segment.bytes - 1);
                 drop(dir);
-                let file = OpenOptions::new().write(true).open(&before.0).expect("open");
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&before.0)
+                    .expect("open");
                 file.set_len(cut).expect("set_len");
                 model = before.2;
                 let (reopened, loaded) = DataDir::open_with(&path, options.clone())
                     .unwrap_or_else(|e| panic!("{context}: reopen after a cut at {cut}: {e}"));
                 assert_eq!(loaded, model, "{context}: a torn append loses only itself");
-                assert_eq!(reopened.recovered().truncated_bytes, cut - before.1, "{context}");
+                assert_eq!(
+                    reopened.recovered().truncated_bytes,
+                    cut - before.1,
+                    "{context}"
+                );
                 seen.cuts += 1;
                 dir = reopened;
             } else if rng.chance(25) {
@@ -1371,7 +1546,11 @@ mod tests {
                 let (reopened, loaded) = DataDir::open_with(&path, options.clone())
                     .unwrap_or_else(|e| panic!("{context}: reopen: {e}"));
                 assert_eq!(loaded, model, "{context}: reopen loads what was persisted");
-                assert!(reopened.recovered().is_clean(), "{context}: {:?}", reopened.recovered());
+                assert!(
+                    reopened.recovered().is_clean(),
+                    "{context}: {:?}",
+                    reopened.recovered()
+                );
                 seen.reopens += 1;
                 dir = reopened;
             }
@@ -1394,7 +1573,7 @@ mod tests {
             } else {
                 SyncMode::UserBuffer
             };
-            run_random(seed, sync, 300, &mut seen);
+            run_random(seed, sync, 200, &mut seen);
         }
         if !replaying_one {
             for (what, count) in [
@@ -1432,12 +1611,18 @@ mod tests {
         push_frame(&mut bytes, b"{\"whole\":1}");
         let whole = bytes.len();
         bytes.extend_from_slice(&[0; 40]);
-        assert!(matches!(read_frame(&bytes, whole), Frame::Torn { .. }), "zeros");
+        assert!(
+            matches!(read_frame(&bytes, whole), Frame::Torn { .. }),
+            "zeros"
+        );
         let mut short = Vec::new();
         push_frame(&mut short, b"{\"cut\":12345}");
         short.truncate(short.len() - 3);
         assert!(matches!(read_frame(&short, 0), Frame::Torn { .. }), "short");
-        assert!(matches!(read_frame(&short[..5], 0), Frame::Torn { .. }), "short header");
+        assert!(
+            matches!(read_frame(&short[..5], 0), Frame::Torn { .. }),
+            "short header"
+        );
     }
 
     #[test]
@@ -1466,7 +1651,11 @@ mod tests {
             dir.persist(&persist).expect("persist");
             model.apply(&persist);
         }
-        assert_ne!(dir.segment_path(), first_segment, "the segment was rewritten");
+        assert_ne!(
+            dir.segment_path(),
+            first_segment,
+            "the segment was rewritten"
+        );
         assert!(!first_segment.exists(), "the old segment was removed");
         drop(dir);
         let (_, loaded) = DataDir::open_with(tmp.path(), options).expect("reopen");
@@ -1513,6 +1702,39 @@ mod tests {
         let (again, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
         assert_eq!(loaded, expected);
         assert!(again.recovered().is_clean(), "{:?}", again.recovered());
+    }
+
+    #[test]
+    fn snapshot_conflicting_with_the_older_log_drops_the_log_after_it_on_reapply() {
+        // Raft paper §7: a log is kept after a snapshot only when it has the snapshot's last
+        // entry; the core's persist then carries `truncate_from`, which a crash between the
+        // two renames loses, so recovery applies the same rule.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        let persist = Persist {
+            entries: (1..=10).map(|i| entry(2, i)).collect(),
+            hard_state: Some(HardState {
+                term: 3,
+                voted_for: None,
+                commit: 4,
+            }),
+            ..Persist::default()
+        };
+        dir.persist(&persist).expect("persist");
+        drop(dir);
+        let snap = snapshot(5, 3);
+        let mut payload = Vec::new();
+        encode_payload(&mut payload, &snap).expect("encode");
+        let mut bytes = file_header(SNAPSHOT_MAGIC);
+        push_frame(&mut bytes, &payload);
+        write_file_atomic(tmp.path(), SNAPSHOT_FILE, &bytes, SyncMode::Fsync).expect("write");
+
+        let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+        assert!(dir.recovered().snapshot_reapplied);
+        assert_eq!(loaded.snapshot, Some(snap));
+        assert!(loaded.entries.is_empty(), "{:?}", loaded.entries);
+        assert_eq!(loaded.hard_state.commit, 4);
     }
 
     #[test]

@@ -47,6 +47,13 @@ pub struct TestArgs {
     /// fenced (default) or unfenced (the control workload, expected to fail).
     #[arg(long, default_value = "fenced")]
     workload: String,
+    /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
+    #[arg(long, default_value = "10-100")]
+    think_ms: String,
+    /// Percent of grants a client holds past its lease on its own, 0-100 (besides the stalls
+    /// of the pause nemesis's pause-clients).
+    #[arg(long, default_value_t = 0)]
+    overhold_percent: u64,
     /// Bound of the recovery phase, seconds.
     #[arg(long, default_value_t = 20)]
     recovery_s: u64,
@@ -95,6 +102,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
             .unwrap_or_default();
         (now.as_nanos() as u64 ^ u64::from(std::process::id())) % 1_000_000
     });
+    let think_ms = parse_range(&args.think_ms)?;
     Ok(TestOptions {
         nodes: args.nodes,
         time_s: args.time_s,
@@ -107,8 +115,28 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         store: args.store.clone(),
         workload: args.workload.parse::<WorkloadKind>()?,
         recovery_s: args.recovery_s,
+        think_ms,
+        overhold_percent: args.overhold_percent.min(100),
         progress: true,
     })
+}
+
+fn parse_range(text: &str) -> anyhow::Result<(u64, u64)> {
+    let (low, high) = text
+        .split_once('-')
+        .ok_or_else(|| anyhow::anyhow!("--think-ms {text:?}: expected LOW-HIGH, e.g. 10-100"))?;
+    let low: u64 = low
+        .trim()
+        .parse()
+        .with_context(|| format!("--think-ms {text:?}: LOW"))?;
+    let high: u64 = high
+        .trim()
+        .parse()
+        .with_context(|| format!("--think-ms {text:?}: HIGH"))?;
+    if low > high {
+        anyhow::bail!("--think-ms {text:?}: LOW is above HIGH");
+    }
+    Ok((low, high))
 }
 
 /// Runs the test and maps its verdict to the exit code.
@@ -220,6 +248,15 @@ fn rerun_flags(o: &TestOptions) -> String {
     }
     if o.workload != d.workload {
         s.push_str(" --workload unfenced");
+    }
+    if o.think_ms != d.think_ms {
+        s.push_str(&format!(" --think-ms {}-{}", o.think_ms.0, o.think_ms.1));
+    }
+    if o.overhold_percent != d.overhold_percent {
+        s.push_str(&format!(" --overhold-percent {}", o.overhold_percent));
+    }
+    if o.recovery_s != d.recovery_s {
+        s.push_str(&format!(" --recovery-s {}", o.recovery_s));
     }
     if o.net != d.net {
         s.push_str(" --net kernel");

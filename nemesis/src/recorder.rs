@@ -10,11 +10,12 @@
 //! again after an `info`.
 
 use std::fs::File;
-use std::io::Write as _;
+use std::io::{BufWriter, Write as _};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use history::csv::WriterOptions;
 use history::{Op, OpType, Process};
 
 use crate::Error;
@@ -42,7 +43,7 @@ pub struct Row {
 }
 
 struct Inner {
-    writer: csv::Writer<File>,
+    writer: history::csv::Writer<BufWriter<File>>,
     ops: Vec<Op>,
     failed: Option<String>,
 }
@@ -56,15 +57,8 @@ pub struct Recorder {
 impl Recorder {
     /// Creates `path` and writes the header.
     pub fn create(path: &Path) -> Result<Recorder, Error> {
-        let file = File::create(path)
+        let writer = history::csv::Writer::create(path, WriterOptions::flush_each_row())
             .map_err(|e| Error::History(format!("{}: create: {e}", path.display())))?;
-        let mut writer = csv::WriterBuilder::new()
-            .has_headers(false)
-            .from_writer(file);
-        writer
-            .write_record(HEADER)
-            .and_then(|_| writer.flush().map_err(csv::Error::from))
-            .map_err(|e| Error::History(format!("{}: header: {e}", path.display())))?;
         Ok(Recorder {
             start: Instant::now(),
             inner: Mutex::new(Inner {
@@ -158,29 +152,10 @@ impl Recorder {
     }
 }
 
-/// Writes one op as a schema-v1 row and flushes it. This is the one place that knows the
-/// column layout; it can switch to `history::csv::Writer` without touching the callers.
-fn write_row(writer: &mut csv::Writer<File>, op: &Op) -> Result<(), String> {
-    let index = op.index.to_string();
-    let time = op.time_ns.to_string();
-    let process = op.process.to_string();
-    let token = op.token.map(|t| t.to_string()).unwrap_or_default();
-    writer
-        .write_record([
-            index.as_str(),
-            time.as_str(),
-            process.as_str(),
-            op.op_type.as_str(),
-            op.f.as_str(),
-            op.key.as_str(),
-            op.value.as_str(),
-            token.as_str(),
-            op.node.as_str(),
-            op.error.as_str(),
-        ])
-        .map_err(|e| e.to_string())?;
-    // csv::Writer::flush also flushes the file; rows reach the kernel before the next op.
-    writer.flush().map_err(|e| e.to_string())
+/// Writes one op as a schema-v1 row; the writer flushes it to the file before returning.
+/// This is the one place that writes rows, so the format lives in `history::csv` only.
+fn write_row(writer: &mut history::csv::Writer<BufWriter<File>>, op: &Op) -> Result<(), String> {
+    writer.write(op).map_err(|e| e.to_string())
 }
 
 /// Process ids for client slots: slot `s` starts as process `s`; after an `info` it becomes

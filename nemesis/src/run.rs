@@ -31,7 +31,9 @@ use crate::recorder::{Recorder, write_file};
 use crate::rng::Rng;
 use crate::schedule::{self, ClientGen, FaultPlanConfig, Planned, WorkloadConfig};
 use crate::system::{System, leader_of};
-use crate::workload::{ClientFactory, Counters, FencedStore, Worker, WorkloadKind};
+use crate::workload::{
+    ClientFactory, ClientPauses, Counters, FencedStore, Shared, Worker, WorkloadKind,
+};
 use crate::{Error, NodeId};
 
 /// How long the cluster has to show a leader before the run gives up (exit 2).
@@ -68,6 +70,10 @@ pub struct TestOptions {
     pub workload: WorkloadKind,
     /// Length of the recovery phase's bound, seconds.
     pub recovery_s: u64,
+    /// Shortest and longest pause between two ops of one client, ms (the request rate).
+    pub think_ms: (u64, u64),
+    /// Percent of grants held past their lease (see `WorkloadConfig::overhold_percent`).
+    pub overhold_percent: u64,
     /// Print a progress line.
     pub progress: bool,
 }
@@ -86,6 +92,8 @@ impl Default for TestOptions {
             store: PathBuf::from("store"),
             workload: WorkloadKind::Fenced,
             recovery_s: 20,
+            think_ms: (10, 100),
+            overhold_percent: 0,
             progress: true,
         }
     }
@@ -207,6 +215,12 @@ struct FaultDriver {
     nemesis: NemesisThread,
     skewed: Mutex<BTreeSet<NodeId>>,
     counts: Mutex<FaultCounts>,
+    /// Nodes that exited without the nemesis killing them (crashes), with their status.
+    exited: Mutex<Vec<String>>,
+    /// Client slots the pause nemesis may stall.
+    clients: Arc<ClientPauses>,
+    /// The number of client slots.
+    client_slots: u64,
 }
 
 const RESOLVE_STREAM: u64 = 3 << 32;
@@ -220,8 +234,27 @@ impl FaultDriver {
         status.await.ok().and_then(|views| leader_of(&views))
     }
 
+    /// Notes nodes that exited on their own since the last look (a crash is reported in
+    /// results.json; the final schedule restarts them like killed nodes).
+    fn reap_crashed(&self) {
+        let crashed = self.cluster.reap_exited();
+        if !crashed.is_empty() {
+            let mut exited = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, status) in crashed {
+                eprintln!(
+                    "locksmith test: node n{id} exited on its own: {status} (see node-logs/n{id}.log)"
+                );
+                exited.push(format!(
+                    "n{id}: {status} at {} ms",
+                    self.recorder.now_ns() / 1_000_000
+                ));
+            }
+        }
+    }
+
     /// Resolves `planned`, records it (before acting), performs it, records the outcome.
     async fn perform(&self, planned: &FaultOp) {
+        self.reap_crashed();
         let step = self.step.fetch_add(1, Ordering::Relaxed);
         let mut context = ResolveContext {
             nodes: self.nodes.clone(),
@@ -233,6 +266,8 @@ impl FaultDriver {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            client_slots: self.client_slots,
+            paused_clients: self.clients.paused(),
         };
         if planned.needs_leader() {
             context.leader = self.leader().await;
@@ -245,8 +280,7 @@ impl FaultDriver {
         let value = op.describe(&self.nodes);
         let verb = op.f.name();
         self.recorder.nemesis(verb, &value, "");
-        let node_targeted = !matches!(op.value, FaultValue::Grudge(..) | FaultValue::None);
-        let outcome = if node_targeted && op.targets().is_empty() {
+        let outcome = if op.acts_on_nothing() {
             FaultOutcome::done("no targets")
         } else {
             self.nemesis.invoke(op.clone()).await
@@ -257,10 +291,10 @@ impl FaultDriver {
             outcome.detail.clone()
         };
         self.recorder.nemesis(verb, &value, &error);
-        self.note(&op, &outcome);
+        self.note(planned, &op, &outcome);
     }
 
-    fn note(&self, op: &FaultOp, outcome: &FaultOutcome) {
+    fn note(&self, planned: &FaultOp, op: &FaultOp, outcome: &FaultOutcome) {
         {
             let mut skewed = self.skewed.lock().unwrap_or_else(|p| p.into_inner());
             match op.f {
@@ -275,7 +309,7 @@ impl FaultDriver {
             counts.failed += 1;
             return;
         }
-        let acted = !op.targets().is_empty() || matches!(op.value, FaultValue::Grudge(..));
+        let acted = !op.acts_on_nothing();
         if op.f.starts_fault() && acted {
             *counts
                 .by_kind
@@ -283,18 +317,23 @@ impl FaultDriver {
                 .or_default() += 1;
             let detail = match &op.value {
                 FaultValue::Grudge(shape, _) => format!("partition:{}", shape.name()),
+                FaultValue::Clients(c) => format!("pause-clients:{}", c.len()),
                 FaultValue::Clock { spec, .. } | FaultValue::Strobe { spec, .. } => {
                     format!("{}:{}", op.f.name(), spec.name())
                 }
-                _ => format!("{}:{}", op.f.name(), planned_spec(op)),
+                _ => format!("{}:{}", op.f.name(), planned_spec(planned, op)),
             };
             *counts.by_detail.entry(detail).or_default() += 1;
         }
     }
 }
 
-fn planned_spec(op: &FaultOp) -> String {
-    format!("{}-nodes", op.targets().len())
+/// The planned node spec (`one`, `minority`, `leader`, ...) of a node-targeted fault.
+fn planned_spec(planned: &FaultOp, op: &FaultOp) -> String {
+    match &planned.value {
+        FaultValue::Nodes(spec) => spec.name().to_owned(),
+        _ => format!("{}-nodes", op.targets().len()),
+    }
 }
 
 /// A UTC timestamp `YYYYMMDDTHHMMSS.mmmZ` (civil-from-days; no time zone database needed).
@@ -407,12 +446,14 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     );
 
     let recorder = Arc::new(Recorder::create(&dir.join("history.csv"))?);
+    let clients = Arc::new(ClientPauses::default());
     let targets = Targets {
         cluster: cluster.clone(),
         net: net.clone(),
         system: system.clone(),
         layout: layout.clone(),
         runtime: tokio::runtime::Handle::current(),
+        clients: clients.clone(),
     };
     // Every family's nemesis is built, so the final schedule can undo anything.
     let packages: Vec<_> = FaultKind::ALL
@@ -435,6 +476,9 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         nemesis: NemesisThread::spawn(Box::new(nemesis))?,
         skewed: Mutex::new(BTreeSet::new()),
         counts: Mutex::new(FaultCounts::default()),
+        exited: Mutex::new(Vec::new()),
+        clients: clients.clone(),
+        client_slots: options.concurrency,
     });
 
     let phase = run_phases(
@@ -447,13 +491,18 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         final_schedule,
     )
     .await;
+    driver.reap_crashed();
     let teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
     recorder.finish()?;
-    let exited = cluster.reap_exited();
+    let exited = driver
+        .exited
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     drop(data);
 
     let ops = recorder.ops();
-    let check = checks::check_history(&ops, &dir);
+    let check = checks::check_history(&dir);
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
     let mut verdict = check.verdict.clone();
     let mut exit_code = check.exit_code;
@@ -490,7 +539,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             "slots": options.concurrency,
             "duration_ms": phase.recovery_ms,
         },
-        "nodes_exited_on_their_own": exited.iter().map(|(id, s)| format!("n{id}: {s}")).collect::<Vec<_>>(),
+        "nodes_exited_on_their_own": exited,
         "teardown_error": teardown_error,
         "duration_ms": started.elapsed().as_millis() as u64,
     });
@@ -531,19 +580,20 @@ async fn run_phases(
         let layout = layout.clone();
         Arc::new(move |id| system.client(&layout, id))
     };
-    let config = WorkloadConfig::new(options.seed, options.keys);
+    let mut config = WorkloadConfig::new(options.seed, options.keys);
+    config.think_ms = options.think_ms;
+    config.overhold_percent = options.overhold_percent;
+    let shared = Shared {
+        factory,
+        recorder: recorder.clone(),
+        store,
+        counters: counters.clone(),
+        pauses: driver.clients.clone(),
+    };
     let mut workers = Vec::new();
     for slot in 0..options.concurrency {
         let generator = ClientGen::new(&config, slot);
-        let mut worker = Worker::new(
-            slot,
-            options.concurrency,
-            generator,
-            factory.clone(),
-            recorder.clone(),
-            store.clone(),
-            counters.clone(),
-        );
+        let mut worker = Worker::new(slot, options.concurrency, generator, shared.clone());
         workers.push(tokio::spawn(async move {
             worker.run_until(stop).await;
             worker

@@ -29,6 +29,9 @@ pub struct WorkloadConfig {
     pub wait_ms_max: u64,
     /// Shortest and longest pause between two ops of one client, ms.
     pub think_ms: (u64, u64),
+    /// Percent of grants a client holds past its lease (110-160% of it), as a client that
+    /// stalls (a GC pause) would: the fenced resource must then reject its late writes.
+    pub overhold_percent: u64,
 }
 
 impl WorkloadConfig {
@@ -40,6 +43,7 @@ impl WorkloadConfig {
             lease_ms: (400, 1500),
             wait_ms_max: 1000,
             think_ms: (10, 100),
+            overhold_percent: 0,
         }
     }
 }
@@ -120,7 +124,7 @@ enum Phase {
 }
 
 /// The generator of one client slot: acquire (try or wait), hold while writing to the fenced
-/// resource, release; again. Sometimes it holds past its lease (a quarter of the grants), so
+/// resource, release; again. Sometimes it holds past its lease (`overhold_percent`), so
 /// the fenced resource must reject its late writes once another client holds the key.
 #[derive(Clone, Debug)]
 pub struct ClientGen {
@@ -154,8 +158,9 @@ impl ClientGen {
         self.step += 1;
         if let (Phase::Idle, Some(Completion::Acquired(token))) = (&self.phase, last) {
             let lease = self.last_lease_ms.max(1);
-            // Hold for 20-80% of the lease, or 110-160% of it a quarter of the time.
-            let percent = if rng.chance(1, 4) {
+            // Hold for 20-80% of the lease, or past it (110-160%) for overhold_percent of grants.
+            let overhold = rng.chance(self.config.overhold_percent.min(100), 100);
+            let percent = if overhold {
                 rng.range(110, 160)
             } else {
                 rng.range(20, 80)

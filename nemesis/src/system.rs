@@ -24,9 +24,14 @@ pub enum Outcome {
         /// The node that answered.
         node: Option<NodeId>,
     },
-    /// It certainly did not take effect; the history's error word (`busy`, `not-holder`,
-    /// `unavailable`, ...).
-    Fail(String),
+    /// It certainly did not take effect: the history's error word (`busy`, `not-holder`,
+    /// `unavailable`, ...) and the node that answered, when known.
+    Fail {
+        /// The error word.
+        error: String,
+        /// The node that answered.
+        node: Option<NodeId>,
+    },
     /// Unknown; the error word (`timeout`, ...) and detail.
     Info(String),
 }
