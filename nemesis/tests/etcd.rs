@@ -391,7 +391,10 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     };
     assert_eq!(
         second.acquire("s", 5000, 0, deadline()).await,
-        Outcome::Fail("busy".into())
+        Outcome::Fail {
+            error: "busy".into(),
+            node: Some(2)
+        }
     );
     assert_eq!(
         first.release("s", token, deadline()).await,
@@ -402,7 +405,10 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     );
     assert_eq!(
         first.release("s", token, deadline()).await,
-        Outcome::Fail("not-holder".into())
+        Outcome::Fail {
+            error: "not-holder".into(),
+            node: Some(1)
+        }
     );
     let leader = bench.leader().await.expect("one node leads");
     assert!((1..=3).contains(&leader));

@@ -100,7 +100,11 @@ struct EtcdProcessClient {
 
 fn failed(error: &EtcdError) -> Outcome {
     if error.is_definite() {
-        Outcome::Fail(error.label().to_owned())
+        // No node is named: a refused connection means no node answered.
+        Outcome::Fail {
+            error: error.label().to_owned(),
+            node: None,
+        }
     } else {
         Outcome::Info(error.label().to_owned())
     }
@@ -121,6 +125,7 @@ impl LockClient for EtcdProcessClient {
                 Wait::For(Duration::from_millis(wait_ms))
             };
             let mut client = self.client.lock().await;
+            let node = client.node();
             // The client cuts every call to the deadline and tidies up after itself (revokes
             // the lease of an acquire it could not finish); the outer timeout is only a
             // backstop for the lock wait and the grace below.
@@ -131,7 +136,10 @@ impl LockClient for EtcdProcessClient {
                     token: Some(grant.token),
                     node: Some(grant.node),
                 },
-                Ok(Ok(Acquired::Busy)) => Outcome::Fail("busy".into()),
+                Ok(Ok(Acquired::Busy)) => Outcome::Fail {
+                    error: "busy".into(),
+                    node: Some(node),
+                },
                 Ok(Err(error)) => failed(&error),
             }
         }
@@ -154,7 +162,10 @@ impl LockClient for EtcdProcessClient {
                     token: None,
                     node: Some(node),
                 },
-                Ok(Ok(Released::NotHolder)) => Outcome::Fail("not-holder".into()),
+                Ok(Ok(Released::NotHolder)) => Outcome::Fail {
+                    error: "not-holder".into(),
+                    node: Some(node),
+                },
                 Ok(Err(error)) => failed(&error),
             }
         }
