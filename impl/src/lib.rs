@@ -4,6 +4,9 @@
 //! - [`raft`]: the sans-IO Raft core that replicates it.
 //! - [`bugs`]: the injected bugs of `lockd --bug NAME`.
 //! - [`storage`]: the data dir: term, vote, log and snapshot, checksummed and fsync'd.
+//! - [`server`]: the tokio driver of a node (the `lockd` binary), over the [`rpc`] services.
+//! - [`bench`]: acquire+release cycles per second and latency percentiles.
+//! - [`client`]: the client library: leader discovery, redirects, deadlines, bounded retries.
 //! - `testkit` (feature `testkit`, on by default): an in-memory seeded cluster of nodes for
 //!   tests here and in other crates.
 //!
@@ -72,9 +75,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod bugs;
+pub mod client;
 pub mod lock;
 pub mod raft;
+pub mod rpc;
+pub mod server;
 pub mod storage;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -302,14 +302,13 @@ impl Output {
 /// Merges `later` into `earlier` so that applying the result equals applying both in order.
 fn merge_persist(earlier: &mut Persist, later: Persist) {
     if let Some(snapshot) = later.snapshot {
+        // `earlier.entries` continue the log already on disk, so the ones past the snapshot
+        // stay: entries between the snapshot and them are on disk and survive the snapshot
+        // too. (Clearing them when they do not start right after the snapshot, as
+        // `Durable::apply` does for a whole log, lost the entries a follower appended in
+        // the step before its snapshot.) A snapshot that replaces a conflicting log comes
+        // with its own `truncate_from`, handled below.
         earlier.entries.retain(|e| e.index > snapshot.last_index);
-        if earlier
-            .entries
-            .first()
-            .is_some_and(|e| e.index != snapshot.last_index + 1)
-        {
-            earlier.entries.clear();
-        }
         earlier.snapshot = Some(snapshot);
     }
     if let Some(from) = later.truncate_from {
@@ -346,6 +345,18 @@ mod tests {
         }
     }
 
+    fn snapshot_at(last_index: Index, last_term: Term, truncate_from: Option<Index>) -> Persist {
+        Persist {
+            snapshot: Some(Snapshot {
+                last_index,
+                last_term,
+                ..Snapshot::default()
+            }),
+            truncate_from,
+            ..Persist::default()
+        }
+    }
+
     #[test]
     fn merged_persists_equal_persists_applied_in_order() {
         // io.rs, Output contract: `extend` keeps the order of persists.
@@ -363,6 +374,15 @@ mod tests {
                 persist(Some(4), vec![entry(2, 4), entry(2, 5)]),
                 persist(Some(5), vec![]),
             ),
+            // A follower appends, then snapshots below its new entries in the next step.
+            (persist(None, vec![entry(1, 6)]), snapshot_at(3, 1, None)),
+            (
+                persist(None, vec![entry(1, 6), entry(1, 7)]),
+                snapshot_at(6, 1, None),
+            ),
+            // An installed snapshot that discards a conflicting log.
+            (persist(None, vec![entry(1, 6)]), snapshot_at(4, 1, Some(5))),
+            (persist(None, vec![entry(1, 6)]), snapshot_at(8, 2, Some(9))),
         ];
         for (a, b) in cases {
             let mut sequential = Durable {

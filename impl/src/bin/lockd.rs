@@ -1,0 +1,213 @@
+//! `lockd`: one node of the lock service, the process the harness starts.
+//!
+//! ```text
+//! lockd --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
+//!       --client-listen 127.0.0.1:7201 --data-dir DIR [--bug NAME] \
+//!       [--dial 2=127.0.0.1:9012,...] [--clock-rate 1.0] [--seed N] \
+//!       [--election-timeout-ms 300-600] [--heartbeat-ms 50]
+//! ```
+//!
+//! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change,
+//! applied entry and error. Exit status: 2 for bad flags, 1 for a fatal error at run time
+//! (a listener that cannot bind, a data dir that fails its checks or a failed write).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use lockd::bugs::{Bug, BugSet};
+use lockd::raft::{Config, NodeId};
+use lockd::server::{ServerConfig, ServerError};
+
+/// One node of lockd, a Raft-replicated lock service with fencing tokens and leases.
+#[derive(Debug, Parser)]
+#[command(name = "lockd", version)]
+struct Args {
+    /// This node's id (a key of --peers).
+    #[arg(long)]
+    id: NodeId,
+    /// Every member's peer address, this node's included: ID=ADDR,ID=ADDR,...
+    #[arg(long, value_parser = parse_node_map)]
+    peers: NodeMap,
+    /// Where this node listens for clients.
+    #[arg(long)]
+    client_listen: SocketAddr,
+    /// The data directory (created when missing).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Where this node dials some peers instead of their --peers address (a fault proxy per
+    /// directed link): ID=ADDR,...
+    #[arg(long, value_parser = parse_node_map)]
+    dial: Option<NodeMap>,
+    /// Switch on an injected bug (repeatable), e.g. no-fsync.
+    #[arg(long = "bug")]
+    bugs: Vec<Bug>,
+    /// The rate of this node's clock relative to real time (simulated skew).
+    #[arg(long, default_value_t = 1.0)]
+    clock_rate: f64,
+    /// The seed of the node's RNG (election timeouts); defaults to the node id.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The election timeout range in milliseconds, LOW-HIGH (default from Config::new).
+    #[arg(long, value_parser = parse_range)]
+    election_timeout_ms: Option<(u64, u64)>,
+    /// The leader's heartbeat interval in milliseconds (default from Config::new).
+    #[arg(long)]
+    heartbeat_ms: Option<u64>,
+}
+
+/// Node id to address, as given on the command line.
+#[derive(Clone, Debug)]
+struct NodeMap(BTreeMap<NodeId, SocketAddr>);
+
+fn parse_node_map(text: &str) -> Result<NodeMap, String> {
+    let mut map = BTreeMap::new();
+    for item in text.split(',').filter(|item| !item.is_empty()) {
+        let Some((id, addr)) = item.split_once('=') else {
+            return Err(format!("{item:?}: expected ID=ADDR"));
+        };
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|e| format!("{item:?}: node id {id:?}: {e}"))?;
+        let addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|e| format!("{item:?}: address {addr:?}: {e}"))?;
+        if map.insert(id, addr).is_some() {
+            return Err(format!("node {id} is given twice"));
+        }
+    }
+    if map.is_empty() {
+        return Err("no ID=ADDR pairs".to_owned());
+    }
+    Ok(NodeMap(map))
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (low, high) = text
+        .split_once('-')
+        .ok_or_else(|| format!("{text:?}: expected LOW-HIGH"))?;
+    let low = low.parse().map_err(|e| format!("low {low:?}: {e}"))?;
+    let high = high.parse().map_err(|e| format!("high {high:?}: {e}"))?;
+    Ok((low, high))
+}
+
+fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
+    let members: Vec<NodeId> = args.peers.0.keys().copied().collect();
+    if !members.contains(&args.id) {
+        bail!("--id {} is not among the --peers {:?}", args.id, members);
+    }
+    let mut raft = Config::new(args.id, members);
+    raft.bugs = BugSet::of(&args.bugs);
+    if let Some(seed) = args.seed {
+        raft.seed = seed;
+    }
+    if let Some((low, high)) = args.election_timeout_ms {
+        raft.election_timeout_min_ms = low;
+        raft.election_timeout_max_ms = high;
+    }
+    if let Some(heartbeat_ms) = args.heartbeat_ms {
+        raft.heartbeat_ms = heartbeat_ms;
+    }
+    let mut config = ServerConfig::new(raft, args.peers.0, args.client_listen, args.data_dir);
+    if let Some(dial) = args.dial {
+        config.dial.extend(dial.0);
+    }
+    config.clock_rate = args.clock_rate;
+    config.validate().context("invalid flags")?;
+    Ok(config)
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let args = Args::parse();
+    let id = args.id;
+    let config = match server_config(args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("lockd: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("lockd: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(lockd::server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ ServerError::Config { .. }) => {
+            tracing::error!(node = id, error = %e, "stopped");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            tracing::error!(node = id, error = %e, "stopped");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_maps_parse_and_reject_bad_pairs() {
+        // Issue 4: bad flags give a clear error (exit 2 through clap).
+        let map = parse_node_map("1=127.0.0.1:7101,2=127.0.0.1:7102").unwrap();
+        assert_eq!(map.0.len(), 2);
+        assert_eq!(map.0[&2], "127.0.0.1:7102".parse().unwrap());
+        assert!(
+            parse_node_map("1=127.0.0.1:1,1=127.0.0.1:2")
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(
+            parse_node_map("1:127.0.0.1:1")
+                .unwrap_err()
+                .contains("ID=ADDR")
+        );
+        assert!(
+            parse_node_map("x=127.0.0.1:1")
+                .unwrap_err()
+                .contains("node id")
+        );
+        assert!(parse_node_map("").is_err());
+        assert_eq!(parse_range("300-600"), Ok((300, 600)));
+        assert!(parse_range("300").is_err());
+    }
+
+    #[test]
+    fn a_node_outside_the_peers_is_refused() {
+        // Issue 4: bad flags -> a clear error.
+        let args = Args::parse_from([
+            "lockd",
+            "--id",
+            "4",
+            "--peers",
+            "1=127.0.0.1:7101",
+            "--client-listen",
+            "127.0.0.1:7201",
+            "--data-dir",
+            "/nonexistent",
+        ]);
+        let err = server_config(args).unwrap_err();
+        assert!(format!("{err:#}").contains("not among"), "{err:#}");
+    }
+}

@@ -1,0 +1,587 @@
+//! The client library of lockd: leader discovery, redirects, per-attempt deadlines and
+//! bounded retries, with an honest account of what is known about an outcome.
+//!
+//! # Addresses
+//!
+//! A [`Client`] holds the cluster's *client* addresses in node-id order: **the i-th address
+//! (0-based) is node i+1**, the rule `locksmith client --cluster` follows. A follower answers
+//! `NotLeader { leader }` with a node id, which this rule turns into an address.
+//!
+//! # Outcomes
+//!
+//! Each operation gets one [`Origin`] (client id, request sequence number) and keeps it
+//! through every retry, so the lock table's dedupe returns a retried acquire its own token.
+//! The error says what is known:
+//! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
+//!   answer from the leader (or, for Invalid, from the request's validation).
+//! - [`ClientError::Unavailable`]: certainly not applied. Every attempt failed before the
+//!   request left this process (connection refused, connect timeout) or was answered
+//!   `NotLeader`, which promises nothing was proposed.
+//! - [`ClientError::Unknown`]: a request went out and no definite answer came back before
+//!   the deadline or the retry bound. The op may take effect at any time later, or never
+//!   (history `info`).
+//!
+//! A grant that arrives on a retry after an earlier attempt was *abandoned* (its connection
+//! broke or its deadline passed after the request was sent) is reported `Unknown` too, with
+//! the token in the reason: the server saw that abandoned attempt's client leave and may
+//! already have released the grant as a phantom lock, so the token cannot be promised.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tarpc::client::{NewClient, RpcError};
+use tarpc::context;
+use tokio::net::TcpStream;
+
+use crate::lock::{Key, Origin, Token};
+use crate::raft::{NodeId, Response};
+use crate::rpc::{ClockReading, LockServiceClient, NodeStatus};
+
+/// An operation's outcome when it is not plain success.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The key was held (committed state) at some instant during the acquire.
+    #[error("busy: the key is held")]
+    Busy,
+    /// The release was committed, and the key was not held under that token.
+    #[error("not-holder: the key is not held under that token")]
+    NotHolder,
+    /// The request is malformed or over a bound; nothing was proposed.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// Certainly not applied: no attempt reached a leader.
+    #[error("unavailable (certainly not applied): {0}")]
+    Unavailable(String),
+    /// A request was sent and no definite answer came back: it may take effect or not.
+    #[error("unknown outcome: {0}")]
+    Unknown(String),
+}
+
+/// What an acquire can fail with (never `NotHolder`).
+pub type AcquireError = ClientError;
+
+/// What a release can fail with (never `Busy`).
+pub type ReleaseError = ClientError;
+
+impl ClientError {
+    /// Whether the op certainly did not take effect (history `fail`, not `info`).
+    pub fn is_definite(&self) -> bool {
+        !matches!(self, ClientError::Unknown(_))
+    }
+
+    /// The history's `error` column for this outcome (DESIGN.md, "Histories").
+    pub fn history_error(&self) -> &'static str {
+        match self {
+            ClientError::Busy => "busy",
+            ClientError::NotHolder => "not-holder",
+            ClientError::Invalid(_) => "invalid",
+            ClientError::Unavailable(_) => "unavailable",
+            ClientError::Unknown(_) => "timeout",
+        }
+    }
+}
+
+/// Bounds and timing of a [`Client`]. Every field with a unit has it last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// One attempt's RPC deadline, beyond an acquire's `wait_ms`.
+    pub attempt_timeout_ms: u64,
+    /// At most this many attempts per operation.
+    pub attempts_max: u32,
+    /// The deadline of one connection attempt.
+    pub connect_timeout_ms: u64,
+    /// The pause after an attempt that found no leader: starts here ...
+    pub backoff_min_ms: u64,
+    /// ... and doubles up to here.
+    pub backoff_max_ms: u64,
+    /// The deadline of a status query.
+    pub status_timeout_ms: u64,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            attempt_timeout_ms: 2000,
+            attempts_max: 64,
+            connect_timeout_ms: 300,
+            backoff_min_ms: 10,
+            backoff_max_ms: 200,
+            status_timeout_ms: 500,
+        }
+    }
+}
+
+/// An operation's result with the node that gave the answer (`None` when none did).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answered<T> {
+    /// The result.
+    pub result: T,
+    /// The node whose answer decided it, if one did.
+    pub node: Option<NodeId>,
+}
+
+/// A connection to one node, with a flag that turns false when its dispatch task ends
+/// (so that a request is never handed to a dead connection and then counted as sent).
+#[derive(Clone)]
+struct Conn {
+    rpc: LockServiceClient,
+    alive: Arc<AtomicBool>,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    /// The node answered.
+    Answer(Response),
+    /// The request certainly did not leave this process.
+    NotSent(String),
+    /// The request may have been sent; no answer came.
+    Lost(String),
+}
+
+/// A lockd client: one per client process (its id is part of every request's origin).
+pub struct Client {
+    cluster: Vec<SocketAddr>,
+    client_id: u64,
+    next_request: AtomicU64,
+    leader: AtomicUsize,
+    conns: Mutex<Vec<Option<Conn>>>,
+    options: ClientOptions,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("cluster", &self.cluster)
+            .field("client_id", &self.client_id)
+            .field("leader", &self.leader.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an operation asks for.
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire {
+        key: Key,
+        lease_ms: u64,
+        wait_ms: u64,
+    },
+    Release {
+        key: Key,
+        token: Token,
+    },
+}
+
+impl Client {
+    /// A client of the cluster whose i-th client address is node i+1, with default options.
+    ///
+    /// # Panics
+    ///
+    /// If `cluster` is empty (a programmer error: the CLI refuses an empty `--cluster`).
+    pub fn new(cluster: Vec<SocketAddr>, client_id: u64) -> Self {
+        Client::with_options(cluster, client_id, ClientOptions::default())
+    }
+
+    /// Like [`Client::new`], with explicit bounds and timing.
+    ///
+    /// # Panics
+    ///
+    /// If `cluster` is empty.
+    pub fn with_options(cluster: Vec<SocketAddr>, client_id: u64, options: ClientOptions) -> Self {
+        assert!(
+            !cluster.is_empty(),
+            "a client needs at least one node address"
+        );
+        let conns = Mutex::new(vec![None; cluster.len()]);
+        Client {
+            cluster,
+            client_id,
+            next_request: AtomicU64::new(1),
+            leader: AtomicUsize::new(0),
+            conns,
+            options,
+        }
+    }
+
+    /// This client's id (the `client` of every origin it sends).
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    /// The node id this client currently believes leads.
+    pub fn leader_hint(&self) -> NodeId {
+        self.leader.load(Ordering::Relaxed) as NodeId + 1
+    }
+
+    /// Acquires `key` for `lease_ms`, waiting up to `wait_ms` for a held key (0 = try once),
+    /// retrying until `deadline`. Returns the fencing token.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> Result<Token, AcquireError> {
+        self.acquire_traced(key, lease_ms, wait_ms, deadline)
+            .await
+            .result
+    }
+
+    /// [`Client::acquire`], also saying which node gave the answer (the history's `node`).
+    pub async fn acquire_traced(
+        &self,
+        key: &str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> Answered<Result<Token, AcquireError>> {
+        let op = Op::Acquire {
+            key: key.to_owned(),
+            lease_ms,
+            wait_ms,
+        };
+        let (result, node) = self.run(op, wait_ms, deadline).await;
+        let result = result.and_then(|(response, abandoned)| match response {
+            Response::Granted { token } if abandoned => Err(ClientError::Unknown(format!(
+                "granted token {token} on a retry after an earlier attempt was abandoned; \
+                 the server may have released it as a phantom lock"
+            ))),
+            Response::Granted { token } => Ok(token),
+            Response::Busy => Err(ClientError::Busy),
+            other => Err(ClientError::Unknown(format!("unexpected answer {other:?}"))),
+        });
+        Answered { result, node }
+    }
+
+    /// Releases `key` held under `token`, retrying until `deadline`.
+    pub async fn release(
+        &self,
+        key: &str,
+        token: Token,
+        deadline: Instant,
+    ) -> Result<(), ReleaseError> {
+        self.release_traced(key, token, deadline).await.result
+    }
+
+    /// [`Client::release`], also saying which node gave the answer.
+    pub async fn release_traced(
+        &self,
+        key: &str,
+        token: Token,
+        deadline: Instant,
+    ) -> Answered<Result<(), ReleaseError>> {
+        let op = Op::Release {
+            key: key.to_owned(),
+            token,
+        };
+        let (result, node) = self.run(op, 0, deadline).await;
+        let result = result.and_then(|(response, _)| match response {
+            Response::Released => Ok(()),
+            Response::NotHolder => Err(ClientError::NotHolder),
+            other => Err(ClientError::Unknown(format!("unexpected answer {other:?}"))),
+        });
+        Answered { result, node }
+    }
+
+    /// Asks every node for its status, concurrently; in node order, each the status or why
+    /// there is none.
+    pub async fn status_all(&self) -> Vec<Result<NodeStatus, ClientError>> {
+        let queries = (0..self.cluster.len()).map(|node| self.status(node));
+        futures::future::join_all(queries).await
+    }
+
+    /// The status of the node at `node` (0-based index into the cluster).
+    pub async fn status(&self, node: usize) -> Result<NodeStatus, ClientError> {
+        let deadline = Instant::now() + Duration::from_millis(self.options.status_timeout_ms);
+        let conn = self.conn(node).await.map_err(ClientError::Unavailable)?;
+        let call = conn.rpc.status(context_until(deadline));
+        match with_backstop(deadline, call).await {
+            Ok(status) => Ok(status),
+            Err(e) => {
+                self.drop_conn(node, &e);
+                Err(ClientError::Unknown(format!("{}: {e}", self.cluster[node])))
+            }
+        }
+    }
+
+    /// The clock nemesis: sets the clock of the node at `node` (0-based index).
+    pub async fn set_clock(
+        &self,
+        node: usize,
+        rate: f64,
+        jump_ms: i64,
+    ) -> Result<ClockReading, ClientError> {
+        let deadline = Instant::now() + Duration::from_millis(self.options.status_timeout_ms);
+        let conn = self.conn(node).await.map_err(ClientError::Unavailable)?;
+        let call = conn.rpc.set_clock(context_until(deadline), rate, jump_ms);
+        match with_backstop(deadline, call).await {
+            Ok(Ok(reading)) => Ok(reading),
+            Ok(Err(reason)) => Err(ClientError::Invalid(reason)),
+            Err(e) => {
+                self.drop_conn(node, &e);
+                Err(ClientError::Unknown(format!("{}: {e}", self.cluster[node])))
+            }
+        }
+    }
+
+    /// Runs `op` until a definite answer, the deadline or the attempt bound. Returns the
+    /// answer and whether an earlier attempt was abandoned after it may have been sent, and
+    /// the node that gave the answer.
+    async fn run(
+        &self,
+        op: Op,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> (Result<(Response, bool), ClientError>, Option<NodeId>) {
+        let origin = Origin {
+            client: self.client_id,
+            request: self.next_request.fetch_add(1, Ordering::Relaxed),
+        };
+        let mut target = self.leader.load(Ordering::Relaxed);
+        let mut sent = false;
+        let mut abandoned = false;
+        let mut backoff_ms = self.options.backoff_min_ms;
+        let mut last = String::from("no attempt was made before the deadline");
+        for _ in 0..self.options.attempts_max {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let attempt_deadline = deadline.min(
+                now + Duration::from_millis(
+                    wait_ms.saturating_add(self.options.attempt_timeout_ms),
+                ),
+            );
+            let pause = match self.attempt(target, &op, origin, attempt_deadline).await {
+                Attempt::Answer(Response::NotLeader { leader }) => {
+                    last = format!("node {} is not the leader", target + 1);
+                    match leader
+                        .and_then(|id| self.index_of(id))
+                        .filter(|i| *i != target)
+                    {
+                        Some(next) => {
+                            target = next;
+                            false
+                        }
+                        None => {
+                            target = (target + 1) % self.cluster.len();
+                            true
+                        }
+                    }
+                }
+                Attempt::Answer(Response::Unknown { reason }) => {
+                    sent = true;
+                    last = format!("node {}: {reason}", target + 1);
+                    target = (target + 1) % self.cluster.len();
+                    true
+                }
+                Attempt::Answer(Response::Invalid { reason }) => {
+                    return (
+                        Err(ClientError::Invalid(reason)),
+                        Some(target as NodeId + 1),
+                    );
+                }
+                Attempt::Answer(answer) => {
+                    self.leader.store(target, Ordering::Relaxed);
+                    return (Ok((answer, abandoned)), Some(target as NodeId + 1));
+                }
+                Attempt::NotSent(reason) => {
+                    last = reason;
+                    target = (target + 1) % self.cluster.len();
+                    true
+                }
+                Attempt::Lost(reason) => {
+                    sent = true;
+                    abandoned = true;
+                    last = reason;
+                    target = (target + 1) % self.cluster.len();
+                    true
+                }
+            };
+            if pause {
+                let until = deadline.min(Instant::now() + Duration::from_millis(backoff_ms));
+                tokio::time::sleep_until(until.into()).await;
+                backoff_ms = (backoff_ms * 2).min(self.options.backoff_max_ms);
+            }
+        }
+        let error = if sent {
+            ClientError::Unknown(last)
+        } else {
+            ClientError::Unavailable(last)
+        };
+        (Err(error), None)
+    }
+
+    /// One attempt of `op` at the node at index `node`.
+    async fn attempt(&self, node: usize, op: &Op, origin: Origin, deadline: Instant) -> Attempt {
+        let conn = match self.conn(node).await {
+            Ok(conn) => conn,
+            Err(reason) => return Attempt::NotSent(reason),
+        };
+        let ctx = context_until(deadline);
+        let origin = Some(origin);
+        let result = match op.clone() {
+            Op::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+            } => {
+                with_backstop(
+                    deadline,
+                    conn.rpc.acquire(ctx, key, lease_ms, wait_ms, origin),
+                )
+                .await
+            }
+            Op::Release { key, token } => {
+                with_backstop(deadline, conn.rpc.release(ctx, key, token, origin)).await
+            }
+        };
+        match result {
+            Ok(response) => Attempt::Answer(response),
+            Err(e) => {
+                self.drop_conn(node, &e);
+                let reason = format!("node {} ({}): {e}", node + 1, self.cluster[node]);
+                match e {
+                    RpcError::Send(_) => Attempt::NotSent(reason),
+                    _ => Attempt::Lost(reason),
+                }
+            }
+        }
+    }
+
+    fn index_of(&self, id: NodeId) -> Option<usize> {
+        let index = usize::try_from(id.checked_sub(1)?).ok()?;
+        (index < self.cluster.len()).then_some(index)
+    }
+
+    /// A live connection to the node at `node`, made if needed; the error says why not (and
+    /// means nothing was sent).
+    async fn conn(&self, node: usize) -> Result<Conn, String> {
+        let cached = self.lock_conns()[node].clone();
+        if let Some(conn) = cached
+            && conn.alive.load(Ordering::Acquire)
+        {
+            return Ok(conn);
+        }
+        let addr = self.cluster[node];
+        let timeout = Duration::from_millis(self.options.connect_timeout_ms);
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(format!("node {} ({addr}): connect: {e}", node + 1)),
+            Err(_) => return Err(format!("node {} ({addr}): connect timed out", node + 1)),
+        };
+        let _ = stream.set_nodelay(true);
+        let NewClient { client, dispatch } = LockServiceClient::new(
+            tarpc::client::Config::default(),
+            crate::server::transport(stream),
+        );
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        tokio::spawn(async move {
+            let _ = dispatch.await;
+            flag.store(false, Ordering::Release);
+        });
+        let conn = Conn { rpc: client, alive };
+        self.lock_conns()[node] = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets the connection to `node` after an error that may have broken it.
+    fn drop_conn(&self, node: usize, error: &RpcError) {
+        if !matches!(error, RpcError::DeadlineExceeded | RpcError::Server(_)) {
+            self.lock_conns()[node] = None;
+        }
+    }
+
+    fn lock_conns(&self) -> std::sync::MutexGuard<'_, Vec<Option<Conn>>> {
+        // A poisoned lock only means another task panicked while holding it; the vector
+        // of cached connections is still usable.
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn context_until(deadline: Instant) -> context::Context {
+    let mut ctx = context::current();
+    ctx.deadline = deadline;
+    ctx
+}
+
+/// Awaits `call`, but never past `deadline` plus a little (tarpc enforces the deadline
+/// itself; this only guards against a dispatch task that stopped making progress).
+async fn with_backstop<T>(
+    deadline: Instant,
+    call: impl Future<Output = Result<T, RpcError>>,
+) -> Result<T, RpcError> {
+    let backstop = tokio::time::Instant::from_std(deadline) + Duration::from_millis(50);
+    tokio::time::timeout_at(backstop, call)
+        .await
+        .unwrap_or(Err(RpcError::DeadlineExceeded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed_ports(count: usize) -> Vec<SocketAddr> {
+        let listeners: Vec<std::net::TcpListener> = (0..count)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_ith_address_is_node_i_plus_1() {
+        // client.rs module docs: the i-th address of --cluster is node i+1.
+        let client = Client::new(closed_ports(3), 1);
+        assert_eq!(client.index_of(1), Some(0));
+        assert_eq!(client.index_of(3), Some(2));
+        assert_eq!(client.index_of(0), None);
+        assert_eq!(client.index_of(4), None);
+        assert_eq!(client.leader_hint(), 1);
+    }
+
+    #[test]
+    fn only_unknown_outcomes_are_indefinite() {
+        // DESIGN.md "Histories": `fail` = certainly not applied, `info` = unknown.
+        for definite in [
+            ClientError::Busy,
+            ClientError::NotHolder,
+            ClientError::Invalid("x".into()),
+            ClientError::Unavailable("x".into()),
+        ] {
+            assert!(definite.is_definite(), "{definite}");
+        }
+        let unknown = ClientError::Unknown("x".into());
+        assert!(!unknown.is_definite());
+        assert_eq!(unknown.history_error(), "timeout");
+        assert_eq!(ClientError::Busy.history_error(), "busy");
+    }
+
+    #[tokio::test]
+    async fn a_cluster_that_refuses_every_connection_is_unavailable_not_unknown() {
+        // client.rs "Outcomes": nothing was sent, so the op certainly did not take effect.
+        let options = ClientOptions {
+            attempts_max: 6,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(closed_ports(3), 1, options);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let answered = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert!(
+            matches!(answered.result, Err(ClientError::Unavailable(_))),
+            "{:?}",
+            answered.result
+        );
+        assert_eq!(answered.node, None);
+        let status = client.status_all().await;
+        assert_eq!(status.len(), 3);
+        assert!(
+            status
+                .iter()
+                .all(|s| matches!(s, Err(ClientError::Unavailable(_))))
+        );
+    }
+}
