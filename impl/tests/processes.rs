@@ -371,6 +371,48 @@ mod failover {
     }
 }
 
+mod mutants {
+    use super::*;
+
+    #[tokio::test]
+    async fn with_the_no_fsync_mutant_a_restart_forgets_acknowledged_grants() {
+        // bugs.rs `no-fsync`: the driver acknowledges what only sits in a user-space buffer,
+        // so SIGKILL of every node loses granted locks; the durability test above must be
+        // able to fail.
+        let mut cluster = Cluster::start(lockd(), 3, &["--bug", "no-fsync"]);
+        let client = cluster.client(1);
+        assert!(
+            cluster
+                .wait_for_leader(&client, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let token = client
+            .acquire("lost", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+        for id in 1..=3 {
+            cluster.kill_node(id);
+        }
+        for id in 1..=3 {
+            cluster.start_node(lockd(), id);
+        }
+        let restarted = cluster.client(2);
+        assert!(
+            cluster
+                .wait_for_leader(&restarted, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let again = restarted.acquire("lost", 60_000, 0, within_ms(3000)).await;
+        let again = again.expect("the mutant forgot the grant, so the key is free");
+        assert!(
+            again <= token,
+            "and a token is handed out again: {token} then {again}"
+        );
+    }
+}
+
 mod phantom {
     use super::*;
     use futures::SinkExt;
