@@ -6,7 +6,7 @@
 //!
 //! - **The core thread** owns the `Node` and the data dir. It runs on its own OS thread (a
 //!   current-thread runtime), so the fsync of a persist blocks nothing but the core, never
-//!   the network tasks. Inputs arrive on one bounded mpsc ([`Event`]). Each turn it takes
+//!   the network tasks. Inputs arrive on one bounded mpsc (`Event`). Each turn it takes
 //!   the first ready event (or wakes at the core's `next_deadline`), ticks the clock, drains
 //!   up to [`BATCH_EVENTS_MAX`] more ready events, steps each, and then carries out the
 //!   merged output once (group commit): `send_now`, one `persist` (write + fsync),
@@ -19,11 +19,14 @@
 //!   backoff after a broken connection, and gives every call a short deadline, since a
 //!   SIGSTOP'd peer keeps its sockets open and would hang a call forever. Calls on one link
 //!   go one at a time; what queued meanwhile goes out as the next batch, so the link keeps
-//!   TCP order and batches under load. Incoming peer connections are served in order.
+//!   TCP order and batches under load. An AppendEntries that a later one in the same output
+//!   or batch supersedes is dropped (see `coalesce_appends`): the core resends every
+//!   unacknowledged entry in each step, and under load that overlap was the bottleneck.
+//!   Incoming peer connections are served in order.
 //! - **Client connections.** Each accepted connection is wrapped in [`EofNotify`], which
 //!   flips a watch flag when the read half ends. tarpc keeps a handler running when its
 //!   client dies abruptly (research/design.md §2.4), so each handler selects on that flag,
-//!   and holds a [`GoneGuard`] whose drop (connection closed, request cancelled, server-side
+//!   and holds a `GoneGuard` whose drop (connection closed, request cancelled, server-side
 //!   deadline) feeds `Input::ClientGone`: the core then releases a lock granted to nobody.
 //!
 //! # The clock
