@@ -6,7 +6,7 @@
 //!
 //! - **The core thread** owns the `Node` and the data dir. It runs on its own OS thread (a
 //!   current-thread runtime), so the fsync of a persist blocks nothing but the core, never
-//!   the network tasks. Inputs arrive on one bounded mpsc ([`Event`]). Each turn it takes
+//!   the network tasks. Inputs arrive on one bounded mpsc (`Event`). Each turn it takes
 //!   the first ready event (or wakes at the core's `next_deadline`), ticks the clock, drains
 //!   up to [`BATCH_EVENTS_MAX`] more ready events, steps each, and then carries out the
 //!   merged output once (group commit): `send_now`, one `persist` (write + fsync),
@@ -19,11 +19,14 @@
 //!   backoff after a broken connection, and gives every call a short deadline, since a
 //!   SIGSTOP'd peer keeps its sockets open and would hang a call forever. Calls on one link
 //!   go one at a time; what queued meanwhile goes out as the next batch, so the link keeps
-//!   TCP order and batches under load. Incoming peer connections are served in order.
+//!   TCP order and batches under load. An AppendEntries that a later one in the same output
+//!   or batch supersedes is dropped (see `coalesce_appends`): the core resends every
+//!   unacknowledged entry in each step, and under load that overlap was the bottleneck.
+//!   Incoming peer connections are served in order.
 //! - **Client connections.** Each accepted connection is wrapped in [`EofNotify`], which
 //!   flips a watch flag when the read half ends. tarpc keeps a handler running when its
 //!   client dies abruptly (research/design.md §2.4), so each handler selects on that flag,
-//!   and holds a [`GoneGuard`] whose drop (connection closed, request cancelled, server-side
+//!   and holds a `GoneGuard` whose drop (connection closed, request cancelled, server-side
 //!   deadline) feeds `Input::ClientGone`: the core then releases a lock granted to nobody.
 //!
 //! # The clock
@@ -431,16 +434,24 @@ impl Core {
             if self.persisted_unreported {
                 output.extend(self.persisted());
             }
+            let mut batch = usize::from(first.is_some());
             if let Some(event) = first {
                 self.handle(event, &mut output);
             }
-            for _ in 0..BATCH_EVENTS_MAX {
+            while batch < BATCH_EVENTS_MAX {
                 match events.try_recv() {
                     Ok(event) => self.handle(event, &mut output),
                     Err(_) => break,
                 }
+                batch += 1;
             }
+            let started = Instant::now();
             self.carry_out(output)?;
+            debug!(
+                events = batch,
+                carry_out_us = started.elapsed().as_micros(),
+                "turn"
+            );
             self.log_role_change();
         }
     }
@@ -518,7 +529,7 @@ impl Core {
 
     /// Carries out one output in the contract's order; says whether it persisted anything.
     fn carry_out_one(&mut self, output: Output) -> Result<bool, ServerError> {
-        for envelope in output.send_now {
+        for envelope in coalesce_envelopes(output.send_now) {
             self.links.send(envelope);
         }
         let persisted = output.persist.is_some();
@@ -665,6 +676,7 @@ async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::
                 Err(_) => break,
             }
         }
+        coalesce_appends(&mut batch);
         let link = match &client {
             Some(link) => link.clone(),
             None => match connect_peer(addr).await {
@@ -702,6 +714,82 @@ async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::
             }
         }
     }
+}
+
+/// Whether `later` makes `earlier` redundant: both AppendEntries of one term from the same
+/// previous entry, `later` carrying at least as many entries and as new a commit index. A
+/// leader's log only grows within its term, so `later`'s entries extend `earlier`'s, and
+/// delivering only `later` is what a lossy network may do anyway.
+fn supersedes(later: &Message, earlier: &Message) -> bool {
+    match (later, earlier) {
+        (
+            Message::AppendEntries {
+                term: later_term,
+                prev_log_index: later_prev,
+                entries: later_entries,
+                leader_commit: later_commit,
+                ..
+            },
+            Message::AppendEntries {
+                term,
+                prev_log_index,
+                entries,
+                leader_commit,
+                ..
+            },
+        ) => {
+            later_term == term
+                && later_prev == prev_log_index
+                && later_entries.len() >= entries.len()
+                && later_commit >= leader_commit
+        }
+        _ => false,
+    }
+}
+
+/// Drops the AppendEntries of `batch` (messages to one peer, in order) that a later one
+/// supersedes. The core resends every unacknowledged entry in each step's AppendEntries, so
+/// under load a link's queue holds many overlapping ones; sending only the last saves
+/// bytes and the follower's work.
+fn coalesce_appends(batch: &mut Vec<Message>) {
+    let mut kept: Vec<Message> = Vec::with_capacity(batch.len());
+    for msg in batch.drain(..).rev() {
+        if kept.iter().any(|later| supersedes(later, &msg)) {
+            continue;
+        }
+        kept.push(msg);
+    }
+    kept.reverse();
+    *batch = kept;
+}
+
+/// [`coalesce_appends`] for the envelopes of one output, per target, keeping the order of
+/// each target's messages.
+fn coalesce_envelopes(envelopes: Vec<Envelope>) -> Vec<Envelope> {
+    if envelopes.len() < 2 {
+        return envelopes;
+    }
+    let mut by_target: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
+    let mut source = None;
+    for envelope in envelopes {
+        source = Some(envelope.source);
+        by_target
+            .entry(envelope.target)
+            .or_default()
+            .push(envelope.msg);
+    }
+    let source = source.expect("at least two envelopes");
+    by_target
+        .into_iter()
+        .flat_map(|(target, mut msgs)| {
+            coalesce_appends(&mut msgs);
+            msgs.into_iter().map(move |msg| Envelope {
+                source,
+                target,
+                msg,
+            })
+        })
+        .collect()
 }
 
 async fn connect_peer(addr: SocketAddr) -> io::Result<PeerClient> {
@@ -1005,6 +1093,54 @@ async fn serve_clients(listener: TcpListener, events: mpsc::Sender<Event>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn append(term: u64, prev: u64, entries: u64, commit: u64) -> Message {
+        use crate::lock::{Command, Proposal};
+        Message::AppendEntries {
+            term,
+            prev_log_index: prev,
+            prev_log_term: term,
+            entries: (prev + 1..=prev + entries)
+                .map(|index| crate::raft::Entry {
+                    term,
+                    index,
+                    proposal: Proposal::system(Command::Noop),
+                })
+                .collect(),
+            leader_commit: commit,
+        }
+    }
+
+    #[test]
+    fn only_appends_that_a_later_one_covers_are_dropped() {
+        // Raft paper §5.3: an AppendEntries with the same prev entry and more entries of the
+        // same term carries everything the earlier one did; dropping a message is loss.
+        let vote = Message::RequestVoteResponse {
+            term: 3,
+            granted: true,
+        };
+        let mut batch = vec![
+            append(3, 10, 1, 9),
+            vote.clone(),
+            append(3, 10, 3, 10),
+            append(3, 12, 1, 10),
+            append(4, 12, 2, 10),
+            append(3, 10, 2, 11),
+        ];
+        coalesce_appends(&mut batch);
+        assert_eq!(
+            batch,
+            vec![
+                vote,
+                append(3, 10, 3, 10),
+                append(3, 12, 1, 10),
+                append(4, 12, 2, 10),
+                append(3, 10, 2, 11),
+            ],
+            "the first is covered by the third; the third is not covered by the last (fewer \
+             entries), and other prev indexes or terms are kept"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_clock_scales_jumps_and_never_goes_backwards() {

@@ -371,6 +371,48 @@ mod failover {
     }
 }
 
+mod mutants {
+    use super::*;
+
+    #[tokio::test]
+    async fn with_the_no_fsync_mutant_a_restart_forgets_acknowledged_grants() {
+        // bugs.rs `no-fsync`: the driver acknowledges what only sits in a user-space buffer,
+        // so SIGKILL of every node loses granted locks; the durability test above must be
+        // able to fail.
+        let mut cluster = Cluster::start(lockd(), 3, &["--bug", "no-fsync"]);
+        let client = cluster.client(1);
+        assert!(
+            cluster
+                .wait_for_leader(&client, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let token = client
+            .acquire("lost", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+        for id in 1..=3 {
+            cluster.kill_node(id);
+        }
+        for id in 1..=3 {
+            cluster.start_node(lockd(), id);
+        }
+        let restarted = cluster.client(2);
+        assert!(
+            cluster
+                .wait_for_leader(&restarted, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let again = restarted.acquire("lost", 60_000, 0, within_ms(3000)).await;
+        let again = again.expect("the mutant forgot the grant, so the key is free");
+        assert!(
+            again <= token,
+            "and a token is handed out again: {token} then {again}"
+        );
+    }
+}
+
 mod phantom {
     use super::*;
     use futures::SinkExt;
@@ -523,10 +565,8 @@ mod transport {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::net::{TcpListener, TcpStream};
 
-    /// A loopback TCP forwarder to `target` that counts the connections it accepted.
-    async fn forwarder(target: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+    /// Forwards every connection `listener` accepts to `target`; counts them.
+    fn forward(listener: TcpListener, target: std::net::SocketAddr) -> Arc<AtomicUsize> {
         let accepted = Arc::new(AtomicUsize::new(0));
         let counter = accepted.clone();
         tokio::spawn(async move {
@@ -539,19 +579,28 @@ mod transport {
                 });
             }
         });
-        (addr, accepted)
+        accepted
     }
 
     #[tokio::test]
     async fn peers_are_dialed_at_their_dial_addresses() {
         // Issue 4: `--dial` names the address a node dials for each peer (the harness's
         // fault proxy per directed link); here a counting forwarder per directed link.
-        let peer_addrs = cluster::free_addrs(3);
+        // The forwarders stay bound while the nodes' ports are picked, so none collide.
+        let mut listeners = Vec::new();
+        for _ in 0..6 {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let mut addrs = cluster::free_addrs(6);
+        let client_addrs = addrs.split_off(3);
+        let peer_addrs = addrs;
         let mut links = std::collections::BTreeMap::new();
         for source in 1..=3u64 {
             for target in (1..=3u64).filter(|t| *t != source) {
-                let target_addr = peer_addrs[(target - 1) as usize];
-                links.insert((source, target), forwarder(target_addr).await);
+                let listener = listeners.pop().unwrap();
+                let addr = listener.local_addr().unwrap();
+                let accepted = forward(listener, peer_addrs[(target - 1) as usize]);
+                links.insert((source, target), (addr, accepted));
             }
         }
         let dial_args = |id: u64| {
@@ -562,7 +611,7 @@ mod transport {
                 .collect();
             vec!["--dial".to_owned(), dial.join(",")]
         };
-        let cluster = Cluster::start_with_peers(lockd(), &peer_addrs, dial_args);
+        let cluster = Cluster::start_with_addrs(lockd(), &peer_addrs, &client_addrs, dial_args);
         let client = cluster.client(1);
         let leader = cluster.wait_for_leader(&client, LEADER_WITHIN).await;
         let Some(leader) = leader else {
