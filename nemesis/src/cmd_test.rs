@@ -187,7 +187,11 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("rerun: locksmith test --seed {}", options.seed);
+            eprintln!(
+                "rerun: locksmith test --seed {}{}",
+                options.seed,
+                rerun_flags(&options)
+            );
             return Err(e);
         }
     };
