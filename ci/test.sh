@@ -4,10 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What the tests need beyond cargo (chromium, etcd): idempotent, installs only what is missing.
-if [ -f ci/install.sh ]; then
-  bash ci/install.sh
-fi
+echo "== ci/install.sh (iptables for the kernel net backend, when root)"
+bash ci/install.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -23,6 +21,9 @@ if grep -rnE 'tokio|tarpc|std::time|std::fs|std::net|thread_rng|Instant|SystemTi
   exit 1
 fi
 echo "ok: no IO names in impl/src/raft/ or impl/src/lock.rs"
+
+echo "== cargo build --workspace (the harness's tests start the lockd binary)"
+cargo build --workspace --bins
 
 echo "== cargo test --workspace"
 cargo test --workspace

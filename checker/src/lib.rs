@@ -1,2 +1,450 @@
-//! Checks of lock-service histories.
+//! Checks of lock-service histories: linearizability, fencing, lease safety.
+//!
+//! A history (CSV schema v1, read by the `history` crate) goes in; a [`Check`] comes out:
+//! one named [`CheckResult`] per check, merged into one [`Verdict`] (`Invalid` beats
+//! `Unknown` beats `Valid`), with an explanation of every failure that names the
+//! operations, processes, tokens and rows involved.
+//!
+//! - [`linear`]: linearizability against a [`linear::Model`]: the generic search
+//!   ([`linear::wgl`]) and, for locks, the near-linear token-ordered sweep
+//!   ([`linear::lock_fast`]).
+//! - [`fencing`]: tokens unique, strictly increasing in real time, fenced writes never
+//!   stale.
+//! - [`lease`]: no two holders of one key within the drift bound.
+//! - [`report`]: explanations, the HTML timeline, the latency plot.
+//! - [`cli`]: `locksmith check` and `locksmith convert`, minus the argument parsing.
+//!
+//! # Checking a history
+//!
+//! Two processes are both granted key `a`; the second grant comes while the first lease
+//! (10 s) is still running and nobody released it:
+//!
+//! ```
+//! use checker::{Options, Verdict};
+//!
+//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
+//!            0,1000,0,invoke,acquire,a,10000,,,\n\
+//!            1,2000,0,ok,acquire,a,,5,n1,\n\
+//!            2,3000,1,invoke,acquire,a,10000,,,\n\
+//!            3,4000,1,ok,acquire,a,,6,n1,\n";
+//! let ops = history::csv::read_str(csv).unwrap();
+//! let check = checker::check(&ops, &Options::default()).unwrap();
+//! assert_eq!(check.verdict, Verdict::Invalid);
+//! assert_eq!(check.verdict.exit_code(), 1);
+//! assert_eq!(check.result("linearizability").unwrap().verdict, Verdict::Invalid);
+//! assert_eq!(check.result("fencing").unwrap().verdict, Verdict::Valid);
+//! assert_eq!(check.result("lease safety").unwrap().verdict, Verdict::Invalid);
+//! assert!(check.explanation().contains("process 0 acquired token 5"));
+//!
+//! // With a release of token 5 in between, the same grants are fine.
+//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
+//!            0,1000,0,invoke,acquire,a,10000,,,\n\
+//!            1,2000,0,ok,acquire,a,,5,n1,\n\
+//!            2,2500,0,invoke,release,a,,5,,\n\
+//!            3,2600,0,ok,release,a,,,n1,\n\
+//!            4,3000,1,invoke,acquire,a,10000,,,\n\
+//!            5,4000,1,ok,acquire,a,,6,n1,\n";
+//! let ops = history::csv::read_str(csv).unwrap();
+//! assert_eq!(checker::check(&ops, &Options::default()).unwrap().verdict, Verdict::Valid);
+//! ```
 #![deny(missing_docs)]
+
+pub mod cli;
+pub mod error;
+pub mod fencing;
+pub mod lease;
+pub mod linear;
+pub mod report;
+pub mod verdict;
+
+use std::fmt;
+use std::str::FromStr;
+
+use history::{Op, Operation};
+use serde::Serialize;
+
+pub use error::CheckError;
+pub use linear::Budget;
+pub use verdict::Verdict;
+
+use linear::LinearReport;
+
+/// Which sequential specification linearizability is checked against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// Acquire/release with tokens and leases; also runs fencing and lease safety.
+    #[default]
+    Lock,
+    /// A compare-and-set register per key (Porcupine's etcd histories).
+    Register,
+    /// get/put/append per key (Porcupine's kv histories).
+    Kv,
+}
+
+impl FromStr for ModelKind {
+    type Err = CheckError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "lock" => Ok(ModelKind::Lock),
+            "register" => Ok(ModelKind::Register),
+            "kv" => Ok(ModelKind::Kv),
+            other => Err(CheckError::Usage(format!(
+                "unknown model `{other}` (expected lock, register or kv)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModelKind::Lock => "lock",
+            ModelKind::Register => "register",
+            ModelKind::Kv => "kv",
+        })
+    }
+}
+
+/// Which algorithm decides linearizability of lock histories.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LockSearch {
+    /// The token-ordered sweep, [`linear::lock_fast`].
+    #[default]
+    Fast,
+    /// The generic search, [`linear::wgl`].
+    Generic,
+}
+
+/// How to check.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Options {
+    /// The model.
+    pub model: ModelKind,
+    /// The declared clock-drift bound, a fraction in `[0, 1)` (DESIGN default 0.01).
+    pub drift: f64,
+    /// The search's limits.
+    pub budget: Budget,
+    /// The algorithm for lock histories.
+    pub lock_search: LockSearch,
+    /// Whether an unseen grant of an `info` acquire may end at any time, by a phantom-lock
+    /// release the history does not record (see [`linear::lock_model`]). On by default,
+    /// because lockd releases the grants of clients that are gone (DESIGN "Phantom locks"):
+    /// without it, a correct lockd could be reported invalid. Off, hidden grants end only by
+    /// their lease.
+    pub phantom_release: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            model: ModelKind::Lock,
+            drift: 0.01,
+            budget: Budget::default(),
+            lock_search: LockSearch::Fast,
+            phantom_release: true,
+        }
+    }
+}
+
+impl Options {
+    /// Default options for this model.
+    pub fn for_model(model: ModelKind) -> Options {
+        Options {
+            model,
+            ..Options::default()
+        }
+    }
+
+    /// These options with another drift bound.
+    pub fn with_drift(self, drift: f64) -> Options {
+        Options { drift, ..self }
+    }
+
+    /// These options with another budget.
+    pub fn with_budget(self, budget: Budget) -> Options {
+        Options { budget, ..self }
+    }
+
+    /// These options with phantom releases allowed (or not).
+    pub fn with_phantom_release(self, phantom_release: bool) -> Options {
+        Options {
+            phantom_release,
+            ..self
+        }
+    }
+
+    /// These options with another lock search.
+    pub fn with_lock_search(self, lock_search: LockSearch) -> Options {
+        Options {
+            lock_search,
+            ..self
+        }
+    }
+}
+
+/// The result of one named check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CheckResult {
+    /// The check's name: `linearizability`, `fencing`, `lease safety`.
+    pub name: String,
+    /// Its verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// For `Invalid`: the smallest slice of history that shows it, in words.
+    pub explanation: Option<String>,
+    /// The history rows the explanation names (marked on the timeline).
+    pub rows: Vec<u64>,
+}
+
+impl CheckResult {
+    /// A result with no explanation.
+    pub fn new(name: &str, verdict: Verdict) -> CheckResult {
+        CheckResult {
+            name: name.to_string(),
+            verdict,
+            explanation: None,
+            rows: Vec::new(),
+        }
+    }
+
+    /// An `Invalid` result with its explanation and rows.
+    pub fn invalid(name: &str, explanation: String, rows: Vec<u64>) -> CheckResult {
+        CheckResult {
+            name: name.to_string(),
+            verdict: Verdict::Invalid,
+            explanation: Some(explanation),
+            rows,
+        }
+    }
+}
+
+/// The results of several checks on one history, and their merged verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Check {
+    /// The merged verdict (`Invalid` > `Unknown` > `Valid`).
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// One result per check, in the order run.
+    pub results: Vec<CheckResult>,
+}
+
+/// Merges named results into one [`Check`] (STYLE practice 7).
+pub fn compose(results: Vec<CheckResult>) -> Check {
+    let verdict = Verdict::merge_all(results.iter().map(|r| r.verdict.clone()));
+    Check { verdict, results }
+}
+
+impl Check {
+    /// The result of the check with this name.
+    pub fn result(&self, name: &str) -> Option<&CheckResult> {
+        self.results.iter().find(|r| r.name == name)
+    }
+
+    /// The explanation of every check that did not pass, one paragraph each, headed by its
+    /// name and verdict; empty when all passed.
+    pub fn explanation(&self) -> String {
+        let mut out = String::new();
+        for result in self.results.iter().filter(|r| !r.verdict.is_valid()) {
+            out.push_str(&format!("{}: {}\n", result.name, result.verdict));
+            if let Some(text) = &result.explanation {
+                out.push_str(text);
+                if !text.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// Every row named by a failing check, sorted, without repeats.
+    pub fn marked_rows(&self) -> Vec<u64> {
+        let mut rows: Vec<u64> = self.results.iter().flat_map(|r| r.rows.clone()).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        rows
+    }
+}
+
+/// Runs the checks of `options.model` on a history: for `lock`, linearizability, fencing
+/// and lease safety; for `register` and `kv`, linearizability.
+///
+/// Returns `Err` only when the history breaks a rule of schema v1 (as `history::pair`
+/// checks). A check that cannot read an operation, runs out of budget or panics gives
+/// `Unknown` with the reason.
+pub fn check(ops: &[Op], options: &Options) -> Result<Check, CheckError> {
+    let history = history::pair(ops)?;
+    Ok(check_operations(&history, options))
+}
+
+/// [`check`] on already paired operations.
+pub fn check_operations(history: &[Operation], options: &Options) -> Check {
+    let mut results = vec![check_linearizability(history, options)];
+    if options.model == ModelKind::Lock {
+        results.push(check_fencing(history));
+        results.push(check_lease(history, options.drift));
+    }
+    compose(results)
+}
+
+/// Linearizability against `options.model`.
+pub fn check_linearizability(history: &[Operation], options: &Options) -> CheckResult {
+    const NAME: &str = "linearizability";
+    let run = || -> Result<CheckResult, CheckError> {
+        Ok(match options.model {
+            ModelKind::Lock => {
+                let lock_options = linear::lock_model::LockOptions::new(options.drift)
+                    .with_phantom_release(options.phantom_release);
+                let ops = linear::lock_model::lock_operations(history, lock_options)?;
+                let report = match options.lock_search {
+                    LockSearch::Fast => linear::lock_fast::check(&ops, options.budget),
+                    LockSearch::Generic => {
+                        linear::check(&linear::lock_model::LockModel, &ops, options.budget)
+                    }
+                };
+                linear_result(NAME, &report, |cx| report::explain::lock_linear(&ops, cx))
+            }
+            ModelKind::Register => {
+                let (model, ops) = linear::register_model::register_operations(history)?;
+                let report = linear::check(&model, &ops, options.budget);
+                linear_result(NAME, &report, |cx| {
+                    report::explain::generic_linear(&model, &ops, cx)
+                })
+            }
+            ModelKind::Kv => {
+                let ops = linear::kv_model::kv_operations(history)?;
+                let model = linear::kv_model::KvModel;
+                let report = linear::check(&model, &ops, options.budget);
+                linear_result(NAME, &report, |cx| {
+                    report::explain::generic_linear(&model, &ops, cx)
+                })
+            }
+        })
+    };
+    guarded(NAME, run)
+}
+
+fn linear_result(
+    name: &str,
+    report: &LinearReport,
+    explain: impl FnOnce(&linear::Counterexample) -> (String, Vec<u64>),
+) -> CheckResult {
+    match (&report.verdict, &report.counterexample) {
+        (Verdict::Invalid, Some(cx)) => {
+            let (text, rows) = explain(cx);
+            CheckResult::invalid(name, text, rows)
+        }
+        (verdict, _) => CheckResult::new(name, verdict.clone()),
+    }
+}
+
+/// Fencing: tokens unique, increasing in real time, accepted writes fenced.
+pub fn check_fencing(history: &[Operation]) -> CheckResult {
+    const NAME: &str = "fencing";
+    guarded(NAME, || {
+        let violations = fencing::check(history);
+        Ok(match violations.first() {
+            None => CheckResult::new(NAME, Verdict::Valid),
+            Some(_) => {
+                let text = violations
+                    .iter()
+                    .map(|v| format!("{}: violated: {}", v.property, v.message))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
+                CheckResult::invalid(NAME, text, rows)
+            }
+        })
+    })
+}
+
+/// Lease safety with drift bound `drift`.
+pub fn check_lease(history: &[Operation], drift: f64) -> CheckResult {
+    const NAME: &str = "lease safety";
+    guarded(NAME, || {
+        let violations = lease::check(history, drift);
+        Ok(match violations.first() {
+            None => CheckResult::new(NAME, Verdict::Valid),
+            Some(_) => {
+                let text = violations
+                    .iter()
+                    .map(|v| format!("no overlapping leases: violated: {}", v.message))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
+                CheckResult::invalid(NAME, text, rows)
+            }
+        })
+    })
+}
+
+/// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.
+fn guarded(name: &str, run: impl FnOnce() -> Result<CheckResult, CheckError>) -> CheckResult {
+    match verdict::guard(name, run) {
+        Ok(Ok(result)) => result,
+        Ok(Err(error)) => CheckResult::new(name, Verdict::unknown(error.to_string())),
+        Err(verdict) => CheckResult::new(name, verdict),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compose_merges_by_priority_and_keeps_names() {
+        // STYLE practice 7: named results, merged Invalid > Unknown > Valid.
+        let check = compose(vec![
+            CheckResult::new("a", Verdict::Valid),
+            CheckResult::new("b", Verdict::unknown("budget")),
+        ]);
+        assert_eq!(check.verdict, Verdict::unknown("budget"));
+        assert_eq!(
+            check.result("b").unwrap().verdict,
+            Verdict::unknown("budget")
+        );
+        let check = compose(vec![
+            CheckResult::new("b", Verdict::unknown("budget")),
+            CheckResult::invalid("c", "two holders".into(), vec![1, 2]),
+        ]);
+        assert_eq!(check.verdict, Verdict::Invalid);
+        assert_eq!(check.marked_rows(), vec![1, 2]);
+        assert!(check.explanation().contains("c: invalid\ntwo holders\n"));
+    }
+
+    #[test]
+    fn a_panicking_check_gives_unknown() {
+        // STYLE practice 7: a checker that panics yields Unknown, never Valid.
+        let result = guarded("boom", || panic!("deliberate"));
+        assert_eq!(
+            result.verdict,
+            Verdict::unknown("boom panicked: deliberate")
+        );
+    }
+
+    #[test]
+    fn exhausted_budget_gives_unknown_with_the_bound() {
+        // STYLE practice 13: reaching a bound is reported as Unknown.
+        let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+        // Many concurrent writes then reads: the generic search needs many states.
+        for p in 0..6u64 {
+            csv.push_str(&format!("{},{},{p},invoke,write,x,{p},,,\n", p, p));
+        }
+        for p in 0..6u64 {
+            csv.push_str(&format!("{},{},{p},ok,write,x,{p},,,\n", 6 + p, 10 + p));
+        }
+        let ops = history::csv::read_str(&csv).unwrap();
+        let options = Options::for_model(ModelKind::Register).with_budget(Budget::new(3, None));
+        let check = check(&ops, &options).unwrap();
+        match &check.verdict {
+            Verdict::Unknown { reason } => {
+                assert!(reason.contains("search_budget_states_max = 3"), "{reason}")
+            }
+            other => panic!("expected unknown, got {other}"),
+        }
+    }
+}

@@ -1,7 +1,9 @@
-//! `locksmith`: the harness's command line. Each subcommand lives in its own `cmd_*.rs`
-//! module; this file only parses and dispatches.
+//! `locksmith`: the harness's command line. One plain subcommand enum; each variant's
+//! arguments and work live in a `cmd_*.rs` module, and this file only parses and dispatches.
 
+mod cmd_check;
 mod cmd_client;
+mod cmd_test;
 
 use std::process::ExitCode;
 
@@ -19,11 +21,25 @@ struct Cli {
 enum Command {
     /// Talk to a running lockd cluster: acquire, release, status.
     Client(cmd_client::ClientArgs),
+    /// Run a complete chaos test: cluster, clients, nemesis, heal, recovery, checks.
+    Test(cmd_test::TestArgs),
+    /// Check a CSV history: exit 0 valid, 1 invalid, 2 unknown or could not run.
+    Check(cmd_check::CheckCommand),
+    /// Convert a Jepsen or Porcupine history into CSV schema v1.
+    Convert(cmd_check::ConvertCommand),
 }
 
 fn main() -> ExitCode {
+    // clap exits with code 2 on bad arguments: DESIGN's "could not run".
     let cli = Cli::parse();
     match cli.command {
         Command::Client(args) => cmd_client::run(args),
+        Command::Test(args) => cmd_test::run(args),
+        Command::Check(command) => exit_code(cmd_check::check(command)),
+        Command::Convert(command) => exit_code(cmd_check::convert(command)),
     }
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

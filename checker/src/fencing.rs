@@ -1,0 +1,232 @@
+//! Fencing: tokens are unique, strictly increase in real time, and the fenced resource
+//! never accepts a stale one (DESIGN "The checks"; research/design.md §4).
+//!
+//! Four properties, each an O(n log n) scan:
+//!
+//! 1. **Fencing tokens are unique** across all keys: no two `ok` acquires carry one token.
+//! 2. **Fencing tokens strictly increase** in the real-time order of acquires, across all
+//!    keys: if acquire A returned `ok` before acquire B was invoked, token(A) < token(B).
+//!    Sorted by token, a violation is a grant whose return precedes the invoke of a grant
+//!    with a smaller token: a suffix-minimum scan finds it.
+//! 3. **Accepted writes are never stale**: per key, the tokens of writes the resource
+//!    accepted (`write` ok) do not decrease in acceptance order. Two accepted writes A, B
+//!    with A before B in real time need token(A) <= token(B).
+//! 4. **Every accepted token was granted** for that key, by an `ok` acquire, or by an
+//!    `info` acquire (whose token nobody saw) invoked before the write returned; each such
+//!    `info` acquire accounts for one token (a greedy matching on the line).
+//!
+//! The lock machine asserts token monotonicity when it applies a grant; this is the pair
+//! of that assertion on the recorded history (STYLE practice 12).
+
+use std::collections::{BTreeMap, HashMap};
+
+use history::Operation;
+
+use crate::report::{fmt_ns, rows_of};
+
+/// One violated fencing property, described.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencingViolation {
+    /// The property, as a sentence.
+    pub property: &'static str,
+    /// What happened, naming processes, tokens and rows.
+    pub message: String,
+    /// The history rows involved.
+    pub rows: Vec<u64>,
+}
+
+/// Runs the four fencing checks; returns every violation found, the smallest slice first
+/// within each property.
+pub fn check(history: &[Operation]) -> Vec<FencingViolation> {
+    let grants: Vec<&Operation> = history
+        .iter()
+        .filter(|op| op.f == "acquire" && op.is_ok())
+        .filter(|op| granted_token(op).is_some())
+        .collect();
+    let mut out = Vec::new();
+    out.extend(unique_tokens(&grants));
+    out.extend(increasing_tokens(&grants));
+    let mut writes_by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for op in history.iter().filter(|op| op.f == "write") {
+        writes_by_key.entry(op.key.as_str()).or_default().push(op);
+    }
+    for (key, writes) in writes_by_key {
+        out.extend(accepted_writes_fenced(key, &writes));
+        out.extend(accepted_tokens_granted(key, &writes, history));
+    }
+    out
+}
+
+fn granted_token(op: &Operation) -> Option<u64> {
+    op.completion.as_ref().and_then(|c| c.token)
+}
+
+fn ret(op: &Operation) -> u64 {
+    op.return_ns().unwrap_or(u64::MAX)
+}
+
+fn who(op: &Operation) -> String {
+    format!(
+        "process {}'s {} of {} ({})",
+        op.process,
+        op.f,
+        op.key,
+        rows_of(op)
+    )
+}
+
+fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
+    let mut first: HashMap<u64, &Operation> = HashMap::new();
+    for op in grants {
+        let token = granted_token(op)?;
+        if let Some(earlier) = first.get(&token) {
+            return Some(FencingViolation {
+                property: "fencing tokens are unique",
+                message: format!(
+                    "token {token} was granted twice: to {} and to {}",
+                    who(earlier),
+                    who(op)
+                ),
+                rows: [row_pair(earlier), row_pair(op)].concat(),
+            });
+        }
+        first.insert(token, op);
+    }
+    None
+}
+
+fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
+    let mut by_token: Vec<&&Operation> = grants.iter().collect();
+    by_token.sort_by_key(|op| granted_token(op));
+    // Walk from the largest token down, keeping the grant with the earliest return among
+    // the larger tokens: a smaller-token grant invoked after it is a violation.
+    let mut earliest: Option<&Operation> = None;
+    let mut found: Option<(&Operation, &Operation)> = None;
+    for op in by_token.iter().rev() {
+        if let Some(larger) = earliest {
+            let inverted = ret(larger) < op.call_ns() && granted_token(larger) != granted_token(op);
+            let better = found.is_none_or(|(_, b)| op.invoke.index < b.invoke.index);
+            if inverted && better {
+                found = Some((larger, op));
+            }
+        }
+        if earliest.is_none_or(|e| ret(op) < ret(e)) {
+            earliest = Some(op);
+        }
+    }
+    let (larger, smaller) = found?;
+    Some(FencingViolation {
+        property: "fencing tokens strictly increase",
+        message: format!(
+            "{} returned token {} at {}, before {} was invoked at {}, which was granted the smaller token {}",
+            who(larger),
+            granted_token(larger).unwrap_or_default(),
+            fmt_ns(ret(larger)),
+            who(smaller),
+            fmt_ns(smaller.call_ns()),
+            granted_token(smaller).unwrap_or_default(),
+        ),
+        rows: [row_pair(larger), row_pair(smaller)].concat(),
+    })
+}
+
+fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingViolation> {
+    let mut accepted: Vec<&&Operation> = writes
+        .iter()
+        .filter(|w| w.is_ok() && w.invoke.token.is_some())
+        .collect();
+    accepted.sort_by_key(|w| w.invoke.token);
+    // As for grants, with ties allowed: a write that returned before a write with a
+    // smaller token was invoked means the resource accepted a stale token.
+    let mut earliest: Option<&Operation> = None;
+    for w in accepted.iter().rev() {
+        if let Some(larger) = earliest {
+            if ret(larger) < w.call_ns() && larger.invoke.token > w.invoke.token {
+                return Some(FencingViolation {
+                    property: "fenced writes are never accepted with a stale token",
+                    message: format!(
+                        "the resource {key} accepted {} with token {} although it had already accepted {} with token {}, which returned at {} before it was invoked at {}",
+                        who(w),
+                        w.invoke.token.unwrap_or_default(),
+                        who(larger),
+                        larger.invoke.token.unwrap_or_default(),
+                        fmt_ns(ret(larger)),
+                        fmt_ns(w.call_ns()),
+                    ),
+                    rows: [row_pair(larger), row_pair(w)].concat(),
+                });
+            }
+        }
+        if earliest.is_none_or(|e| ret(w) < ret(e)) {
+            earliest = Some(w);
+        }
+    }
+    None
+}
+
+fn accepted_tokens_granted(
+    key: &str,
+    writes: &[&Operation],
+    history: &[Operation],
+) -> Option<FencingViolation> {
+    let acquires = history
+        .iter()
+        .filter(|op| op.f == "acquire" && op.key == key);
+    let granted: std::collections::HashSet<u64> = acquires
+        .clone()
+        .filter(|op| op.is_ok())
+        .filter_map(granted_token)
+        .collect();
+    let mut hidden: Vec<u64> = acquires
+        .filter(|op| op.is_indeterminate())
+        .map(|op| op.call_ns())
+        .collect();
+    hidden.sort_unstable();
+    // Each token nobody was seen to be granted needs its own `info` acquire, invoked
+    // before the first accepted write carrying it returned. Deadlines in order, each
+    // taking any unused acquire invoked before it: greedy is optimal on a line.
+    let mut unexplained: BTreeMap<u64, &Operation> = BTreeMap::new();
+    for w in writes.iter().filter(|w| w.is_ok()) {
+        let Some(token) = w.invoke.token else {
+            continue;
+        };
+        if granted.contains(&token) {
+            continue;
+        }
+        let slot = unexplained.entry(token).or_insert(w);
+        if ret(w) < ret(slot) {
+            *slot = w;
+        }
+    }
+    let mut by_deadline: Vec<(u64, u64, &Operation)> = unexplained
+        .into_iter()
+        .map(|(token, w)| (ret(w), token, w))
+        .collect();
+    by_deadline.sort_by_key(|(deadline, token, _)| (*deadline, *token));
+    let mut available = 0usize;
+    let mut next_hidden = hidden.iter().peekable();
+    for (deadline, token, w) in by_deadline {
+        while next_hidden.next_if(|&&call| call <= deadline).is_some() {
+            available += 1;
+        }
+        if available == 0 {
+            return Some(FencingViolation {
+                property: "every accepted token was granted for its key",
+                message: format!(
+                    "the resource {key} accepted {} with token {token}, but no acquire of {key} was granted token {token} and no unanswered (info) acquire of {key} invoked before it returned can account for it",
+                    who(w)
+                ),
+                rows: row_pair(w),
+            });
+        }
+        available -= 1;
+    }
+    None
+}
+
+/// The invoke and completion rows of an op.
+pub(crate) fn row_pair(op: &Operation) -> Vec<u64> {
+    let mut rows = vec![op.invoke.index];
+    rows.extend(op.completion.as_ref().map(|c| c.index));
+    rows
+}

@@ -1,0 +1,104 @@
+//! A fixed-size set of small integers: the linearized operations of one search.
+
+/// A set of integers in `0..len`, one bit each, with an incrementally maintained hash.
+///
+/// The hash is Zobrist-style: every member contributes a fixed pseudo-random word, XORed
+/// in on insert and out on remove, so updating it is O(1) and equal sets hash equally no
+/// matter the order of inserts (research/linearizability.md §4.3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bitset {
+    words: Vec<u64>,
+    hash: u64,
+}
+
+impl std::hash::Hash for Bitset {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // Equal sets have equal words and therefore equal Zobrist hashes.
+        state.write_u64(self.hash);
+    }
+}
+
+/// The Zobrist word of member `i`: splitmix64 of `i`, fixed for the life of the program.
+fn zobrist(i: usize) -> u64 {
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Bitset {
+    /// The empty set over `0..len`.
+    pub fn new(len: usize) -> Bitset {
+        Bitset {
+            words: vec![0; len.div_ceil(64)],
+            hash: 0,
+        }
+    }
+
+    /// Whether `i` is a member.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is outside `0..len` (rounded up to a multiple of 64).
+    pub fn contains(&self, i: usize) -> bool {
+        self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Adds `i`; returns whether it was absent.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is outside `0..len` (rounded up to a multiple of 64).
+    pub fn insert(&mut self, i: usize) -> bool {
+        let absent = !self.contains(i);
+        if absent {
+            self.words[i / 64] |= 1 << (i % 64);
+            self.hash ^= zobrist(i);
+        }
+        absent
+    }
+
+    /// Removes `i`; returns whether it was present.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is outside `0..len` (rounded up to a multiple of 64).
+    pub fn remove(&mut self, i: usize) -> bool {
+        let present = self.contains(i);
+        if present {
+            self.words[i / 64] &= !(1 << (i % 64));
+            self.hash ^= zobrist(i);
+        }
+        present
+    }
+
+    /// The number of members.
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_sets_are_equal_whatever_the_insert_order() {
+        // research/linearizability.md §4.3: the memo keys on the set, not on the order.
+        let mut a = Bitset::new(130);
+        let mut b = Bitset::new(130);
+        for i in [3, 64, 129] {
+            assert!(a.insert(i));
+        }
+        for i in [129, 3, 64] {
+            assert!(b.insert(i));
+        }
+        assert_eq!(a, b);
+        assert_eq!(a.hash, b.hash);
+        assert!(!a.insert(3));
+        assert!(a.remove(64));
+        assert!(!a.contains(64));
+        assert_eq!(a.count(), 2);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,230 @@
+//! A self-contained HTML timeline of a history: one track per process, one bar per
+//! operation, nemesis faults shaded, and the operations a failing check names outlined.
+//!
+//! One file, no network: the page, its CSS and its script are embedded in the binary with
+//! `include_str!` (like Porcupine's `go:embed` visualisation), and the history goes in as
+//! JSON.
+
+use std::collections::BTreeSet;
+
+use history::{Op, OpType, pair::Paired};
+use serde::Serialize;
+
+use crate::Check;
+use crate::report::fmt_ns;
+
+const PAGE: &str = include_str!("assets/timeline.html");
+const CSS: &str = include_str!("assets/timeline.css");
+const SCRIPT: &str = include_str!("assets/timeline.js");
+
+#[derive(Serialize)]
+struct Data {
+    title: String,
+    verdict: String,
+    verdict_class: &'static str,
+    explanation: String,
+    start_ns: u64,
+    end_ns: u64,
+    processes: Vec<u64>,
+    ops: Vec<OpData>,
+    faults: Vec<FaultData>,
+}
+
+#[derive(Serialize)]
+struct OpData {
+    process: u64,
+    call_ns: u64,
+    return_ns: Option<u64>,
+    class: &'static str,
+    label: String,
+    detail: String,
+    marked: bool,
+}
+
+#[derive(Serialize)]
+pub(crate) struct FaultData {
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) text: String,
+}
+
+/// Renders the timeline of `paired` (from `history::pair::pair_with_faults`) with the
+/// rows that `check` marks.
+pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
+    let marked: BTreeSet<u64> = check.marked_rows().into_iter().collect();
+    let end_ns = paired
+        .operations
+        .iter()
+        .map(|op| op.completion.as_ref().map_or(op.call_ns(), |c| c.time_ns))
+        .chain(paired.faults.iter().map(|f| f.time_ns))
+        .max()
+        .unwrap_or(0);
+    let start_ns = paired
+        .operations
+        .iter()
+        .map(|op| op.call_ns())
+        .chain(paired.faults.iter().map(|f| f.time_ns))
+        .min()
+        .unwrap_or(0);
+    let ops: Vec<OpData> = paired
+        .operations
+        .iter()
+        .map(|op| {
+            let completion = op.completion.as_ref();
+            let op_type = completion.map(|c| c.op_type);
+            let class = match op_type {
+                Some(OpType::Ok) => "ok",
+                Some(OpType::Fail) => "fail",
+                _ => "info",
+            };
+            let token = completion
+                .and_then(|c| c.token)
+                .or(op.invoke.token)
+                .map_or(String::new(), |t| format!(" t{t}"));
+            let is_marked = marked.contains(&op.invoke.index)
+                || completion.is_some_and(|c| marked.contains(&c.index));
+            let detail = format!(
+                "{f} {key} by process {p}\ninvoke row {i} at {call}, value {value:?}\n{outcome}",
+                f = op.f,
+                key = op.key,
+                p = op.process,
+                i = op.invoke.index,
+                call = fmt_ns(op.call_ns()),
+                value = op.invoke.value,
+                outcome = completion.map_or("never completed".to_string(), |c| format!(
+                    "{} row {} at {}, value {:?}, token {}, node {:?}, error {:?}",
+                    c.op_type,
+                    c.index,
+                    fmt_ns(c.time_ns),
+                    c.value,
+                    c.token.map_or("-".to_string(), |t| t.to_string()),
+                    c.node,
+                    c.error
+                )),
+            );
+            OpData {
+                process: op.process,
+                call_ns: op.call_ns(),
+                return_ns: op.return_ns(),
+                class,
+                label: format!("{} {}{token}", op.f, op.key),
+                detail,
+                marked: is_marked,
+            }
+        })
+        .collect();
+    let processes: BTreeSet<u64> = ops.iter().map(|o| o.process).collect();
+    let verdict_class = match check.verdict {
+        crate::Verdict::Valid => "valid",
+        crate::Verdict::Invalid => "invalid",
+        crate::Verdict::Unknown { .. } => "unknown",
+    };
+    let data = Data {
+        title: title.to_string(),
+        verdict: check.verdict.to_string(),
+        verdict_class,
+        explanation: check.explanation(),
+        start_ns,
+        end_ns,
+        processes: processes.into_iter().collect(),
+        ops,
+        faults: fault_periods(&paired.faults, end_ns),
+    };
+    // `</` must not appear inside the script element.
+    let json = serde_json::to_string(&data)
+        .expect("timeline data is plain strings and numbers")
+        .replace("</", "<\\/");
+    PAGE.replace("/*CSS*/", CSS)
+        .replace("/*JS*/", SCRIPT)
+        .replace("/*DATA*/", &json)
+}
+
+/// The verb that ends a fault begun by `verb`, if it is one of DESIGN's pairs.
+fn ending_verb(verb: &str) -> Option<&'static str> {
+    match verb {
+        "kill" => Some("restart"),
+        "pause" => Some("resume"),
+        "partition" => Some("heal"),
+        "hold" => Some("release"),
+        "skew" => Some("unskew"),
+        "strobe" => Some("unstrobe"),
+        _ => None,
+    }
+}
+
+/// Fault periods: from a starting verb to its paired ending verb (or the end of the
+/// history); a lone verb is a short mark.
+pub(crate) fn fault_periods(faults: &[Op], end_ns: u64) -> Vec<FaultData> {
+    let mut out = Vec::new();
+    let mut open: Vec<(&'static str, &Op)> = Vec::new();
+    for fault in faults {
+        if let Some(at) = open.iter().position(|(end, _)| *end == fault.f) {
+            let (_, start) = open.remove(at);
+            out.push(FaultData {
+                start_ns: start.time_ns,
+                end_ns: fault.time_ns,
+                text: format!(
+                    "{} {} (row {}) .. {} (row {})",
+                    start.f, start.value, start.index, fault.f, fault.index
+                ),
+            });
+        } else if let Some(end) = ending_verb(&fault.f) {
+            // A fault recorded as two rows (before and after it was applied) repeats its
+            // verb: keep the first.
+            if !open
+                .iter()
+                .any(|(_, s)| s.f == fault.f && s.value == fault.value)
+            {
+                open.push((end, fault));
+            }
+        } else {
+            out.push(FaultData {
+                start_ns: fault.time_ns,
+                end_ns: fault.time_ns,
+                text: format!("{} {} (row {})", fault.f, fault.value, fault.index),
+            });
+        }
+    }
+    for (_, start) in open {
+        out.push(FaultData {
+            start_ns: start.time_ns,
+            end_ns,
+            text: format!(
+                "{} {} (row {}), never ended",
+                start.f, start.value, start.index
+            ),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeline_is_one_file_with_the_data_and_the_marks() {
+        // DESIGN "The checks": a failing check writes an HTML timeline that marks it.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
+                   0,1000,0,invoke,acquire,a,10000,,,\n\
+                   1,2000,0,ok,acquire,a,,5,n1,\n\
+                   2,2500,nemesis,info,partition,,n1 | n2 n3,,,\n\
+                   3,3000,1,invoke,acquire,a,10000,,,\n\
+                   4,4000,1,ok,acquire,a,,6,n1,\n\
+                   5,4500,nemesis,info,heal,,,,,\n";
+        let ops = history::csv::read_str(csv).unwrap();
+        let paired = history::pair::pair_with_faults(&ops).unwrap();
+        let check = crate::check_operations(&paired.operations, &crate::Options::default());
+        let html = render("two holders", &paired, &check);
+        assert!(html.contains("<script id=\"data\" type=\"application/json\">{"));
+        assert!(
+            !html.contains("/*DATA*/") && !html.contains("/*JS*/") && !html.contains("/*CSS*/")
+        );
+        assert!(html.contains("\"marked\":true"));
+        assert!(html.contains("partition n1 | n2 n3 (row 2) .. heal  (row 5)"));
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "no network assets"
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! A reader for the subset of EDN that Jepsen and Porcupine histories use.
+//!
+//! Supported: maps `{}`, vectors `[]` and lists `()`, keywords `:a/b`, strings with the
+//! escapes `\" \\ \n \t \r`, integers (optionally signed), `nil`, `true`, `false`, other
+//! symbols, `;` comments, commas as whitespace, and `#tag` prefixes (Jepsen prints ops as
+//! `#jepsen.history.Op{...}`), which are dropped. Not supported, and reported as errors:
+//! floats, sets, characters, `#_` discards. Nesting is bounded by [`DEPTH_MAX`].
+
+use super::{ConvertError, ConvertErrorKind};
+
+/// The deepest nesting of collections accepted.
+pub const DEPTH_MAX: usize = 32;
+
+/// An EDN value of the supported subset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// `nil`.
+    Nil,
+    /// `true` or `false`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A string, unescaped.
+    Str(String),
+    /// A keyword, without its colon.
+    Keyword(String),
+    /// A symbol other than `nil`, `true`, `false`.
+    Symbol(String),
+    /// A vector or a list.
+    Vector(Vec<Value>),
+    /// A map, in the order written.
+    Map(Vec<(Value, Value)>),
+}
+
+impl Value {
+    /// The value as one CSV cell: `nil` is empty, strings and keywords are their text,
+    /// vectors are their elements' cells joined by spaces (`[1 2]` is `1 2`), maps are
+    /// written back as EDN.
+    pub fn to_cell(&self) -> String {
+        match self {
+            Value::Nil => String::new(),
+            Value::Bool(b) => b.to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Str(s) | Value::Keyword(s) | Value::Symbol(s) => s.clone(),
+            Value::Vector(items) => items
+                .iter()
+                .map(Value::to_nested)
+                .collect::<Vec<_>>()
+                .join(" "),
+            Value::Map(_) => self.to_nested(),
+        }
+    }
+
+    /// EDN-like text for a value nested in another.
+    fn to_nested(&self) -> String {
+        match self {
+            Value::Vector(items) => {
+                let inner: Vec<String> = items.iter().map(Value::to_nested).collect();
+                format!("[{}]", inner.join(" "))
+            }
+            Value::Map(entries) => {
+                let inner: Vec<String> = entries
+                    .iter()
+                    .map(|(k, v)| format!("{} {}", k.to_nested(), v.to_nested()))
+                    .collect();
+                format!("{{{}}}", inner.join(", "))
+            }
+            Value::Nil => "nil".to_owned(),
+            Value::Keyword(k) => format!(":{k}"),
+            Value::Str(s) => format!("{s:?}"),
+            other => other.to_cell(),
+        }
+    }
+
+    /// The map entry under keyword `key`, if this is a map that has one.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        let Value::Map(entries) = self else {
+            return None;
+        };
+        entries.iter().find_map(|(k, v)| match k {
+            Value::Keyword(name) if name == key => Some(v),
+            _ => None,
+        })
+    }
+}
+
+/// Parses every top-level value of `text`, each with the 1-based line it starts on.
+pub fn parse_all(text: &str) -> Result<Vec<(u64, Value)>, ConvertError> {
+    let mut parser = Parser {
+        chars: text.chars().peekable(),
+        line: 1,
+    };
+    let mut values = Vec::new();
+    loop {
+        parser.skip_space();
+        if parser.chars.peek().is_none() {
+            return Ok(values);
+        }
+        let line = parser.line;
+        values.push((line, parser.value(0)?));
+    }
+}
+
+struct Parser<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+    line: u64,
+}
+
+impl Parser<'_> {
+    fn error(&self, reason: impl Into<String>) -> ConvertError {
+        ConvertError {
+            line: self.line,
+            kind: ConvertErrorKind::Syntax(reason.into()),
+        }
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.chars.next();
+        if c == Some('\n') {
+            self.line += 1;
+        }
+        c
+    }
+
+    fn skip_space(&mut self) {
+        while let Some(&c) = self.chars.peek() {
+            if c == ';' {
+                while self.chars.peek().is_some_and(|&c| c != '\n') {
+                    self.bump();
+                }
+            } else if c.is_whitespace() || c == ',' {
+                self.bump();
+            } else {
+                return;
+            }
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, ConvertError> {
+        if depth > DEPTH_MAX {
+            return Err(self.error(format!("nested deeper than {DEPTH_MAX}")));
+        }
+        self.skip_space();
+        let Some(&c) = self.chars.peek() else {
+            return Err(self.error("unexpected end of input, expected a value"));
+        };
+        match c {
+            '{' => {
+                self.bump();
+                let items = self.items('}', depth)?;
+                if items.len() % 2 != 0 {
+                    return Err(self.error("map with an odd number of forms"));
+                }
+                let mut entries = Vec::with_capacity(items.len() / 2);
+                let mut items = items.into_iter();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    entries.push((k, v));
+                }
+                Ok(Value::Map(entries))
+            }
+            '[' | '(' => {
+                self.bump();
+                let close = if c == '[' { ']' } else { ')' };
+                Ok(Value::Vector(self.items(close, depth)?))
+            }
+            '"' => {
+                self.bump();
+                self.string()
+            }
+            '#' => {
+                self.bump();
+                match self.chars.peek() {
+                    Some(&c) if c.is_alphabetic() => {
+                        self.token();
+                        self.value(depth + 1)
+                    }
+                    _ => Err(self.error("unsupported `#` form (only `#tag` prefixes)")),
+                }
+            }
+            ':' => {
+                self.bump();
+                let name = self.token();
+                if name.is_empty() {
+                    return Err(self.error("empty keyword"));
+                }
+                Ok(Value::Keyword(name))
+            }
+            '}' | ']' | ')' => Err(self.error(format!("unexpected `{c}`"))),
+            _ => self.atom(),
+        }
+    }
+
+    /// Reads values up to the closing delimiter `close`, which it consumes.
+    fn items(&mut self, close: char, depth: usize) -> Result<Vec<Value>, ConvertError> {
+        let mut items = Vec::new();
+        loop {
+            self.skip_space();
+            match self.chars.peek() {
+                None => {
+                    return Err(self.error(format!("unexpected end of input, expected `{close}`")));
+                }
+                Some(&c) if c == close => {
+                    self.bump();
+                    return Ok(items);
+                }
+                Some(_) => items.push(self.value(depth + 1)?),
+            }
+        }
+    }
+
+    fn string(&mut self) -> Result<Value, ConvertError> {
+        let mut s = String::new();
+        loop {
+            match self.bump() {
+                None => return Err(self.error("unterminated string")),
+                Some('"') => return Ok(Value::Str(s)),
+                Some('\\') => match self.bump() {
+                    Some('"') => s.push('"'),
+                    Some('\\') => s.push('\\'),
+                    Some('n') => s.push('\n'),
+                    Some('t') => s.push('\t'),
+                    Some('r') => s.push('\r'),
+                    Some(other) => {
+                        return Err(self.error(format!("unsupported escape `\\{other}`")));
+                    }
+                    None => return Err(self.error("unterminated string")),
+                },
+                Some(c) => s.push(c),
+            }
+        }
+    }
+
+    /// Reads the characters of a symbol, keyword name or number.
+    fn token(&mut self) -> String {
+        let mut s = String::new();
+        while let Some(&c) = self.chars.peek() {
+            if c.is_whitespace() || matches!(c, ',' | '{' | '}' | '[' | ']' | '(' | ')' | '"' | ';')
+            {
+                break;
+            }
+            s.push(c);
+            self.bump();
+        }
+        s
+    }
+
+    fn atom(&mut self) -> Result<Value, ConvertError> {
+        let token = self.token();
+        let digits = token.strip_prefix(['-', '+']).unwrap_or(&token);
+        if digits.starts_with(|c: char| c.is_ascii_digit()) {
+            let digits = token.strip_suffix('N').unwrap_or(&token);
+            return digits
+                .parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| self.error(format!("`{token}` is not a 64-bit integer")));
+        }
+        match token.as_str() {
+            "" => Err(self.error("unexpected character")),
+            "nil" => Ok(Value::Nil),
+            "true" => Ok(Value::Bool(true)),
+            "false" => Ok(Value::Bool(false)),
+            _ => Ok(Value::Symbol(token)),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The Jepsen etcd logs of Porcupine's test data: `INFO  jepsen.util - 0\t:invoke\t:read\tnil`.
+//!
+//! Each line is `... jepsen.util - PROCESS TYPE F VALUE`, separated by tabs (or, in some
+//! files, spaces). One compare-and-set register, named `x`:
+//!
+//! | log | row |
+//! |---|---|
+//! | `:invoke :read nil`, `:ok :read 3` (or `nil`) | `read`, ok value `3` (empty = nil) |
+//! | `:invoke :write 3`, `:ok :write 3` | `write`, value `3` |
+//! | `:invoke :cas [1 2]`, `:ok`/`:fail :cas [1 2]` | `cas`, value `1 2` |
+//! | `:info :write :timed-out`, `:fail :read :timed-out` | that type, empty value, error `timed-out` |
+//!
+//! The files have no times: `time_ns` is the op's position in the file (0, 1, 2, ...).
+//! Blank lines are skipped.
+
+use super::{ConvertError, ConvertErrorKind, finish};
+use crate::op::{Op, OpType, Process};
+
+/// The register name of these single-register histories.
+pub const REGISTER_KEY: &str = "x";
+
+/// Converts the text of a Porcupine `jepsen/etcd_NNN.log` file.
+pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
+    let mut rows = Vec::new();
+    for (line, text) in (1u64..).zip(text.lines()) {
+        if text.trim().is_empty() {
+            continue;
+        }
+        let position = rows.len() as u64;
+        rows.push((line, parse_line(line, text, position)?));
+    }
+    finish(rows)
+}
+
+fn parse_line(line: u64, text: &str, position: u64) -> Result<Op, ConvertError> {
+    let error = |kind| ConvertError { line, kind };
+    let bad = |field: &'static str, found: &str, expected: &'static str| {
+        error(ConvertErrorKind::BadField {
+            field,
+            found: found.to_owned(),
+            expected,
+        })
+    };
+    let Some((_, rest)) = text.split_once("jepsen.util - ") else {
+        let reason = "expected `INFO  jepsen.util - PROCESS TYPE F VALUE`".to_owned();
+        return Err(error(ConvertErrorKind::Syntax(reason)));
+    };
+    let mut words = rest.split_whitespace();
+    let (Some(process), Some(op_type), Some(f)) = (words.next(), words.next(), words.next()) else {
+        let reason = "expected PROCESS TYPE F VALUE after `jepsen.util - `".to_owned();
+        return Err(error(ConvertErrorKind::Syntax(reason)));
+    };
+    let value = words.collect::<Vec<_>>().join(" ");
+    let process = match process.parse::<u64>() {
+        Ok(id) if process.bytes().all(|b| b.is_ascii_digit()) => id,
+        _ => return Err(bad("process", process, "a non-negative integer")),
+    };
+    let op_type = match op_type {
+        ":invoke" => OpType::Invoke,
+        ":ok" => OpType::Ok,
+        ":fail" => OpType::Fail,
+        ":info" => OpType::Info,
+        other => return Err(bad("type", other, ":invoke, :ok, :fail or :info")),
+    };
+    let f = match f {
+        ":read" | ":write" | ":cas" => f[1..].to_owned(),
+        other => return Err(bad("f", other, ":read, :write or :cas")),
+    };
+    let (value, error_cell) = parse_value(&value)
+        .ok_or_else(|| bad("value", &value, "nil, an integer, [OLD NEW] or :timed-out"))?;
+    Ok(Op {
+        index: position,
+        time_ns: position,
+        process: Process::Client(process),
+        op_type,
+        f,
+        key: REGISTER_KEY.to_owned(),
+        value,
+        token: None,
+        node: String::new(),
+        error: error_cell,
+    })
+}
+
+/// The value and error cells of a log value; `None` when it is none of the known forms.
+fn parse_value(value: &str) -> Option<(String, String)> {
+    let is_int = |s: &str| {
+        let digits = s.strip_prefix('-').unwrap_or(s);
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    };
+    match value {
+        "nil" => Some((String::new(), String::new())),
+        ":timed-out" => Some((String::new(), "timed-out".to_owned())),
+        v if is_int(v) => Some((v.to_owned(), String::new())),
+        v => {
+            let inner = v.strip_prefix('[')?.strip_suffix(']')?;
+            let mut parts = inner.split_whitespace();
+            let (Some(old), Some(new), None) = (parts.next(), parts.next(), parts.next()) else {
+                return None;
+            };
+            (is_int(old) && is_int(new)).then(|| (format!("{old} {new}"), String::new()))
+        }
+    }
+}

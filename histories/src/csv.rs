@@ -1,0 +1,573 @@
+//! The CSV format of histories, schema v1: [`Reader`], [`Writer`], [`read_str`], [`read_path`].
+//!
+//! The schema (columns, value conventions, the `info` and closed-interval rules) is
+//! documented in `histories/README.md`.
+//!
+//! The reader is written by hand rather than on top of `csv::Reader`: every error must name
+//! the line and the *character column* of the offending field, also inside multi-line
+//! quoted fields, and `csv` exposes only the byte offset of each record. It accepts RFC 4180
+//! CSV (`"` quoting with `""` for a quote, fields may span lines), `\n` or `\r\n` line ends,
+//! and an optional final line end. It never panics: every malformed input is a
+//! [`ParseError`]. The writer uses the `csv` crate, whose quoting the reader accepts.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+use crate::error::{ParseError, ParseErrorKind};
+use crate::op::{Op, OpType, Process};
+use crate::pair::{Blame, Validator};
+
+/// The header row of schema v1, exactly.
+pub const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error";
+
+/// The column names of schema v1, in order.
+pub const COLUMNS: [&str; 10] = [
+    "index", "time_ns", "process", "type", "f", "key", "value", "token", "node", "error",
+];
+
+/// The most fields one record may have before the reader gives up on it.
+pub const FIELDS_MAX: usize = 64;
+
+/// The longest field, in bytes, the reader accepts.
+pub const FIELD_BYTES_MAX: usize = 1 << 20;
+
+/// Reads a whole history from a string.
+pub fn read_str(text: &str) -> Result<Vec<Op>, ParseError> {
+    Reader::new(text.as_bytes()).collect()
+}
+
+/// Reads a whole history from a file.
+pub fn read_path(path: &Path) -> Result<Vec<Op>, ParseError> {
+    let file = File::open(path).map_err(|e| ParseError {
+        line: 1,
+        column: 1,
+        kind: ParseErrorKind::Io(format!("{}: {e}", path.display())),
+    })?;
+    Reader::new(file).collect()
+}
+
+/// One field of a record as read, with the position of its first character.
+#[derive(Debug)]
+struct RawField {
+    bytes: Vec<u8>,
+    line: u64,
+    column: u64,
+}
+
+/// One record: its fields and the position just past its last character.
+#[derive(Debug)]
+struct RawRecord {
+    fields: Vec<RawField>,
+    end_line: u64,
+    end_column: u64,
+}
+
+/// A streaming history reader over any [`io::Read`]: an iterator of ops.
+///
+/// It checks the header, each row's fields, and the history rules of schema v1 (those of
+/// [`crate::pair`]) as it goes, and yields `Err` once, at the first problem, then `None`.
+pub struct Reader<R> {
+    source: R,
+    buffer: Box<[u8]>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// The position of the next byte: 1-based line and character column.
+    line: u64,
+    column: u64,
+    header_read: bool,
+    done: bool,
+    validator: Validator,
+}
+
+impl<R: Read> Reader<R> {
+    /// A reader over `source`. It buffers internally: pass a plain `File`.
+    pub fn new(source: R) -> Self {
+        Reader {
+            source,
+            buffer: vec![0; 64 * 1024].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            eof: false,
+            line: 1,
+            column: 1,
+            header_read: false,
+            done: false,
+            validator: Validator::default(),
+        }
+    }
+
+    fn error(&self, line: u64, column: u64, kind: ParseErrorKind) -> ParseError {
+        ParseError { line, column, kind }
+    }
+
+    /// The next byte without consuming it; `None` at the end of the input.
+    fn peek(&mut self) -> Result<Option<u8>, ParseError> {
+        while self.start == self.end && !self.eof {
+            match self.source.read(&mut self.buffer) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    self.start = 0;
+                    self.end = n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let kind = ParseErrorKind::Io(e.to_string());
+                    return Err(self.error(self.line, self.column, kind));
+                }
+            }
+        }
+        Ok((self.start < self.end).then(|| self.buffer[self.start]))
+    }
+
+    /// Consumes the byte `peek` returned, advancing the position. UTF-8 continuation
+    /// bytes do not advance the column, so columns count characters.
+    fn bump(&mut self, byte: u8) {
+        self.start += 1;
+        if byte == b'\n' {
+            self.line += 1;
+            self.column = 1;
+        } else if byte & 0xC0 != 0x80 {
+            self.column += 1;
+        }
+    }
+
+    /// Reads one record; `None` at the end of the input.
+    fn read_record(&mut self) -> Result<Option<RawRecord>, ParseError> {
+        if self.peek()?.is_none() {
+            return Ok(None);
+        }
+        let mut fields = Vec::new();
+        loop {
+            if fields.len() == FIELDS_MAX {
+                let kind = ParseErrorKind::TooManyFields { max: FIELDS_MAX };
+                return Err(self.error(self.line, self.column, kind));
+            }
+            let (field, more) = self.read_field()?;
+            fields.push(field);
+            if !more {
+                break;
+            }
+        }
+        Ok(Some(RawRecord {
+            fields,
+            end_line: self.line,
+            end_column: self.column,
+        }))
+    }
+
+    /// Reads one field; the flag says whether a `,` followed it (more fields in the record).
+    /// A line end after the field is left unconsumed, so that the record's end position is
+    /// the column of its last character plus one; [`Reader::finish_record`] consumes it.
+    fn read_field(&mut self) -> Result<(RawField, bool), ParseError> {
+        let mut field = RawField {
+            bytes: Vec::new(),
+            line: self.line,
+            column: self.column,
+        };
+        if self.peek()? == Some(b'"') {
+            self.bump(b'"');
+            self.read_quoted(&mut field)?;
+        } else {
+            self.read_unquoted(&mut field)?;
+        }
+        // Now at `,`, a line end, or the end of the input.
+        match self.peek()? {
+            Some(b',') => {
+                self.bump(b',');
+                Ok((field, true))
+            }
+            _ => Ok((field, false)),
+        }
+    }
+
+    fn push(&self, field: &mut RawField, byte: u8) -> Result<(), ParseError> {
+        if field.bytes.len() == FIELD_BYTES_MAX {
+            let kind = ParseErrorKind::FieldTooLong {
+                max: FIELD_BYTES_MAX,
+            };
+            return Err(self.error(field.line, field.column, kind));
+        }
+        field.bytes.push(byte);
+        Ok(())
+    }
+
+    /// Reads the rest of an unquoted field, up to (not including) `,`, a line end or EOF.
+    fn read_unquoted(&mut self, field: &mut RawField) -> Result<(), ParseError> {
+        while let Some(byte) = self.peek()? {
+            match byte {
+                b',' => return Ok(()),
+                b'\n' => return Ok(()),
+                b'\r' if self.at_crlf()? => return Ok(()),
+                b'"' => {
+                    let kind = ParseErrorKind::QuoteInUnquotedField;
+                    return Err(self.error(self.line, self.column, kind));
+                }
+                _ => {
+                    self.bump(byte);
+                    self.push(field, byte)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a quoted field after its opening quote, through its closing quote.
+    fn read_quoted(&mut self, field: &mut RawField) -> Result<(), ParseError> {
+        loop {
+            let Some(byte) = self.peek()? else {
+                let kind = ParseErrorKind::UnterminatedQuote;
+                return Err(self.error(field.line, field.column, kind));
+            };
+            self.bump(byte);
+            if byte != b'"' {
+                self.push(field, byte)?;
+                continue;
+            }
+            match self.peek()? {
+                Some(b'"') => {
+                    self.bump(b'"');
+                    self.push(field, b'"')?;
+                }
+                None | Some(b',') | Some(b'\n') => return Ok(()),
+                Some(b'\r') if self.at_crlf()? => return Ok(()),
+                Some(other) => {
+                    let found = self.char_at(other);
+                    let kind = ParseErrorKind::AfterClosingQuote { found };
+                    return Err(self.error(self.line, self.column, kind));
+                }
+            }
+        }
+    }
+
+    /// Whether the input is at `\r\n`. Looks one byte past the `\r` without consuming
+    /// anything: at a buffer boundary it shifts the rest of the buffer down first.
+    fn at_crlf(&mut self) -> Result<bool, ParseError> {
+        if self.start + 1 >= self.end && !self.eof {
+            self.buffer.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            while self.end < 2 && !self.eof {
+                match self.source.read(&mut self.buffer[self.end..]) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => self.end += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let kind = ParseErrorKind::Io(e.to_string());
+                        return Err(self.error(self.line, self.column, kind));
+                    }
+                }
+            }
+        }
+        Ok(self.start + 1 < self.end && self.buffer[self.start + 1] == b'\n')
+    }
+
+    /// The character starting with `byte` at the current position, for messages.
+    fn char_at(&self, byte: u8) -> char {
+        let rest = &self.buffer[self.start..self.end];
+        let len = rest.len().min(4);
+        (1..=len)
+            .find_map(|n| std::str::from_utf8(&rest[..n]).ok())
+            .and_then(|s| s.chars().next())
+            .unwrap_or(if byte.is_ascii() {
+                byte as char
+            } else {
+                char::REPLACEMENT_CHARACTER
+            })
+    }
+
+    /// Consumes the line end after a record, if any.
+    fn finish_record(&mut self) -> Result<(), ParseError> {
+        match self.peek()? {
+            Some(b'\n') => self.bump(b'\n'),
+            Some(b'\r') => {
+                self.bump(b'\r');
+                if self.peek()? == Some(b'\n') {
+                    self.bump(b'\n');
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn read_header(&mut self) -> Result<(), ParseError> {
+        let Some(record) = self.read_record()? else {
+            return Err(self.error(1, 1, ParseErrorKind::EmptyInput));
+        };
+        self.finish_record()?;
+        for (i, field) in record.fields.iter().enumerate() {
+            let text = String::from_utf8_lossy(&field.bytes);
+            let kind = match COLUMNS.get(i) {
+                Some(&expected) if text == expected => continue,
+                Some(&expected) => ParseErrorKind::WrongColumn {
+                    expected,
+                    found: text.into_owned(),
+                },
+                None => ParseErrorKind::ExtraColumn {
+                    found: text.into_owned(),
+                },
+            };
+            return Err(self.error(field.line, field.column, kind));
+        }
+        if let Some(&expected) = COLUMNS.get(record.fields.len()) {
+            let kind = ParseErrorKind::MissingColumn { expected };
+            return Err(self.error(record.end_line, record.end_column, kind));
+        }
+        Ok(())
+    }
+
+    fn read_op(&mut self) -> Result<Option<Op>, ParseError> {
+        if !self.header_read {
+            self.read_header()?;
+            self.header_read = true;
+        }
+        let Some(record) = self.read_record()? else {
+            return Ok(None);
+        };
+        self.finish_record()?;
+        let op = parse_row(&record)?;
+        if let Err((violation, blame)) = self.validator.check(&op) {
+            let column_index = match blame {
+                Blame::Index => 0,
+                Blame::Time => 1,
+                Blame::Type => 3,
+                Blame::F => 4,
+                Blame::Key => 5,
+            };
+            let field = &record.fields[column_index];
+            let kind = ParseErrorKind::Violation(violation);
+            return Err(self.error(field.line, field.column, kind));
+        }
+        Ok(Some(op))
+    }
+}
+
+impl<R: Read> Iterator for Reader<R> {
+    type Item = Result<Op, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.read_op() {
+            Ok(Some(op)) => Some(Ok(op)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Turns a record into an op, checking each field on its own (not the history rules).
+fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
+    let fields = &record.fields;
+    if fields.len() != COLUMNS.len() {
+        let (line, column) = match fields.get(COLUMNS.len()) {
+            Some(extra) => (extra.line, extra.column),
+            None => (record.end_line, record.end_column),
+        };
+        let kind = ParseErrorKind::FieldCount {
+            found: fields.len(),
+        };
+        return Err(ParseError { line, column, kind });
+    }
+    let mut text: Vec<String> = Vec::with_capacity(COLUMNS.len());
+    for (field, column) in fields.iter().zip(COLUMNS) {
+        match String::from_utf8(field.bytes.clone()) {
+            Ok(s) => text.push(s),
+            Err(_) => {
+                let kind = ParseErrorKind::InvalidUtf8 { column };
+                return Err(at(field, kind));
+            }
+        }
+    }
+    let number = |i: usize| -> Result<u64, ParseError> {
+        parse_u64(&text[i]).ok_or_else(|| {
+            let kind = ParseErrorKind::NotANumber {
+                column: COLUMNS[i],
+                found: text[i].clone(),
+            };
+            at(&fields[i], kind)
+        })
+    };
+    let index = number(0)?;
+    let time_ns = number(1)?;
+    let process = match text[2].as_str() {
+        "nemesis" => Process::Nemesis,
+        other => match parse_u64(other) {
+            Some(id) => Process::Client(id),
+            None => {
+                let kind = ParseErrorKind::BadProcess {
+                    found: other.to_owned(),
+                };
+                return Err(at(&fields[2], kind));
+            }
+        },
+    };
+    let op_type = match text[3].as_str() {
+        "invoke" => OpType::Invoke,
+        "ok" => OpType::Ok,
+        "fail" => OpType::Fail,
+        "info" => OpType::Info,
+        other => {
+            let kind = ParseErrorKind::UnknownType {
+                found: other.to_owned(),
+            };
+            return Err(at(&fields[3], kind));
+        }
+    };
+    let token = if text[7].is_empty() {
+        None
+    } else {
+        Some(number(7)?)
+    };
+    let [_, _, _, _, f, key, value, _, node, error] = <[String; 10]>::try_from(text)
+        .map_err(|_| at(&fields[0], ParseErrorKind::FieldCount { found: 0 }))?;
+    Ok(Op {
+        index,
+        time_ns,
+        process,
+        op_type,
+        f,
+        key,
+        value,
+        token,
+        node,
+        error,
+    })
+}
+
+fn at(field: &RawField, kind: ParseErrorKind) -> ParseError {
+    ParseError {
+        line: field.line,
+        column: field.column,
+        kind,
+    }
+}
+
+/// A non-negative integer of ASCII digits only (no sign, no spaces), that fits in a u64.
+fn parse_u64(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Options of a [`Writer`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterOptions {
+    /// Flush after every row, so that a run that crashes keeps its history up to the last
+    /// row written. Costs a write system call per row.
+    pub flush_each_row: bool,
+}
+
+impl WriterOptions {
+    /// Flush after every row (see [`WriterOptions::flush_each_row`]).
+    pub fn flush_each_row() -> Self {
+        WriterOptions {
+            flush_each_row: true,
+        }
+    }
+}
+
+/// Writes a history as CSV schema v1 to any [`io::Write`], header first.
+///
+/// Ops are written as given by [`Writer::write`], or numbered by the writer itself with
+/// [`Writer::write_op`]. The writer does not check history rules; a harness that records
+/// through it produces ordered, dense indices by construction.
+pub struct Writer<W: Write> {
+    inner: ::csv::Writer<W>,
+    next_index: u64,
+    options: WriterOptions,
+}
+
+impl Writer<BufWriter<File>> {
+    /// Creates (or truncates) the file at `path` and writes the header.
+    pub fn create(path: &Path, options: WriterOptions) -> io::Result<Self> {
+        let file = File::create(path)?;
+        Writer::with_options(BufWriter::new(file), options)
+    }
+}
+
+impl<W: Write> Writer<W> {
+    /// A writer that buffers rows (call [`Writer::flush`] at the end); writes the header.
+    pub fn new(sink: W) -> io::Result<Self> {
+        Writer::with_options(sink, WriterOptions::default())
+    }
+
+    /// A writer with options; writes the header (and flushes it if `flush_each_row`).
+    pub fn with_options(sink: W, options: WriterOptions) -> io::Result<Self> {
+        let inner = ::csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(sink);
+        let mut writer = Writer {
+            inner,
+            next_index: 0,
+            options,
+        };
+        writer.inner.write_record(COLUMNS)?;
+        writer.after_row()?;
+        Ok(writer)
+    }
+
+    /// Writes `op` as it is; the next [`Writer::write_op`] numbers after `op.index`.
+    pub fn write(&mut self, op: &Op) -> io::Result<()> {
+        let index = op.index.to_string();
+        let time_ns = op.time_ns.to_string();
+        let process = op.process.to_string();
+        let token = op.token.map(|t| t.to_string()).unwrap_or_default();
+        let record: [&str; 10] = [
+            &index,
+            &time_ns,
+            &process,
+            op.op_type.as_str(),
+            &op.f,
+            &op.key,
+            &op.value,
+            &token,
+            &op.node,
+            &op.error,
+        ];
+        self.inner.write_record(record)?;
+        self.next_index = op.index.saturating_add(1);
+        self.after_row()
+    }
+
+    /// Sets `op.index` to the next index (0 first, then one more than the last row
+    /// written), writes it, and returns the index given.
+    pub fn write_op(&mut self, mut op: Op) -> io::Result<u64> {
+        op.index = self.next_index;
+        self.write(&op)?;
+        Ok(op.index)
+    }
+
+    /// The index [`Writer::write_op`] gives next.
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// Flushes buffered rows to the sink.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+
+    /// Flushes and returns the sink.
+    pub fn into_inner(self) -> io::Result<W> {
+        self.inner.into_inner().map_err(|e| e.into_error())
+    }
+
+    fn after_row(&mut self) -> io::Result<()> {
+        if self.options.flush_each_row {
+            self.inner.flush()?;
+        }
+        Ok(())
+    }
+}

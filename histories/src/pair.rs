@@ -1,0 +1,323 @@
+//! Pairing invokes with their completions: [`Operation`], [`pair`].
+//!
+//! A history is a list of events; a checker wants operations, each an interval of time
+//! with an input and (maybe) an output. [`pair`] turns one into the other, checking the
+//! process discipline of schema v1 on the way (the same rules the CSV reader enforces):
+//!
+//! - indices are 0, 1, 2, ... with no gaps, and `time_ns` never decreases;
+//! - a client process has at most one open invoke; an `ok`/`fail`/`info` row completes it
+//!   and repeats its `f` and `key`;
+//! - a process whose op ended `info` never invokes again;
+//! - nemesis rows have type `info`. They are faults, not operations: [`pair_with_faults`]
+//!   hands them back apart, [`pair`] leaves them out.
+
+use std::collections::HashMap;
+
+use crate::error::{PairError, Violation};
+use crate::op::{Op, OpType, Process};
+
+/// The invoke half of an [`Operation`]: when it started and what it carried.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Invocation {
+    /// The invoke row's index.
+    pub index: u64,
+    /// The invoke row's time: the operation's call time.
+    pub time_ns: u64,
+    /// The invoke's value (acquire: lease_ms; write: the value; cas: `OLD NEW`; ...).
+    pub value: String,
+    /// The invoke's token (release: the token released; write: the token carried).
+    pub token: Option<u64>,
+    /// The invoke's node cell.
+    pub node: String,
+    /// The invoke's error cell (normally empty).
+    pub error: String,
+}
+
+/// The completion half of an [`Operation`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Completion {
+    /// `Ok`, `Fail` or `Info` (never `Invoke`).
+    pub op_type: OpType,
+    /// The completion row's index.
+    pub index: u64,
+    /// The completion row's time.
+    pub time_ns: u64,
+    /// The completion's value (read ok: the value read; ...).
+    pub value: String,
+    /// The completion's token (acquire ok: the token granted).
+    pub token: Option<u64>,
+    /// The node that answered, when known.
+    pub node: String,
+    /// On fail or info: why.
+    pub error: String,
+}
+
+/// One client operation: an invoke and its completion, if any.
+///
+/// # The interval
+///
+/// An operation occupies the **closed** interval `[call_ns, return_ns]` of the history's
+/// clock: it may take effect at any instant `t` with `call_ns <= t <= return_ns`. Two
+/// operations are ordered in real time (A before B) only when `A.return_ns < B.call_ns`;
+/// equal times are concurrent. Closed intervals are the cautious choice with a clock of
+/// finite resolution: two events recorded at the same nanosecond may have happened in
+/// either order.
+///
+/// # `info` and ops that never completed
+///
+/// An op whose completion is `info`, or that has no completion at all (the history ended
+/// while it was open), is *indeterminate*: [`Operation::return_ns`] is `None`, meaning
+/// `+infinity`. It may have taken effect at any instant after its call, or never. A checker
+/// must allow both; the usual encoding (Porcupine's) is to let the search linearize it at any
+/// point after the call, or last, which amounts to never. Its completion's value and token
+/// carry no information about an effect.
+///
+/// # `fail`
+///
+/// A `fail` op certainly did not take effect. Its interval is still `[call, return]`: for
+/// some models a failure is an observation made inside it (`acquire` `fail busy`: the key
+/// was held at some instant of the interval; `cas` fail: the register did not hold `OLD`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Operation {
+    /// The client process id.
+    pub process: u64,
+    /// The function (`acquire`, `release`, `write`, `read`, `cas`, `get`, `put`, `append`).
+    pub f: String,
+    /// The key (the register name for the register model).
+    pub key: String,
+    /// The invoke row.
+    pub invoke: Invocation,
+    /// The completion row; `None` when the history ended while the op was open.
+    pub completion: Option<Completion>,
+}
+
+impl Operation {
+    /// The call time: the invoke's `time_ns`.
+    pub fn call_ns(&self) -> u64 {
+        self.invoke.time_ns
+    }
+
+    /// The return time; `None` means `+infinity` (an `info` or never-completed op).
+    pub fn return_ns(&self) -> Option<u64> {
+        match &self.completion {
+            Some(c) if c.op_type != OpType::Info => Some(c.time_ns),
+            _ => None,
+        }
+    }
+
+    /// The completion's type, `None` when there is no completion.
+    pub fn op_type(&self) -> Option<OpType> {
+        self.completion.as_ref().map(|c| c.op_type)
+    }
+
+    /// The op certainly took effect (`ok`).
+    pub fn is_ok(&self) -> bool {
+        self.op_type() == Some(OpType::Ok)
+    }
+
+    /// The op certainly did not take effect (`fail`).
+    pub fn is_fail(&self) -> bool {
+        self.op_type() == Some(OpType::Fail)
+    }
+
+    /// The outcome is unknown: `info`, or no completion at all.
+    pub fn is_indeterminate(&self) -> bool {
+        self.return_ns().is_none()
+    }
+}
+
+/// A history split into client operations and nemesis faults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Paired {
+    /// One per client invoke, in invoke order.
+    pub operations: Vec<Operation>,
+    /// The nemesis rows, in history order.
+    pub faults: Vec<Op>,
+}
+
+/// Pairs every client invoke with its completion; nemesis rows are left out.
+///
+/// Returns one [`Operation`] per client invoke, in the order of the invokes. Fails on the
+/// first op that breaks a rule of schema v1 (see the module doc).
+pub fn pair(ops: &[Op]) -> Result<Vec<Operation>, PairError> {
+    pair_with_faults(ops).map(|paired| paired.operations)
+}
+
+/// Like [`pair`], and also returns the nemesis rows.
+pub fn pair_with_faults(ops: &[Op]) -> Result<Paired, PairError> {
+    let mut validator = Validator::default();
+    let mut paired = Paired::default();
+    // Client process -> position of its open operation in `paired.operations`.
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    for (position, op) in ops.iter().enumerate() {
+        validator.check(op).map_err(|(violation, _)| PairError {
+            position,
+            index: op.index,
+            violation,
+        })?;
+        let Process::Client(process) = op.process else {
+            paired.faults.push(op.clone());
+            continue;
+        };
+        if op.op_type == OpType::Invoke {
+            open.insert(process, paired.operations.len());
+            paired.operations.push(Operation {
+                process,
+                f: op.f.clone(),
+                key: op.key.clone(),
+                invoke: Invocation {
+                    index: op.index,
+                    time_ns: op.time_ns,
+                    value: op.value.clone(),
+                    token: op.token,
+                    node: op.node.clone(),
+                    error: op.error.clone(),
+                },
+                completion: None,
+            });
+        } else {
+            // The validator accepted the completion, so the process has an open invoke.
+            let slot = open
+                .remove(&process)
+                .expect("validator accepted a completion without an open invoke");
+            paired.operations[slot].completion = Some(Completion {
+                op_type: op.op_type,
+                index: op.index,
+                time_ns: op.time_ns,
+                value: op.value.clone(),
+                token: op.token,
+                node: op.node.clone(),
+                error: op.error.clone(),
+            });
+        }
+    }
+    Ok(paired)
+}
+
+/// The column a [`Violation`] is blamed on, so that the CSV reader can point at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blame {
+    Index,
+    Time,
+    Type,
+    F,
+    Key,
+}
+
+#[derive(Clone, Debug)]
+struct OpenInvoke {
+    index: u64,
+    f: String,
+    key: String,
+}
+
+/// Checks ops one at a time against the rules of schema v1. Shared by the CSV reader and
+/// [`pair`], so both reject exactly the same histories.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Validator {
+    next_index: u64,
+    last_time_ns: u64,
+    /// Client process -> its open invoke.
+    open: HashMap<u64, OpenInvoke>,
+    /// Client process -> the index of the `info` that retired it.
+    retired: HashMap<u64, u64>,
+}
+
+impl Validator {
+    /// Checks `op` and, when it is accepted, records it. A rejected op leaves `self`
+    /// unchanged.
+    pub(crate) fn check(&mut self, op: &Op) -> Result<(), (Violation, Blame)> {
+        if op.index != self.next_index {
+            let violation = Violation::IndexGap {
+                expected: self.next_index,
+                found: op.index,
+            };
+            return Err((violation, Blame::Index));
+        }
+        if op.time_ns < self.last_time_ns {
+            let violation = Violation::TimeBackwards {
+                previous_ns: self.last_time_ns,
+                time_ns: op.time_ns,
+            };
+            return Err((violation, Blame::Time));
+        }
+        match op.process {
+            Process::Nemesis => Self::check_nemesis(op)?,
+            Process::Client(process) => self.check_client(process, op)?,
+        }
+        self.next_index += 1;
+        self.last_time_ns = op.time_ns;
+        Ok(())
+    }
+
+    fn check_nemesis(op: &Op) -> Result<(), (Violation, Blame)> {
+        if op.op_type != OpType::Info {
+            let violation = Violation::NemesisNotInfo {
+                op_type: op.op_type,
+            };
+            return Err((violation, Blame::Type));
+        }
+        if op.f.is_empty() {
+            return Err((Violation::EmptyFunction, Blame::F));
+        }
+        Ok(())
+    }
+
+    /// Checks a client op and records its effect on the open and retired tables.
+    fn check_client(&mut self, process: u64, op: &Op) -> Result<(), (Violation, Blame)> {
+        if op.op_type == OpType::Invoke {
+            if let Some(&info_index) = self.retired.get(&process) {
+                let violation = Violation::InvokeAfterInfo {
+                    process: op.process,
+                    info_index,
+                };
+                return Err((violation, Blame::Type));
+            }
+            if let Some(invoke) = self.open.get(&process) {
+                let violation = Violation::InvokeWhileOpen {
+                    process: op.process,
+                    invoke_index: invoke.index,
+                };
+                return Err((violation, Blame::Type));
+            }
+            if op.f.is_empty() {
+                return Err((Violation::EmptyFunction, Blame::F));
+            }
+            let invoke = OpenInvoke {
+                index: op.index,
+                f: op.f.clone(),
+                key: op.key.clone(),
+            };
+            self.open.insert(process, invoke);
+            return Ok(());
+        }
+        let Some(invoke) = self.open.get(&process) else {
+            let violation = Violation::CompletionWithoutInvoke {
+                process: op.process,
+                op_type: op.op_type,
+            };
+            return Err((violation, Blame::Type));
+        };
+        if op.f != invoke.f {
+            let violation = Violation::FunctionMismatch {
+                invoke_index: invoke.index,
+                invoke_f: invoke.f.clone(),
+                f: op.f.clone(),
+            };
+            return Err((violation, Blame::F));
+        }
+        if op.key != invoke.key {
+            let violation = Violation::KeyMismatch {
+                invoke_index: invoke.index,
+                invoke_key: invoke.key.clone(),
+                key: op.key.clone(),
+            };
+            return Err((violation, Blame::Key));
+        }
+        self.open.remove(&process);
+        if op.op_type == OpType::Info {
+            self.retired.insert(process, op.index);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,75 @@
+//! Every `cases/malformed/NAME.csv` is rejected with exactly the message in `NAME.expect`.
+//!
+//! Rule: DESIGN.md "Histories (CSV)": the reader rejects bad input with `line:column:
+//! reason` and never panics; STYLE.md 12: the CSV reader is tested with malformed input.
+//! `LOCKSMITH_REWRITE=1 cargo test -p history --test malformed` rewrites the `.expect`
+//! files: only commit a rewrite you understand.
+
+use std::path::{Path, PathBuf};
+
+fn malformed_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/malformed")
+}
+
+fn cases() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(malformed_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "csv"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[test]
+fn every_malformed_case_fails_with_its_expected_message() {
+    let rewrite = std::env::var_os("LOCKSMITH_REWRITE").is_some();
+    let paths = cases();
+    assert!(paths.len() >= 20, "only {} malformed cases", paths.len());
+    let mut failures = Vec::new();
+    for path in &paths {
+        let error = match history::csv::read_path(path) {
+            Ok(ops) => {
+                failures.push(format!("{}: accepted ({} ops)", path.display(), ops.len()));
+                continue;
+            }
+            Err(error) => error,
+        };
+        assert!(
+            error.line >= 1 && error.column >= 1,
+            "{}: {error}",
+            path.display()
+        );
+        let message = error.to_string();
+        let expect_path = path.with_extension("expect");
+        if rewrite {
+            std::fs::write(&expect_path, format!("{message}\n")).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&expect_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", expect_path.display()));
+        if expected.trim_end_matches('\n') != message {
+            failures.push(format!(
+                "{}:\n  expected {}\n  found    {message}",
+                path.display(),
+                expected.trim_end()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_expect_file_has_its_case() {
+    // Rule: STYLE.md 6: a case is its files; a stray `.expect` is a case that was lost.
+    for entry in std::fs::read_dir(malformed_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "expect") {
+            assert!(
+                path.with_extension("csv").is_file(),
+                "{} has no .csv",
+                path.display()
+            );
+        }
+    }
+}

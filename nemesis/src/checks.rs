@@ -1,0 +1,72 @@
+//! Runs every check on a recorded history and writes the reports (`timeline.html`, and
+//! `latency.svg`: latency over time with nemesis periods shaded).
+//!
+//! The history is read back from `history.csv`, so the checks see exactly the file a user
+//! would give `locksmith check`. This is the one place that calls the `checker` crate.
+
+use std::path::Path;
+
+use checker::{Options, Verdict};
+
+use crate::recorder::write_file;
+
+/// The checks' result, ready for results.json and the exit code.
+#[derive(Clone, Debug)]
+pub struct CheckOutput {
+    /// `valid`, `invalid` or `unknown`.
+    pub verdict: String,
+    /// 0, 1 or 2.
+    pub exit_code: i32,
+    /// The explanation in words (empty when valid).
+    pub explanation: String,
+    /// Per-check results.
+    pub json: serde_json::Value,
+}
+
+fn unknown(reason: String) -> CheckOutput {
+    CheckOutput {
+        verdict: Verdict::Unknown {
+            reason: reason.clone(),
+        }
+        .as_str()
+        .to_owned(),
+        exit_code: 2,
+        explanation: reason.clone(),
+        json: serde_json::json!({ "error": reason }),
+    }
+}
+
+/// Checks `dir/history.csv` (lock model, default drift) and writes `timeline.html` and
+/// `latency.svg` into `dir`.
+pub fn check_history(dir: &Path) -> CheckOutput {
+    let path = dir.join("history.csv");
+    let ops = match history::csv::read_path(&path) {
+        Ok(ops) => ops,
+        Err(e) => return unknown(format!("{}: {e}", path.display())),
+    };
+    let paired = match history::pair::pair_with_faults(&ops) {
+        Ok(p) => p,
+        Err(e) => return unknown(format!("{}: {e}", path.display())),
+    };
+    let check = checker::check_operations(&paired.operations, &Options::default());
+    let title = dir.display().to_string();
+    let mut report_errors = Vec::new();
+    let timeline = checker::report::timeline::render(&title, &paired, &check);
+    if let Err(e) = write_file(&dir.join("timeline.html"), &timeline) {
+        report_errors.push(e.to_string());
+    }
+    let plot = checker::report::plot::latency_svg(&title, &paired.operations, &paired.faults);
+    if let Err(e) = write_file(&dir.join("latency.svg"), &plot) {
+        report_errors.push(e.to_string());
+    }
+    let mut json = serde_json::to_value(&check).unwrap_or_default();
+    if !report_errors.is_empty() {
+        json["report_errors"] = serde_json::json!(report_errors);
+    }
+    CheckOutput {
+        verdict: check.verdict.as_str().to_owned(),
+        exit_code: check.verdict.exit_code(),
+        explanation: check.explanation(),
+        json,
+    }
+}

@@ -1,0 +1,420 @@
+//! Cluster control: real node processes on loopback, each in its own process group, with
+//! SIGKILL, SIGSTOP/SIGCONT and restart from the same data dir (nix signals).
+//!
+//! Rules (jepsen.md "Robust nemesis"; HELPERS machine rules):
+//! - every child runs in its own process group and is signalled by its pid's group, never by
+//!   name;
+//! - a paused node gets SIGCONT before SIGKILL, and every node gets SIGCONT at teardown, so
+//!   nothing stays stopped;
+//! - no process outlives the run: [`Cluster`] kills its children on drop (also while
+//!   unwinding a panic), and every live pid is in a process-wide registry that the Ctrl-C
+//!   handler empties with [`kill_registered`];
+//! - each node's stdout and stderr go to `node-logs/n<id>.log` (appended across restarts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::{Error, NodeId};
+
+/// How long to wait for a SIGKILLed child to be reaped before reporting it.
+pub const REAP_TIMEOUT_MS: u64 = 5_000;
+
+/// Process groups of every child started by any cluster in this process.
+static REGISTRY: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+fn registry() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// SIGCONT then SIGKILL every registered process group (the Ctrl-C path). Returns how many.
+pub fn kill_registered() -> usize {
+    let pids: Vec<i32> = registry().iter().copied().collect();
+    for pid in &pids {
+        let _ = killpg(Pid::from_raw(*pid), Signal::SIGCONT);
+        let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    registry().clear();
+    pids.len()
+}
+
+/// Options that change how a node is started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// The node's lease-clock rate, per mille (`None`: normal).
+    pub clock_rate_permille: Option<u32>,
+}
+
+/// Builds the command line that starts one node (the system under test decides it).
+pub trait Launcher: Send + Sync {
+    /// The command for node `id`; the cluster sets its process group and output files.
+    fn command(&self, id: NodeId, options: &LaunchOptions) -> Command;
+}
+
+/// The addresses and directories of a cluster on loopback.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Node ids, 1..=n.
+    pub nodes: Vec<NodeId>,
+    /// Where each node listens for peers.
+    pub peer: BTreeMap<NodeId, SocketAddr>,
+    /// Where each node listens for clients.
+    pub client: BTreeMap<NodeId, SocketAddr>,
+    /// Each node's data dir (kept across restarts).
+    pub data_dir: BTreeMap<NodeId, PathBuf>,
+    /// Where node logs go.
+    pub log_dir: PathBuf,
+}
+
+impl Layout {
+    /// Picks free loopback ports for `n` nodes and creates their data dirs under `dir`.
+    pub fn new(n: u64, dir: &Path) -> Result<Layout, Error> {
+        let nodes: Vec<NodeId> = (1..=n).collect();
+        let ports = free_ports(2 * n as usize)?;
+        let log_dir = dir.join("node-logs");
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| Error::Io(format!("{}: {e}", log_dir.display())))?;
+        let mut layout = Layout {
+            nodes: nodes.clone(),
+            peer: BTreeMap::new(),
+            client: BTreeMap::new(),
+            data_dir: BTreeMap::new(),
+            log_dir,
+        };
+        for (i, id) in nodes.iter().enumerate() {
+            layout.peer.insert(*id, ports[2 * i]);
+            layout.client.insert(*id, ports[2 * i + 1]);
+            let data = dir.join("data").join(format!("n{id}"));
+            std::fs::create_dir_all(&data)
+                .map_err(|e| Error::Io(format!("{}: {e}", data.display())))?;
+            layout.data_dir.insert(*id, data);
+        }
+        Ok(layout)
+    }
+
+    /// The client addresses in node order (node i+1 is the i-th).
+    pub fn client_addrs(&self) -> Vec<SocketAddr> {
+        self.client.values().copied().collect()
+    }
+}
+
+/// `n` distinct free loopback ports: all are bound at once (so they differ), then released.
+pub fn free_ports(n: usize) -> Result<Vec<SocketAddr>, Error> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| Error::Io(format!("free port: {e}")))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map_err(|e| Error::Io(e.to_string())))
+        .collect()
+}
+
+struct NodeProcess {
+    child: Option<Child>,
+    paused: bool,
+    starts: u32,
+    options: LaunchOptions,
+}
+
+/// Node processes and their state.
+pub struct Cluster {
+    nodes: Vec<NodeId>,
+    procs: Mutex<BTreeMap<NodeId, NodeProcess>>,
+    launcher: Box<dyn Launcher>,
+    log_dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts every node of `nodes`.
+    pub fn start(
+        launcher: Box<dyn Launcher>,
+        nodes: &[NodeId],
+        log_dir: &Path,
+    ) -> Result<Cluster, Error> {
+        let procs = nodes
+            .iter()
+            .map(|id| {
+                let p = NodeProcess {
+                    child: None,
+                    paused: false,
+                    starts: 0,
+                    options: LaunchOptions::default(),
+                };
+                (*id, p)
+            })
+            .collect();
+        let cluster = Cluster {
+            nodes: nodes.to_vec(),
+            procs: Mutex::new(procs),
+            launcher,
+            log_dir: log_dir.to_path_buf(),
+        };
+        for id in nodes {
+            cluster.spawn(*id)?;
+        }
+        Ok(cluster)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, NodeProcess>> {
+        self.procs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The node ids.
+    pub fn nodes(&self) -> &[NodeId] {
+        &self.nodes
+    }
+
+    fn log_file(&self, id: NodeId) -> Result<File, Error> {
+        let path = self.log_dir.join(format!("n{id}.log"));
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+    }
+
+    fn spawn(&self, id: NodeId) -> Result<(), Error> {
+        let mut procs = self.lock();
+        let node = procs
+            .get_mut(&id)
+            .ok_or_else(|| Error::Cluster(format!("no node {id}")))?;
+        if node.child.is_some() {
+            return Err(Error::Cluster(format!("node {id} is already running")));
+        }
+        let log = self.log_file(id)?;
+        let err = log.try_clone().map_err(|e| Error::Io(e.to_string()))?;
+        let mut command = self.launcher.command(id, &node.options);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err));
+        command.process_group(0);
+        let child = command.spawn().map_err(|e| {
+            Error::Cluster(format!(
+                "start node {id} ({:?}): {e}",
+                command.get_program()
+            ))
+        })?;
+        registry().insert(child.id() as i32);
+        node.child = Some(child);
+        node.paused = false;
+        node.starts += 1;
+        Ok(())
+    }
+
+    /// The pid of a running (or paused) node.
+    pub fn pid(&self, id: NodeId) -> Option<u32> {
+        self.lock()
+            .get(&id)
+            .and_then(|n| n.child.as_ref().map(Child::id))
+    }
+
+    /// How many times a node was started.
+    pub fn starts(&self, id: NodeId) -> u32 {
+        self.lock().get(&id).map_or(0, |n| n.starts)
+    }
+
+    /// Nodes not running (killed, or exited on their own).
+    pub fn down(&self) -> BTreeSet<NodeId> {
+        self.lock()
+            .iter()
+            .filter(|(_, n)| n.child.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Nodes stopped with SIGSTOP.
+    pub fn paused(&self) -> BTreeSet<NodeId> {
+        self.lock()
+            .iter()
+            .filter(|(_, n)| n.paused)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// SIGCONT then SIGKILL a node and reap it. Killing a node that is down is a no-op.
+    pub fn kill(&self, id: NodeId) -> Result<(), Error> {
+        let mut procs = self.lock();
+        let node = procs
+            .get_mut(&id)
+            .ok_or_else(|| Error::Cluster(format!("no node {id}")))?;
+        let Some(mut child) = node.child.take() else {
+            return Ok(());
+        };
+        node.paused = false;
+        drop(procs);
+        let pgid = Pid::from_raw(child.id() as i32);
+        let _ = killpg(pgid, Signal::SIGCONT);
+        let _ = killpg(pgid, Signal::SIGKILL);
+        let reaped = reap(&mut child, Duration::from_millis(REAP_TIMEOUT_MS));
+        registry().remove(&(child.id() as i32));
+        reaped
+            .map(|_| ())
+            .map_err(|e| Error::Cluster(format!("node {id}: {e}")))
+    }
+
+    /// SIGSTOP a running node.
+    pub fn pause(&self, id: NodeId) -> Result<(), Error> {
+        self.signal(id, Signal::SIGSTOP, true)
+    }
+
+    /// SIGCONT a node (harmless when it is not paused).
+    pub fn resume(&self, id: NodeId) -> Result<(), Error> {
+        self.signal(id, Signal::SIGCONT, false)
+    }
+
+    fn signal(&self, id: NodeId, signal: Signal, paused: bool) -> Result<(), Error> {
+        let mut procs = self.lock();
+        let node = procs
+            .get_mut(&id)
+            .ok_or_else(|| Error::Cluster(format!("no node {id}")))?;
+        let Some(child) = node.child.as_ref() else {
+            return Err(Error::Cluster(format!(
+                "node {id} is down; cannot {signal}"
+            )));
+        };
+        killpg(Pid::from_raw(child.id() as i32), signal)
+            .map_err(|e| Error::Cluster(format!("node {id}: {signal}: {e}")))?;
+        node.paused = paused;
+        Ok(())
+    }
+
+    /// Starts a down node again from its data dir (with its current launch options).
+    pub fn restart(&self, id: NodeId) -> Result<(), Error> {
+        self.spawn(id)
+    }
+
+    /// Sets the options the node is started with next time (e.g. a clock rate).
+    pub fn set_launch_options(&self, id: NodeId, options: LaunchOptions) {
+        if let Some(n) = self.lock().get_mut(&id) {
+            n.options = options;
+        }
+    }
+
+    /// Nodes that exited on their own since the last call, with their status (a crash the
+    /// nemesis did not cause; the run reports it).
+    pub fn reap_exited(&self) -> Vec<(NodeId, ExitStatus)> {
+        let mut out = Vec::new();
+        let mut procs = self.lock();
+        for (id, node) in procs.iter_mut() {
+            let exited = match node.child.as_mut().map(Child::try_wait) {
+                Some(Ok(Some(status))) => Some(status),
+                _ => None,
+            };
+            if let Some(status) = exited
+                && let Some(child) = node.child.take()
+            {
+                registry().remove(&(child.id() as i32));
+                node.paused = false;
+                out.push((*id, status));
+            }
+        }
+        out
+    }
+
+    /// SIGCONT and SIGKILL every node and reap them. Idempotent; runs on drop too.
+    pub fn teardown(&self) -> Result<(), Error> {
+        let mut first = Ok(());
+        for id in self.nodes.clone() {
+            if let Err(e) = self.kill(id)
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+fn reap(child: &mut Child, timeout: Duration) -> Result<ExitStatus, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => return Err(format!("pid {} not reaped after {timeout:?}", child.id())),
+            Err(e) => return Err(format!("pid {}: wait: {e}", child.id())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starts `sleep 30` as a stand-in node.
+    struct Sleeper;
+
+    impl Launcher for Sleeper {
+        fn command(&self, _id: NodeId, _options: &LaunchOptions) -> Command {
+            let mut c = Command::new("sleep");
+            c.arg("30");
+            c
+        }
+    }
+
+    fn state(pid: u32) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state is the field after the parenthesised command name.
+        stat.rsplit(')')
+            .next()
+            .and_then(|s| s.trim().chars().next())
+            .unwrap_or('?')
+    }
+
+    #[test]
+    fn kill_pause_resume_restart_and_teardown_control_real_processes() {
+        // Issue 5: SIGKILL, SIGSTOP/SIGCONT, restart; no process outlives the cluster.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cluster = Cluster::start(Box::new(Sleeper), &[1, 2], dir.path()).expect("start");
+        let pid1 = cluster.pid(1).expect("node 1 runs");
+        let pid2 = cluster.pid(2).expect("node 2 runs");
+
+        cluster.pause(1).expect("pause");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(state(pid1), 'T', "SIGSTOP leaves the process stopped");
+        assert_eq!(cluster.paused(), BTreeSet::from([1]));
+        cluster.resume(1).expect("resume");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_ne!(state(pid1), 'T', "SIGCONT resumes it");
+
+        cluster.pause(1).expect("pause again");
+        cluster.kill(1).expect("kill a paused node");
+        assert_eq!(cluster.down(), BTreeSet::from([1]));
+        assert!(
+            !Path::new(&format!("/proc/{pid1}")).exists(),
+            "killed and reaped"
+        );
+
+        cluster.restart(1).expect("restart");
+        assert_eq!(cluster.starts(1), 2);
+        let new_pid = cluster.pid(1).expect("restarted");
+        assert_ne!(new_pid, pid1);
+        assert!(dir.path().join("n1.log").exists(), "log file per node");
+
+        drop(cluster);
+        assert!(
+            !Path::new(&format!("/proc/{new_pid}")).exists(),
+            "drop kills node 1"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{pid2}")).exists(),
+            "drop kills node 2"
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! `locksmith test`: one complete chaos test (DESIGN "The harness"), exit 0 valid, 1 invalid,
+//! 2 unknown or could not run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use nemesis::faults::FaultKind;
+use nemesis::lockd_system::{Lockd, find_lockd};
+use nemesis::net::NetKind;
+use nemesis::run::{self, TestOptions};
+use nemesis::workload::WorkloadKind;
+
+/// Options of `locksmith test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 5)]
+    nodes: u64,
+    /// Length of the fault phase, seconds.
+    #[arg(long, default_value_t = 60)]
+    time_s: u64,
+    /// Fault kinds: kill, pause, partition, clock (comma-separated; `none` for none).
+    #[arg(long, default_value = "kill,pause,partition,clock")]
+    nemesis: String,
+    /// Client slots.
+    #[arg(long, default_value_t = 10)]
+    concurrency: u64,
+    /// Lock keys.
+    #[arg(long, default_value_t = 4)]
+    keys: u32,
+    /// The seed (default: picked from the clock, and printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Start lockd with this injected bug.
+    #[arg(long)]
+    bug: Option<String>,
+    /// Partition backend: proxy (default) or kernel (root: iptables).
+    #[arg(long, default_value = "proxy")]
+    net: String,
+    /// The system under test (only lockd for now).
+    #[arg(long, default_value = "lockd")]
+    system: String,
+    /// fenced (default) or unfenced (the control workload, expected to fail).
+    #[arg(long, default_value = "fenced")]
+    workload: String,
+    /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
+    #[arg(long, default_value = "10-100")]
+    think_ms: String,
+    /// Bound of the recovery phase, seconds.
+    #[arg(long, default_value_t = 20)]
+    recovery_s: u64,
+    /// Where runs are stored.
+    #[arg(long, default_value = "store")]
+    store: PathBuf,
+}
+
+fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
+    let nemesis = if args.nemesis == "none" || args.nemesis.is_empty() {
+        Vec::new()
+    } else {
+        args.nemesis
+            .split(',')
+            .map(|s| s.trim().parse::<FaultKind>())
+            .collect::<Result<_, _>>()?
+    };
+    if args.nodes == 0 || args.concurrency == 0 || args.keys == 0 {
+        anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
+    }
+    if args.system != "lockd" {
+        anyhow::bail!("--system {:?}: only lockd is supported so far", args.system);
+    }
+    if let Some(bug) = &args.bug {
+        bug.parse::<lockd::bugs::Bug>()?;
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (now.as_nanos() as u64 ^ u64::from(std::process::id())) % 1_000_000
+    });
+    let think_ms = parse_range(&args.think_ms)?;
+    Ok(TestOptions {
+        nodes: args.nodes,
+        time_s: args.time_s,
+        nemesis,
+        concurrency: args.concurrency,
+        keys: args.keys,
+        seed,
+        bug: args.bug.clone(),
+        net: args.net.parse::<NetKind>()?,
+        store: args.store.clone(),
+        workload: args.workload.parse::<WorkloadKind>()?,
+        recovery_s: args.recovery_s,
+        think_ms,
+        progress: true,
+    })
+}
+
+fn parse_range(text: &str) -> anyhow::Result<(u64, u64)> {
+    let (low, high) = text
+        .split_once('-')
+        .ok_or_else(|| anyhow::anyhow!("--think-ms {text:?}: expected LOW-HIGH, e.g. 10-100"))?;
+    let low: u64 = low
+        .trim()
+        .parse()
+        .with_context(|| format!("--think-ms {text:?}: LOW"))?;
+    let high: u64 = high
+        .trim()
+        .parse()
+        .with_context(|| format!("--think-ms {text:?}: HIGH"))?;
+    if low > high {
+        anyhow::bail!("--think-ms {text:?}: LOW is above HIGH");
+    }
+    Ok((low, high))
+}
+
+/// Runs the test and maps its verdict to the exit code.
+pub fn run(args: TestArgs) -> ExitCode {
+    match try_run(&args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("locksmith test: could not run: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
+    let options = options(args)?;
+    eprintln!("locksmith test: seed {}", options.seed);
+    let binary = find_lockd()?;
+    let system = Arc::new(Lockd::new(binary, options.bug.clone(), options.seed));
+    // A panic anywhere kills every node this process started before the message is printed.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        nemesis::cluster::kill_registered();
+        nemesis::net::kernel::teardown_registered();
+        default_hook(info);
+    }));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            r = run::run(&options, system) => r.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => {
+                let killed = nemesis::cluster::kill_registered();
+                nemesis::net::kernel::teardown_registered();
+                Err(anyhow::anyhow!("interrupted (Ctrl-C); killed {killed} node process(es)"))
+            }
+        }
+    });
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rerun: locksmith test --seed {}", options.seed);
+            return Err(e);
+        }
+    };
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    print_summary(&options, &outcome);
+    Ok(outcome.exit_code.clamp(0, 2) as u8)
+}
+
+fn print_summary(options: &TestOptions, outcome: &run::RunOutcome) {
+    let r = &outcome.results;
+    println!("seed: {}", options.seed);
+    println!("store: {}", outcome.dir.display());
+    println!("ops: {}", r["ops"]);
+    println!("faults: {}", r["faults"]["by_kind"]);
+    println!("recovery: {}", r["recovery"]);
+    if !outcome.explanation.is_empty() {
+        println!("{}", outcome.explanation.trim_end());
+    }
+    println!("verdict: {}", outcome.verdict);
+    if outcome.exit_code != 0 {
+        println!(
+            "rerun: locksmith test --seed {}{}",
+            options.seed,
+            rerun_flags(options)
+        );
+    }
+}
+
+/// The flags that differ from the defaults, so that the rerun line reproduces the run.
+fn rerun_flags(o: &TestOptions) -> String {
+    let d = TestOptions::default();
+    let mut s = String::new();
+    if o.nodes != d.nodes {
+        s.push_str(&format!(" --nodes {}", o.nodes));
+    }
+    if o.time_s != d.time_s {
+        s.push_str(&format!(" --time-s {}", o.time_s));
+    }
+    if o.nemesis != d.nemesis {
+        let n: Vec<&str> = o.nemesis.iter().map(|k| k.name()).collect();
+        s.push_str(&format!(
+            " --nemesis {}",
+            if n.is_empty() {
+                "none".into()
+            } else {
+                n.join(",")
+            }
+        ));
+    }
+    if o.concurrency != d.concurrency {
+        s.push_str(&format!(" --concurrency {}", o.concurrency));
+    }
+    if o.keys != d.keys {
+        s.push_str(&format!(" --keys {}", o.keys));
+    }
+    if let Some(b) = &o.bug {
+        s.push_str(&format!(" --bug {b}"));
+    }
+    if o.workload != d.workload {
+        s.push_str(" --workload unfenced");
+    }
+    if o.think_ms != d.think_ms {
+        s.push_str(&format!(" --think-ms {}-{}", o.think_ms.0, o.think_ms.1));
+    }
+    if o.recovery_s != d.recovery_s {
+        s.push_str(&format!(" --recovery-s {}", o.recovery_s));
+    }
+    if o.net != d.net {
+        s.push_str(" --net kernel");
+    }
+    s
+}

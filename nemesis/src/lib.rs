@@ -1,0 +1,59 @@
+//! The locksmith harness: runs a lock service as real OS processes, drives concurrent
+//! clients, lets a nemesis kill, pause, partition and skew the clocks of its nodes, records
+//! every operation to a CSV history as it happens, and checks the history.
+//!
+//! The main loop of `locksmith test` (see [`run`]):
+//!
+//! 1. pick a seed and build the plan: a pure, seeded [`schedule`] of client ops and faults;
+//! 2. start the cluster ([`cluster`]) behind a partitionable network ([`net`]);
+//! 3. run the clients ([`workload`]) and the nemesis ([`faults`]) against it, recording each
+//!    op ([`recorder`]) before it acts;
+//! 4. heal everything (every fault package's final schedule), then a recovery phase in
+//!    which every client must succeed again;
+//! 5. write `store/<test>/<timestamp>/` and run every check.
+//!
+//! `cargo build` builds both binaries, `locksmith` and `lockd`; the harness finds `lockd`
+//! through `LOCKD_BIN`, or next to its own executable.
+#![deny(missing_docs)]
+
+pub mod checks;
+pub mod cluster;
+pub mod faults;
+pub mod lockd_system;
+pub mod nemeses;
+pub mod net;
+pub mod recorder;
+pub mod rng;
+pub mod run;
+pub mod schedule;
+pub mod system;
+pub mod workload;
+
+/// A node's id, 1-based as in `lockd --id`.
+pub type NodeId = u64;
+
+/// The harness's one error type.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system or socket error, with what was being done.
+    #[error("io: {0}")]
+    Io(String),
+    /// A step did not finish within its bound.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A feature this machine or process cannot provide (e.g. the kernel net without root).
+    #[error("unsupported here: {0}")]
+    Unsupported(String),
+    /// A bad command-line argument or option value.
+    #[error("bad argument: {0}")]
+    BadArgument(String),
+    /// Two nemeses claim one fault kind, or a fault names something that does not exist.
+    #[error("nemesis: {0}")]
+    Nemesis(String),
+    /// The cluster could not be started or controlled.
+    #[error("cluster: {0}")]
+    Cluster(String),
+    /// Writing the history failed.
+    #[error("history: {0}")]
+    History(String),
+}

@@ -1,0 +1,267 @@
+//! lockd as the system under test: `lockd` processes started with the run's layout (peers
+//! dialed through the net's per-link addresses), `lockd::client::Client` as the lock client,
+//! its status and `set_clock` calls for the leader-aware and clock nemeses.
+//!
+//! The `lockd` binary is found through `LOCKD_BIN`, else next to the running executable
+//! (`target/<profile>/lockd` beside `locksmith`, or one directory up from a test binary in
+//! `target/<profile>/deps/`). `cargo build` builds both binaries.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use lockd::client::{Client, ClientError};
+use lockd::raft::Role;
+
+use crate::cluster::{LaunchOptions, Launcher, Layout};
+use crate::system::{LockClient, NodeView, Outcome, System};
+use crate::{Error, NodeId};
+
+/// The client id of the harness's own control client (status, clock); never a process id.
+pub const CONTROL_CLIENT_ID: u64 = u64::MAX / 2;
+
+/// Finds the `lockd` binary.
+pub fn find_lockd() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("LOCKD_BIN") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(Error::Cluster(format!(
+                "LOCKD_BIN={} is not a file",
+                path.display()
+            )))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::Io(format!("current exe: {e}")))?;
+    let mut candidates = Vec::new();
+    if let Some(dir) = exe.parent() {
+        candidates.push(dir.join("lockd"));
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join("lockd"));
+        }
+    }
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        Error::Cluster(format!(
+            "no lockd binary next to {}; run `cargo build` (it builds lockd and locksmith) or set LOCKD_BIN",
+            exe.display()
+        ))
+    })
+}
+
+/// lockd.
+pub struct Lockd {
+    binary: PathBuf,
+    bug: Option<String>,
+    seed: u64,
+    control: std::sync::Mutex<Option<(Vec<SocketAddr>, Arc<Client>)>>,
+}
+
+impl Lockd {
+    /// lockd from `binary`, with an optional `--bug`, node RNG seeds derived from `seed`.
+    pub fn new(binary: PathBuf, bug: Option<String>, seed: u64) -> Self {
+        Lockd {
+            binary,
+            bug,
+            seed,
+            control: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn control(&self, layout: &Layout) -> Arc<Client> {
+        let addrs = layout.client_addrs();
+        let mut control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        match control.as_ref() {
+            Some((a, c)) if *a == addrs => c.clone(),
+            _ => {
+                let c = Arc::new(Client::new(addrs.clone(), CONTROL_CLIENT_ID));
+                *control = Some((addrs, c.clone()));
+                c
+            }
+        }
+    }
+}
+
+struct LockdLauncher {
+    binary: PathBuf,
+    bug: Option<String>,
+    seed: u64,
+    layout: Layout,
+    dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
+}
+
+fn node_map(entries: impl Iterator<Item = (NodeId, SocketAddr)>) -> String {
+    entries
+        .map(|(id, a)| format!("{id}={a}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Launcher for LockdLauncher {
+    fn command(&self, id: NodeId, options: &LaunchOptions) -> Command {
+        let mut c = Command::new(&self.binary);
+        c.arg("--id").arg(id.to_string());
+        c.arg("--peers")
+            .arg(node_map(self.layout.peer.iter().map(|(k, v)| (*k, *v))));
+        c.arg("--client-listen")
+            .arg(self.layout.client[&id].to_string());
+        c.arg("--data-dir").arg(&self.layout.data_dir[&id]);
+        let dial = node_map(
+            self.dial
+                .iter()
+                .filter(|((s, _), _)| *s == id)
+                .map(|((_, t), a)| (*t, *a)),
+        );
+        if !dial.is_empty() {
+            c.arg("--dial").arg(dial);
+        }
+        if let Some(bug) = &self.bug {
+            c.arg("--bug").arg(bug);
+        }
+        if let Some(rate) = options.clock_rate_permille {
+            c.arg("--clock-rate")
+                .arg(format!("{}", f64::from(rate) / 1000.0));
+        }
+        c.arg("--seed")
+            .arg(self.seed.wrapping_mul(1000).wrapping_add(id).to_string());
+        c
+    }
+}
+
+struct LockdClient {
+    client: Client,
+}
+
+fn outcome<T>(
+    result: Result<T, ClientError>,
+    token: impl FnOnce(T) -> Option<u64>,
+    node: NodeId,
+) -> Outcome {
+    match result {
+        Ok(v) => Outcome::Ok {
+            token: token(v),
+            node: Some(node),
+        },
+        Err(ClientError::Unavailable(_)) => Outcome::Fail {
+            error: "unavailable".into(),
+            node: None,
+        },
+        Err(e) if e.is_definite() => Outcome::Fail {
+            error: e.history_error().to_owned(),
+            node: Some(node),
+        },
+        Err(e) => Outcome::Info(e.history_error().to_owned()),
+    }
+}
+
+impl LockClient for LockdClient {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Outcome> {
+        async move {
+            let r = self.client.acquire(key, lease_ms, wait_ms, deadline).await;
+            outcome(r, Some, self.client.leader_hint())
+        }
+        .boxed()
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Outcome> {
+        async move {
+            let r = self.client.release(key, token, deadline).await;
+            outcome(r, |()| None, self.client.leader_hint())
+        }
+        .boxed()
+    }
+}
+
+fn role_name(role: Role) -> String {
+    match role {
+        Role::Leader => "leader",
+        Role::Follower => "follower",
+        Role::Candidate => "candidate",
+        Role::PreCandidate => "pre-candidate",
+    }
+    .to_owned()
+}
+
+impl System for Lockd {
+    fn name(&self) -> &'static str {
+        "lockd"
+    }
+
+    fn launcher(
+        &self,
+        layout: &Layout,
+        dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
+    ) -> Result<Box<dyn Launcher>, Error> {
+        Ok(Box::new(LockdLauncher {
+            binary: self.binary.clone(),
+            bug: self.bug.clone(),
+            seed: self.seed,
+            layout: layout.clone(),
+            dial,
+        }))
+    }
+
+    fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient> {
+        Box::new(LockdClient {
+            client: Client::new(layout.client_addrs(), client_id),
+        })
+    }
+
+    fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>> {
+        let control = self.control(layout);
+        async move {
+            let answers = control.status_all().await;
+            answers
+                .into_iter()
+                .flatten()
+                .map(|s| NodeView {
+                    node: s.raft.id,
+                    role: role_name(s.raft.role),
+                    term: s.raft.term,
+                    leader: s.raft.leader,
+                    commit_index: s.raft.commit_index,
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn set_clock<'a>(
+        &'a self,
+        layout: &'a Layout,
+        id: NodeId,
+        rate_permille: u32,
+        jump_ms: i64,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let control = self.control(layout);
+        async move {
+            let index = layout
+                .nodes
+                .iter()
+                .position(|n| *n == id)
+                .ok_or_else(|| Error::Nemesis(format!("no node {id}")))?;
+            control
+                .set_clock(index, f64::from(rate_permille) / 1000.0, jump_ms)
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::Nemesis(format!("n{id}: set_clock: {e}")))
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,315 @@
+//! The schedule: a pure, seeded function of `(seed, logical step, completions so far)` that
+//! says what each client does next and when each fault starts and stops (STYLE practice 11).
+//!
+//! Real time decides only *when* an op runs, never *which* op: a client's next op depends on
+//! the seed, its slot, its step counter and the completion of its previous op; the fault plan
+//! depends on the seed, the enabled fault kinds, the run length and the node count. So the
+//! same seed gives the same schedule of ops and faults, and `tests/schedule.rs` pins golden
+//! op lists the way `jepsen.generator.test/perfect` does.
+
+use serde::Serialize;
+
+use crate::faults::{self, FaultKind, FaultOp};
+use crate::rng::Rng;
+
+/// Stream ids for [`Rng::derive`], so the client and fault streams never share draws.
+const CLIENT_STREAM: u64 = 1 << 32;
+const FAULT_STREAM: u64 = 2 << 32;
+
+/// What the workload asks of its clients.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadConfig {
+    /// The run's seed.
+    pub seed: u64,
+    /// The number of lock keys; client slot `s` works on key `s % keys` (per-key groups).
+    pub keys: u32,
+    /// Shortest and longest lease asked for, ms.
+    pub lease_ms: (u64, u64),
+    /// Longest wait of a waiting acquire, ms (half of the acquires try once, wait 0).
+    pub wait_ms_max: u64,
+    /// Shortest and longest pause between two ops of one client, ms.
+    pub think_ms: (u64, u64),
+}
+
+impl WorkloadConfig {
+    /// Defaults for a seed and key count.
+    pub fn new(seed: u64, keys: u32) -> Self {
+        WorkloadConfig {
+            seed,
+            keys: keys.max(1),
+            lease_ms: (400, 1500),
+            wait_ms_max: 1000,
+            think_ms: (10, 100),
+        }
+    }
+}
+
+/// One client operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum ClientOp {
+    /// Acquire `key` for `lease_ms`, waiting up to `wait_ms` (0: try once).
+    Acquire {
+        /// The lock key.
+        key: String,
+        /// The lease asked for.
+        lease_ms: u64,
+        /// How long to wait for a held key.
+        wait_ms: u64,
+    },
+    /// Write `value` to the fenced resource `key`, carrying `token`.
+    Write {
+        /// The resource key (the lock's key).
+        key: String,
+        /// The value written (unique per op).
+        value: String,
+        /// The fencing token the client holds.
+        token: u64,
+    },
+    /// Release `key` held under `token`.
+    Release {
+        /// The lock key.
+        key: String,
+        /// The token released.
+        token: u64,
+    },
+}
+
+impl ClientOp {
+    /// A one-line spelling, used by golden tests and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            ClientOp::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+            } => format!("acquire {key} lease={lease_ms} wait={wait_ms}"),
+            ClientOp::Write { key, value, token } => format!("write {key} {value} token={token}"),
+            ClientOp::Release { key, token } => format!("release {key} token={token}"),
+        }
+    }
+}
+
+/// What the generator learns from a completion (all it needs to pick the next op).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// An acquire returned ok with this token.
+    Acquired(u64),
+    /// An acquire failed or ended info: the client does not hold the key.
+    NotAcquired,
+    /// A write or release completed (any outcome).
+    Done,
+}
+
+/// One scheduled step: wait `think_ms`, then run `op`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// Pause before the op, ms.
+    pub think_ms: u64,
+    /// The op.
+    pub op: ClientOp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Holding {
+        token: u64,
+        writes_left: u32,
+        gap_ms: u64,
+    },
+}
+
+/// The generator of one client slot: acquire (try or wait), hold while writing to the fenced
+/// resource, release; again. Sometimes it holds past its lease (a quarter of the grants), so
+/// the fenced resource must reject its late writes once another client holds the key.
+#[derive(Clone, Debug)]
+pub struct ClientGen {
+    config: WorkloadConfig,
+    slot: u64,
+    step: u64,
+    phase: Phase,
+    last_lease_ms: u64,
+}
+
+impl ClientGen {
+    /// The generator of client slot `slot`.
+    pub fn new(config: &WorkloadConfig, slot: u64) -> Self {
+        ClientGen {
+            config: config.clone(),
+            slot,
+            step: 0,
+            phase: Phase::Idle,
+            last_lease_ms: 0,
+        }
+    }
+
+    /// The key this slot works on.
+    pub fn key(&self) -> String {
+        format!("k{}", self.slot % u64::from(self.config.keys))
+    }
+
+    /// The next step, given how the previous op completed (`None` for the first).
+    pub fn next(&mut self, last: Option<Completion>) -> Step {
+        let mut rng = Rng::derive(self.config.seed, CLIENT_STREAM + self.slot, self.step);
+        self.step += 1;
+        if let (Phase::Idle, Some(Completion::Acquired(token))) = (&self.phase, last) {
+            let lease = self.last_lease_ms.max(1);
+            // Hold for 20-80% of the lease, or 110-160% of it a quarter of the time.
+            let percent = if rng.chance(1, 4) {
+                rng.range(110, 160)
+            } else {
+                rng.range(20, 80)
+            };
+            let hold_ms = lease * percent / 100;
+            let writes = rng.range(1, 3) as u32;
+            let gap_ms = hold_ms / (u64::from(writes) + 1);
+            self.phase = Phase::Holding {
+                token,
+                writes_left: writes,
+                gap_ms,
+            };
+        }
+        match self.phase.clone() {
+            Phase::Idle => self.acquire(&mut rng),
+            Phase::Holding {
+                token,
+                writes_left,
+                gap_ms,
+            } if writes_left > 0 => {
+                self.phase = Phase::Holding {
+                    token,
+                    writes_left: writes_left - 1,
+                    gap_ms,
+                };
+                let value = format!("{}.{}", self.slot, self.step);
+                Step {
+                    think_ms: gap_ms,
+                    op: ClientOp::Write {
+                        key: self.key(),
+                        value,
+                        token,
+                    },
+                }
+            }
+            Phase::Holding { token, gap_ms, .. } => {
+                self.phase = Phase::Idle;
+                Step {
+                    think_ms: gap_ms,
+                    op: ClientOp::Release {
+                        key: self.key(),
+                        token,
+                    },
+                }
+            }
+        }
+    }
+
+    fn acquire(&mut self, rng: &mut Rng) -> Step {
+        let (low, high) = self.config.lease_ms;
+        let lease_ms = rng.range(low, high.max(low));
+        let wait_ms = if rng.chance(1, 2) {
+            0
+        } else {
+            rng.range(50, self.config.wait_ms_max.max(50))
+        };
+        self.last_lease_ms = lease_ms;
+        let (think_low, think_high) = self.config.think_ms;
+        let think_ms = rng.range(think_low, think_high.max(think_low));
+        Step {
+            think_ms,
+            op: ClientOp::Acquire {
+                key: self.key(),
+                lease_ms,
+                wait_ms,
+            },
+        }
+    }
+}
+
+/// What the fault plan is built from.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultPlanConfig {
+    /// The run's seed.
+    pub seed: u64,
+    /// The enabled fault kinds (`--nemesis`).
+    pub kinds: Vec<FaultKind>,
+    /// The length of the fault phase, ms.
+    pub duration_ms: u64,
+}
+
+/// One planned fault op, `at_ms` after the run started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// When, ms since the start of the run.
+    pub at_ms: u64,
+    /// What.
+    pub op: FaultOp,
+}
+
+/// The longest fault-free warm-up before the first fault, ms (lets a leader be elected).
+pub const WARMUP_MS_MAX: u64 = 2_000;
+/// No fault starts closer than this to the end of the fault phase, ms.
+pub const TAIL_MS: u64 = 500;
+
+/// The fault plan: episodes of the enabled kinds, each a start op and a stop op with a
+/// recovery window after it; the first round runs every kind once in a seeded order, later
+/// rounds draw kinds at random, and a quarter of the episodes overlap a second, different
+/// kind inside the first (a combination). Sorted by time.
+pub fn fault_plan(config: &FaultPlanConfig) -> Vec<Planned> {
+    let mut plan = Vec::new();
+    let kinds = &config.kinds;
+    if kinds.is_empty() {
+        return plan;
+    }
+    let interval = (config.duration_ms / 12).clamp(1_000, 5_000);
+    let end = config.duration_ms.saturating_sub(TAIL_MS);
+    let mut first_round = kinds.clone();
+    Rng::derive(config.seed, FAULT_STREAM, u64::MAX).shuffle(&mut first_round);
+    let mut t = WARMUP_MS_MAX.min(config.duration_ms / 6);
+    for episode_index in 0u64.. {
+        let mut rng = Rng::derive(config.seed, FAULT_STREAM, episode_index);
+        let kind = match first_round.get(episode_index as usize) {
+            Some(k) => *k,
+            None => *rng.pick(kinds).unwrap_or(&kinds[0]),
+        };
+        let active = rng.range(interval * 6 / 10, interval * 14 / 10);
+        if t + active > end {
+            break;
+        }
+        let (start, stop) = faults::episode(kind, &mut rng);
+        plan.push(Planned {
+            at_ms: t,
+            op: start,
+        });
+        plan.push(Planned {
+            at_ms: t + active,
+            op: stop,
+        });
+        let others: Vec<FaultKind> = kinds.iter().copied().filter(|k| *k != kind).collect();
+        if rng.chance(1, 4) && !others.is_empty() {
+            let second = *rng.pick(&others).unwrap_or(&others[0]);
+            let (start2, stop2) = faults::episode(second, &mut rng);
+            plan.push(Planned {
+                at_ms: t + active / 4,
+                op: start2,
+            });
+            plan.push(Planned {
+                at_ms: t + active * 3 / 4,
+                op: stop2,
+            });
+        }
+        t += active + rng.range(interval * 8 / 10, interval * 12 / 10);
+    }
+    plan.sort_by_key(|p| p.at_ms);
+    plan
+}
+
+/// The plan as text, one op per line (`at_ms verb value`), for `plan.txt` and golden tests.
+pub fn describe_plan(plan: &[Planned]) -> String {
+    plan.iter()
+        .map(|p| {
+            let line = format!("{:>6} {} {}", p.at_ms, p.op.f.name(), p.op.describe(&[]));
+            format!("{}\n", line.trim_end())
+        })
+        .collect()
+}

@@ -1,0 +1,107 @@
+//! The system under test, behind a trait: how to start one of its nodes, how to talk to it
+//! as a client, and how to ask and steer its nodes (status, lease clock). `lockd` is the
+//! first implementation ([`crate::lockd_system`]); etcd comes later (`--system etcd`).
+//!
+//! Killing, pausing and restarting are the cluster's (signals on process groups) and the
+//! same for every system; a system only says how a node is started ([`Launcher`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+
+use crate::cluster::{Launcher, Layout};
+use crate::{Error, NodeId};
+
+/// How one client op ended, as the history records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It took effect; the token for an acquire, and the node that answered when known.
+    Ok {
+        /// The fencing token granted (acquire only).
+        token: Option<u64>,
+        /// The node that answered.
+        node: Option<NodeId>,
+    },
+    /// It certainly did not take effect: the history's error word (`busy`, `not-holder`,
+    /// `unavailable`, ...) and the node that answered, when known.
+    Fail {
+        /// The error word.
+        error: String,
+        /// The node that answered.
+        node: Option<NodeId>,
+    },
+    /// Unknown; the error word (`timeout`, ...) and detail.
+    Info(String),
+}
+
+/// A lock client of the system, one per client process.
+pub trait LockClient: Send + Sync {
+    /// Acquire `key` for `lease_ms`, waiting up to `wait_ms`, giving up at `deadline`.
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Outcome>;
+
+    /// Release `key` held under `token`, giving up at `deadline`.
+    fn release<'a>(&'a self, key: &'a str, token: u64, deadline: Instant)
+    -> BoxFuture<'a, Outcome>;
+}
+
+/// One node's answer to a status query.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NodeView {
+    /// The node asked.
+    pub node: NodeId,
+    /// `leader`, `follower`, `candidate`, ...
+    pub role: String,
+    /// Its term.
+    pub term: u64,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Its commit index.
+    pub commit_index: u64,
+}
+
+/// A system under test.
+pub trait System: Send + Sync {
+    /// `lockd`, `etcd`, ...
+    fn name(&self) -> &'static str;
+
+    /// How to start node `id` of `layout`, its peers dialed through `dial` (the net's
+    /// per-link addresses: `dial[(id, peer)]`).
+    fn launcher(
+        &self,
+        layout: &Layout,
+        dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
+    ) -> Result<Box<dyn Launcher>, Error>;
+
+    /// A client for client process `client_id`.
+    fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient>;
+
+    /// Every node's view (an unreachable node is missing), within the implementation's own
+    /// short deadline.
+    fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>>;
+
+    /// Sets node `id`'s lease clock: rate per mille of real time, after a jump of `jump_ms`.
+    fn set_clock<'a>(
+        &'a self,
+        layout: &'a Layout,
+        id: NodeId,
+        rate_permille: u32,
+        jump_ms: i64,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+}
+
+/// The leader most nodes agree on among nodes that say they lead (highest term wins).
+pub fn leader_of(views: &[NodeView]) -> Option<NodeId> {
+    views
+        .iter()
+        .filter(|v| v.role == "leader")
+        .max_by_key(|v| v.term)
+        .map(|v| v.node)
+}

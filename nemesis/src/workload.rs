@@ -1,0 +1,316 @@
+//! The workload: client tasks that follow their schedule ([`crate::schedule::ClientGen`]):
+//! acquire (try or wait), hold while writing to the fenced resource, release; and the
+//! recovery phase in which every client must succeed again.
+//!
+//! The fenced resource ([`FencedStore`]) lives inside the harness: it accepts a write iff its
+//! token is at least the highest it accepted for that key (DESIGN "Histories"). The
+//! `unfenced` control workload records the same `write` ops with the token the client holds,
+//! but its resource ignores tokens, so a client that writes after its lease ran out is
+//! accepted; the checker must then find stale writes (the nemesis has teeth).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use history::{OpType, Process};
+
+use crate::recorder::{Recorder, Row};
+use crate::schedule::{ClientGen, ClientOp, Completion};
+use crate::system::{LockClient, Outcome};
+
+/// An op's RPC deadline beyond its wait, ms. An answer not back by then is `info`.
+pub const OP_TIMEOUT_MS: u64 = 2_000;
+
+/// Which resource the clients write to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// Writes carry tokens; stale ones are rejected.
+    Fenced,
+    /// Writes are accepted whatever their token (the control that must fail).
+    Unfenced,
+}
+
+impl std::str::FromStr for WorkloadKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fenced" => Ok(WorkloadKind::Fenced),
+            "unfenced" => Ok(WorkloadKind::Unfenced),
+            other => Err(crate::Error::BadArgument(format!(
+                "--workload {other:?}: expected fenced or unfenced"
+            ))),
+        }
+    }
+}
+
+/// The fenced resource: per key, the highest token accepted and the last value.
+#[derive(Debug)]
+pub struct FencedStore {
+    kind: WorkloadKind,
+    keys: Mutex<HashMap<String, (u64, String)>>,
+}
+
+impl FencedStore {
+    /// An empty store.
+    pub fn new(kind: WorkloadKind) -> Self {
+        FencedStore {
+            kind,
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Writes `value` under `token`: accepted iff `token >=` the highest accepted for `key`
+    /// (or always, unfenced). `Err(highest)` when rejected as stale.
+    pub fn write(&self, key: &str, value: &str, token: u64) -> Result<(), u64> {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = keys.entry(key.to_owned()).or_insert((0, String::new()));
+        if self.kind == WorkloadKind::Fenced && token < entry.0 {
+            return Err(entry.0);
+        }
+        entry.0 = entry.0.max(token);
+        entry.1 = value.to_owned();
+        Ok(())
+    }
+}
+
+/// Counters the progress line and results read.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Completed client ops.
+    pub ops: AtomicU64,
+    /// ok completions.
+    pub ok: AtomicU64,
+    /// fail completions.
+    pub fail: AtomicU64,
+    /// info completions.
+    pub info: AtomicU64,
+}
+
+impl Counters {
+    fn count(&self, t: OpType) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        let c = match t {
+            OpType::Ok => &self.ok,
+            OpType::Fail => &self.fail,
+            _ => &self.info,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Makes a client for a process id.
+pub type ClientFactory = Arc<dyn Fn(u64) -> Box<dyn LockClient> + Send + Sync>;
+
+/// One client slot: its generator, its current process and client.
+pub struct Worker {
+    slot: u64,
+    slots: u64,
+    process: u64,
+    generator: ClientGen,
+    client: Box<dyn LockClient>,
+    factory: ClientFactory,
+    recorder: Arc<Recorder>,
+    store: Arc<FencedStore>,
+    counters: Arc<Counters>,
+}
+
+/// What one op did, for the generator and the recovery phase.
+struct Done {
+    op_type: OpType,
+    completion: Completion,
+}
+
+impl Worker {
+    /// A worker for `slot` of `slots`.
+    pub fn new(
+        slot: u64,
+        slots: u64,
+        generator: ClientGen,
+        factory: ClientFactory,
+        recorder: Arc<Recorder>,
+        store: Arc<FencedStore>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        let client = factory(slot);
+        Worker {
+            slot,
+            slots,
+            process: slot,
+            generator,
+            client,
+            factory,
+            recorder,
+            store,
+            counters,
+        }
+    }
+
+    /// Runs the schedule until `stop` (no op starts after it; one in flight finishes within
+    /// its deadline). Returns the number of ops run.
+    pub async fn run_until(&mut self, stop: Instant) -> u64 {
+        let mut last = None;
+        let mut ops = 0;
+        loop {
+            let step = self.generator.next(last);
+            let start = Instant::now() + Duration::from_millis(step.think_ms);
+            if start >= stop {
+                return ops;
+            }
+            tokio::time::sleep_until(start.into()).await;
+            last = Some(self.perform(&step.op).await.completion);
+            ops += 1;
+        }
+    }
+
+    /// The recovery phase: until `deadline`, acquire (waiting), write and release this
+    /// slot's key; true once one acquire and its release both came back ok.
+    pub async fn recover(&mut self, deadline: Instant) -> bool {
+        let key = self.generator.key();
+        while Instant::now() < deadline {
+            let acquire = ClientOp::Acquire {
+                key: key.clone(),
+                lease_ms: 2_000,
+                wait_ms: 1_000,
+            };
+            let Completion::Acquired(token) = self.perform(&acquire).await.completion else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let value = format!("{}.recovery", self.slot);
+            self.perform(&ClientOp::Write {
+                key: key.clone(),
+                value,
+                token,
+            })
+            .await;
+            let release = self
+                .perform(&ClientOp::Release {
+                    key: key.clone(),
+                    token,
+                })
+                .await;
+            if release.op_type == OpType::Ok {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn process(&self) -> Process {
+        Process::Client(self.process)
+    }
+
+    /// Records the invoke, runs the op, records its completion; retires the process after
+    /// an `info`.
+    async fn perform(&mut self, op: &ClientOp) -> Done {
+        let (f, key, value, token) = match op {
+            ClientOp::Acquire { key, lease_ms, .. } => ("acquire", key, lease_ms.to_string(), None),
+            ClientOp::Write { key, value, token } => ("write", key, value.clone(), Some(*token)),
+            ClientOp::Release { key, token } => ("release", key, String::new(), Some(*token)),
+        };
+        let invoke = Row {
+            f: f.into(),
+            key: key.clone(),
+            value,
+            token,
+            ..Row::default()
+        };
+        self.recorder.record(self.process(), OpType::Invoke, invoke);
+        let outcome = match op {
+            ClientOp::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+            } => {
+                let deadline = Instant::now() + Duration::from_millis(wait_ms + OP_TIMEOUT_MS);
+                self.client
+                    .acquire(key, *lease_ms, *wait_ms, deadline)
+                    .await
+            }
+            ClientOp::Release { key, token } => {
+                let deadline = Instant::now() + Duration::from_millis(OP_TIMEOUT_MS);
+                self.client.release(key, *token, deadline).await
+            }
+            ClientOp::Write { key, value, token } => match self.store.write(key, value, *token) {
+                Ok(()) => Outcome::Ok {
+                    token: None,
+                    node: None,
+                },
+                Err(_) => Outcome::Fail {
+                    error: "stale-token".into(),
+                    node: None,
+                },
+            },
+        };
+        let (op_type, row_token, node, error) = match &outcome {
+            Outcome::Ok { token, node } => (
+                OpType::Ok,
+                *token,
+                node.map(|n| format!("n{n}")).unwrap_or_default(),
+                String::new(),
+            ),
+            Outcome::Fail { error, node } => (
+                OpType::Fail,
+                None,
+                node.map(|n| format!("n{n}")).unwrap_or_default(),
+                error.clone(),
+            ),
+            Outcome::Info(e) => (OpType::Info, None, String::new(), e.clone()),
+        };
+        let complete = Row {
+            f: f.into(),
+            key: key.clone(),
+            token: row_token,
+            node,
+            error,
+            ..Row::default()
+        };
+        self.recorder.record(self.process(), op_type, complete);
+        self.counters.count(op_type);
+        if op_type == OpType::Info {
+            self.process += self.slots;
+            self.client = (self.factory)(self.process);
+        }
+        let completion = match (op, &outcome) {
+            (ClientOp::Acquire { .. }, Outcome::Ok { token: Some(t), .. }) => {
+                Completion::Acquired(*t)
+            }
+            (ClientOp::Acquire { .. }, _) => Completion::NotAcquired,
+            _ => Completion::Done,
+        };
+        Done {
+            op_type,
+            completion,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenced_store_rejects_stale_tokens_and_unfenced_does_not() {
+        // DESIGN "Histories": write ok iff token >= highest accepted for that key.
+        let fenced = FencedStore::new(WorkloadKind::Fenced);
+        assert_eq!(fenced.write("a", "x", 5), Ok(()));
+        assert_eq!(
+            fenced.write("a", "y", 5),
+            Ok(()),
+            "an equal token is accepted"
+        );
+        assert_eq!(fenced.write("a", "z", 4), Err(5), "an older token is stale");
+        assert_eq!(fenced.write("b", "z", 4), Ok(()), "keys are independent");
+        let unfenced = FencedStore::new(WorkloadKind::Unfenced);
+        assert_eq!(unfenced.write("a", "x", 5), Ok(()));
+        assert_eq!(
+            unfenced.write("a", "z", 4),
+            Ok(()),
+            "the control accepts stale writes"
+        );
+    }
+}
