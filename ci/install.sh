@@ -1,9 +1,36 @@
 #!/usr/bin/env bash
-# Installs what the tests need beyond the Rust toolchain. Idempotent: installs only what is
-# missing. iptables: the harness's kernel net backend (`locksmith test --net kernel`) and
-# the kernel arm of nemesis/tests/net_conformance.rs, both root only.
+# Installs the system packages that the tests need beyond the Rust toolchain, and only those
+# that are missing. Idempotent: a second run installs nothing. Needs root (CI runs as root).
+#
+# - etcd-server, etcd-client: etcd 3.4 as the second system under test (nemesis::etcd,
+#   nemesis/tests/etcd.rs, `locksmith bench`). The harness talks to etcd through its JSON
+#   gateway over plain HTTP, so no protobuf-compiler is needed. The package's own service
+#   is never used: the harness starts private nodes on free loopback ports with temporary
+#   data dirs.
+# - iptables: the harness's kernel net backend (`locksmith test --net kernel`) and the
+#   kernel arm of nemesis/tests/net_conformance.rs, both root only.
 set -euo pipefail
-if [ "$(id -u)" = "0" ] && ! command -v iptables >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq iptables
+
+packages=(etcd-server etcd-client iptables)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "ci/install.sh: all present: ${packages[*]}"
+  exit 0
 fi
+
+if [ "$(id -u)" != "0" ]; then
+  echo "ci/install.sh: not root, cannot install ${missing[*]}; the tests that need them skip" >&2
+  exit 0
+fi
+
+echo "ci/install.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
+use nemesis::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
 use nemesis::faults::FaultKind;
 use nemesis::lockd_system::{Lockd, find_lockd};
 use nemesis::net::NetKind;
@@ -40,7 +41,7 @@ pub struct TestArgs {
     /// Partition backend: proxy (default) or kernel (root: iptables).
     #[arg(long, default_value = "proxy")]
     net: String,
-    /// The system under test (only lockd for now).
+    /// The system under test: lockd, or etcd (process faults only: --nemesis kill,pause).
     #[arg(long, default_value = "lockd")]
     system: String,
     /// fenced (default) or unfenced (the control workload, expected to fail).
@@ -69,8 +70,24 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     if args.nodes == 0 || args.concurrency == 0 || args.keys == 0 {
         anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
     }
-    if args.system != "lockd" {
-        anyhow::bail!("--system {:?}: only lockd is supported so far", args.system);
+    match args.system.as_str() {
+        "lockd" => {}
+        "etcd" => {
+            // nemesis::etcd::Etcd: etcd cannot dial its peers through per-link addresses, and
+            // has no lease-clock control, so only process faults apply to it.
+            if let Some(kind) = nemesis
+                .iter()
+                .find(|kind| matches!(kind, FaultKind::Partition | FaultKind::Clock))
+            {
+                anyhow::bail!(
+                    "--system etcd: the {kind:?} nemesis does not apply to etcd; use --nemesis kill,pause"
+                );
+            }
+            if args.bug.is_some() {
+                anyhow::bail!("--system etcd: --bug names a lockd mutant");
+            }
+        }
+        other => anyhow::bail!("--system {other:?}: lockd or etcd"),
     }
     if let Some(bug) = &args.bug {
         bug.parse::<lockd::bugs::Bug>()?;
@@ -131,8 +148,16 @@ pub fn run(args: TestArgs) -> ExitCode {
 fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let options = options(args)?;
     eprintln!("locksmith test: seed {}", options.seed);
-    let binary = find_lockd()?;
-    let system = Arc::new(Lockd::new(binary, options.bug.clone(), options.seed));
+    let system: Arc<dyn nemesis::system::System> = if args.system == "etcd" {
+        let config = EtcdClusterConfig {
+            binary: find_etcd()?,
+            ..EtcdClusterConfig::default()
+        };
+        Arc::new(Etcd::new(config, ClientOptions::default()))
+    } else {
+        let binary = find_lockd()?;
+        Arc::new(Lockd::new(binary, options.bug.clone(), options.seed))
+    };
     // A panic anywhere kills every node this process started before the message is printed.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -14,10 +14,16 @@
 //!
 //! `cargo build` builds both binaries, `locksmith` and `lockd`; the harness finds `lockd`
 //! through `LOCKD_BIN`, or next to its own executable.
+//!
+//! Beside the harness: [`etcd`], etcd as a second system under test (a cluster of real
+//! processes, a lock client, [`etcd::Etcd`] for the [`system::System`] trait), and
+//! [`bench`], acquire+release cycles per second, latency percentiles and leader failover.
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod checks;
 pub mod cluster;
+pub mod etcd;
 pub mod faults;
 pub mod lockd_system;
 pub mod nemeses;

@@ -1,6 +1,7 @@
 //! `locksmith`: the harness's command line. One plain subcommand enum; each variant's
 //! arguments and work live in a `cmd_*.rs` module, and this file only parses and dispatches.
 
+mod cmd_bench;
 mod cmd_check;
 mod cmd_client;
 mod cmd_test;
@@ -27,6 +28,8 @@ enum Command {
     Check(cmd_check::CheckCommand),
     /// Convert a Jepsen or Porcupine history into CSV schema v1.
     Convert(cmd_check::ConvertCommand),
+    /// Cycles per second, p50/p99 latency and leader failover, for lockd and etcd.
+    Bench(cmd_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Command::Test(args) => cmd_test::run(args),
         Command::Check(command) => exit_code(cmd_check::check(command)),
         Command::Convert(command) => exit_code(cmd_check::convert(command)),
+        Command::Bench(args) => cmd_bench::run(args),
     }
 }
 

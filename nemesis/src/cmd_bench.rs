@@ -1,0 +1,229 @@
+//! `locksmith bench [--system lockd|etcd] [--time-s 20]`: the performance table of issue 8.
+//!
+//! For each system: acquire+release cycles per second and p50/p99 cycle latency at each
+//! client count of `--clients` (each client on its own key, clients bound round-robin to the
+//! nodes), then the median time from SIGKILL of the leader until a lock is granted again.
+//! With both systems, the table shows lockd / etcd ratios. Exit 0 when every asked system
+//! ran, 2 when one could not run (not installed, not built, cluster never served).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use nemesis::bench::{
+    self, BenchCluster, CyclesConfig, CyclesReport, FailoverConfig, FailoverReport,
+};
+use nemesis::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::lockd_system::{Lockd, find_lockd};
+
+/// How long a fresh cluster may take to elect a leader.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The seed of lockd's node RNGs (election timeouts); the bench has no schedule to seed.
+const BENCH_SEED: u64 = 1;
+
+/// A system under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum System {
+    /// The reference lock service of this workspace.
+    Lockd,
+    /// etcd 3.4 (Debian's etcd-server), through the lease + Txn lock recipe.
+    Etcd,
+}
+
+/// Arguments of `locksmith bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which system to measure; both, side by side, when absent.
+    #[arg(long, value_enum)]
+    system: Option<System>,
+    /// Seconds of each cycles measurement (one per client count).
+    #[arg(long, default_value_t = 20)]
+    time_s: u64,
+    /// Client counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    clients: Vec<usize>,
+    /// Cluster size.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// How many times to kill the leader (0 skips the failover measurement).
+    #[arg(long, default_value_t = 3)]
+    failover_rounds: usize,
+    /// The lease of every acquire, in ms.
+    #[arg(long, default_value_t = 5000)]
+    lease_ms: u64,
+}
+
+/// The figures of one system, or why it could not run.
+struct Figures {
+    cycles: Vec<CyclesReport>,
+    failover: Option<FailoverReport>,
+}
+
+pub fn run(args: BenchArgs) -> ExitCode {
+    let systems = match args.system {
+        Some(system) => vec![system],
+        None => vec![System::Lockd, System::Etcd],
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("locksmith bench: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut results = Vec::new();
+    let mut all_ran = true;
+    for system in systems {
+        let figures = runtime.block_on(measure(system, &args));
+        if let Err(error) = &figures {
+            eprintln!("locksmith bench: {system:?}: {error:#}");
+            all_ran = false;
+        }
+        results.push((system, figures.ok()));
+    }
+    print_table(&args, &results);
+    if all_ran {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
+}
+
+async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
+    let system: Arc<dyn nemesis::system::System> = match system {
+        System::Lockd => Arc::new(Lockd::new(find_lockd()?, None, BENCH_SEED)),
+        System::Etcd => {
+            let config = EtcdClusterConfig {
+                binary: find_etcd()?,
+                ..EtcdClusterConfig::default()
+            };
+            Arc::new(Etcd::new(config, ClientOptions::default()))
+        }
+    };
+    let name = system.name();
+    let cluster = BenchCluster::start(system, args.nodes, START_TIMEOUT)
+        .await
+        .with_context(|| format!("start {name}"))?;
+    let mut cycles = Vec::new();
+    for &clients in &args.clients {
+        let config = CyclesConfig {
+            clients,
+            duration: Duration::from_secs(args.time_s),
+            lease_ms: args.lease_ms,
+        };
+        eprintln!("{name}: {clients} clients for {} s ...", args.time_s);
+        cycles.push(bench::cycles(&cluster, &config).await);
+    }
+    let failover = if args.failover_rounds > 0 {
+        eprintln!(
+            "{name}: killing the leader {} times ...",
+            args.failover_rounds
+        );
+        let config = FailoverConfig {
+            rounds: args.failover_rounds,
+            ..FailoverConfig::default()
+        };
+        Some(bench::failover(&cluster, &config).await?)
+    } else {
+        None
+    };
+    Ok(Figures { cycles, failover })
+}
+
+fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {
+    println!(
+        "locksmith bench: {} nodes on loopback, {} s per measurement, lease {} ms",
+        args.nodes, args.time_s, args.lease_ms
+    );
+    let names: Vec<String> = results
+        .iter()
+        .map(|(system, _)| format!("{system:?}").to_lowercase())
+        .collect();
+    let header: Vec<String> = names.iter().map(|name| format!("{name:>14}")).collect();
+    let ratio = results.len() == 2;
+    println!(
+        "{:<32}{}{}",
+        "measure",
+        header.join(""),
+        if ratio { "  lockd/etcd" } else { "" }
+    );
+    for (index, clients) in args.clients.iter().enumerate() {
+        let cycle = |figures: &Figures| figures.cycles.get(index).cloned();
+        row(
+            &format!("cycles/s, {clients} clients"),
+            results,
+            ratio,
+            |f| cycle(f).map(|c| c.cycles_per_s()),
+        );
+        row(&format!("p50 ms, {clients} clients"), results, ratio, |f| {
+            cycle(f).map(|c| c.p50_ms)
+        });
+        row(&format!("p99 ms, {clients} clients"), results, ratio, |f| {
+            cycle(f).map(|c| c.p99_ms)
+        });
+    }
+    if args.failover_rounds > 0 {
+        row("failover median ms", results, ratio, |f| {
+            f.failover.as_ref().and_then(FailoverReport::median_ms)
+        });
+    }
+    for (system, figures) in results {
+        let Some(figures) = figures else { continue };
+        for report in &figures.cycles {
+            if report.errors > 0 || report.bound_reached {
+                println!(
+                    "{system:?}, {} clients: {} failed cycles (first: {}){}",
+                    report.clients,
+                    report.errors,
+                    report.first_error.as_deref().unwrap_or("-"),
+                    if report.bound_reached {
+                        "; cycle bound reached"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        if let Some(failover) = &figures.failover {
+            let samples: Vec<String> = failover
+                .recovery_ms
+                .iter()
+                .map(|ms| format!("{ms:.0}"))
+                .collect();
+            println!("{system:?} failover rounds (ms): {}", samples.join(" "));
+            for failed in &failover.failed_rounds {
+                println!("{system:?} failover: {failed}");
+            }
+        }
+    }
+}
+
+fn row(
+    label: &str,
+    results: &[(System, Option<Figures>)],
+    ratio: bool,
+    value: impl Fn(&Figures) -> Option<f64>,
+) {
+    let values: Vec<Option<f64>> = results
+        .iter()
+        .map(|(_, figures)| figures.as_ref().and_then(&value))
+        .collect();
+    let cells: Vec<String> = values
+        .iter()
+        .map(|v| match v {
+            Some(v) => format!("{v:>14.1}"),
+            None => format!("{:>14}", "n/a"),
+        })
+        .collect();
+    let ratio_cell = match (ratio, values.first(), values.get(1)) {
+        (true, Some(Some(lockd)), Some(Some(etcd))) if *etcd > 0.0 => {
+            format!("  {:>10.2}", lockd / etcd)
+        }
+        (true, _, _) => format!("  {:>10}", "n/a"),
+        _ => String::new(),
+    };
+    println!("{label:<32}{}{ratio_cell}", cells.join(""));
+}
