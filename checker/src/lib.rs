@@ -1,2 +1,4 @@
 //! Checks of lock-service histories.
 #![deny(missing_docs)]
+
+pub mod model;
