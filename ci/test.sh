@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the tests need beyond cargo (chromium, etcd): idempotent, installs only what is missing.
+if [ -f ci/install.sh ]; then
+  bash ci/install.sh
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 

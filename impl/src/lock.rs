@@ -68,9 +68,9 @@ impl Command {
     /// The key this command touches, if any.
     pub fn key(&self) -> Option<&str> {
         match self {
-            Command::Grant { key, .. } | Command::Release { key, .. } | Command::Expire { key, .. } => {
-                Some(key)
-            }
+            Command::Grant { key, .. }
+            | Command::Release { key, .. }
+            | Command::Expire { key, .. } => Some(key),
             Command::Noop => None,
         }
     }
@@ -220,7 +220,8 @@ impl LockTable {
         }
         let outcome = self.apply(index, &proposal.command);
         if let Some(origin) = proposal.origin {
-            self.dedupe.insert(origin.client, (origin.request, outcome.clone()));
+            self.dedupe
+                .insert(origin.client, (origin.request, outcome.clone()));
             if let Some(held) = self.granted_lock(&outcome, &proposal.command) {
                 held.origin = Some(origin);
             }
@@ -400,9 +401,21 @@ mod tests {
         // DESIGN.md: "a release that does not match the current holder is refused (NotFound)".
         let mut t = LockTable::new();
         t.apply(1, &grant("x"));
-        t.apply(2, &Command::Expire { key: "x".into(), token: 1 });
+        t.apply(
+            2,
+            &Command::Expire {
+                key: "x".into(),
+                token: 1,
+            },
+        );
         t.apply(3, &grant("x"));
-        let out = t.apply(4, &Command::Release { key: "x".into(), token: 1 });
+        let out = t.apply(
+            4,
+            &Command::Release {
+                key: "x".into(),
+                token: 1,
+            },
+        );
         assert_eq!(out, Outcome::NotFound);
         assert_eq!(t.holder("x").map(|h| h.token), Some(3));
     }
@@ -413,7 +426,13 @@ mod tests {
         let mut t = LockTable::new();
         t.apply(1, &grant("x"));
         assert_eq!(
-            t.apply(2, &Command::Release { key: "x".into(), token: 1 }),
+            t.apply(
+                2,
+                &Command::Release {
+                    key: "x".into(),
+                    token: 1
+                }
+            ),
             Outcome::Released
         );
         assert!(t.holder("x").is_none());
@@ -424,7 +443,13 @@ mod tests {
         // Seed, NotFound: "the key to release does not exist".
         let mut t = LockTable::new();
         assert_eq!(
-            t.apply(1, &Command::Release { key: "x".into(), token: 7 }),
+            t.apply(
+                1,
+                &Command::Release {
+                    key: "x".into(),
+                    token: 7
+                }
+            ),
             Outcome::NotFound
         );
     }
@@ -434,9 +459,21 @@ mod tests {
         // Seed, "Flow: replicating Expire": an Expire applied late cannot remove the new lock.
         let mut t = LockTable::new();
         t.apply(1, &grant("x"));
-        t.apply(2, &Command::Release { key: "x".into(), token: 1 });
+        t.apply(
+            2,
+            &Command::Release {
+                key: "x".into(),
+                token: 1,
+            },
+        );
         t.apply(3, &grant("x"));
-        let out = t.apply(4, &Command::Expire { key: "x".into(), token: 1 });
+        let out = t.apply(
+            4,
+            &Command::Expire {
+                key: "x".into(),
+                token: 1,
+            },
+        );
         assert_eq!(out, Outcome::Expired { existed: false });
         assert_eq!(t.holder("x").map(|h| h.token), Some(3));
     }
@@ -447,12 +484,24 @@ mod tests {
         let mut t = LockTable::new();
         t.apply(1, &grant("x"));
         assert_eq!(
-            t.apply(2, &Command::Expire { key: "x".into(), token: 1 }),
+            t.apply(
+                2,
+                &Command::Expire {
+                    key: "x".into(),
+                    token: 1
+                }
+            ),
             Outcome::Expired { existed: true }
         );
         let before = t.locks().clone();
         assert_eq!(
-            t.apply(3, &Command::Expire { key: "x".into(), token: 1 }),
+            t.apply(
+                3,
+                &Command::Expire {
+                    key: "x".into(),
+                    token: 1
+                }
+            ),
             Outcome::Expired { existed: false }
         );
         assert_eq!(t.locks(), &before);
@@ -473,8 +522,14 @@ mod tests {
     fn retried_grant_gets_its_own_token_back() {
         // DESIGN.md, "Retries": a retried acquire gets its own token back, not GrantRejected.
         let mut t = LockTable::new();
-        let origin = Some(Origin { client: 9, request: 1 });
-        let p = Proposal { origin, command: grant("x") };
+        let origin = Some(Origin {
+            client: 9,
+            request: 1,
+        });
+        let p = Proposal {
+            origin,
+            command: grant("x"),
+        };
         assert_eq!(t.apply_proposal(1, &p), Outcome::Granted { token: 1 });
         assert_eq!(t.apply_proposal(2, &p), Outcome::Granted { token: 1 });
         assert_eq!(t.holder("x").and_then(|h| h.origin), origin);
@@ -485,9 +540,21 @@ mod tests {
         // bugs.rs, `expire-ignores-token`: the mutant breaks the seed's Expire rule.
         let mut t = LockTable::with_bugs(BugSet::of(&[Bug::ExpireIgnoresToken]));
         t.apply(1, &grant("x"));
-        t.apply(2, &Command::Release { key: "x".into(), token: 1 });
+        t.apply(
+            2,
+            &Command::Release {
+                key: "x".into(),
+                token: 1,
+            },
+        );
         t.apply(3, &grant("x"));
-        t.apply(4, &Command::Expire { key: "x".into(), token: 1 });
+        t.apply(
+            4,
+            &Command::Expire {
+                key: "x".into(),
+                token: 1,
+            },
+        );
         assert!(t.holder("x").is_none());
     }
 
@@ -504,7 +571,10 @@ mod tests {
     fn key_validation_names_the_reason() {
         // DESIGN.md / issue "lockd as real processes": bad keys get a clear error.
         assert_eq!(validate_key(""), Err(KeyError::Empty));
-        assert!(matches!(validate_key(&"a".repeat(200)), Err(KeyError::TooLong { len: 200 })));
+        assert!(matches!(
+            validate_key(&"a".repeat(200)),
+            Err(KeyError::TooLong { len: 200 })
+        ));
         assert_eq!(
             validate_key("a b"),
             Err(KeyError::BadCharacter { found: ' ', at: 1 })

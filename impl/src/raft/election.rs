@@ -7,8 +7,10 @@
 //! - A node that heard from its leader within the minimum election timeout rejects
 //!   pre-votes and ignores vote requests of a higher term (the "leader lease" of thesis §6.2
 //!   that check-quorum makes safe).
-//! - A leader checks every minimum election timeout that a majority was heard from, and steps
-//!   down otherwise (check-quorum), so a partitioned leader stops serving.
+//! - A leader checks every minimum election timeout that a majority was heard from in that
+//!   window, and steps down otherwise (check-quorum), so a partitioned leader stops serving
+//!   within two windows. Its answers do not rely on this (they come from committed entries);
+//!   the `stale-leader` mutant switches check-quorum off.
 
 use super::{Index, Message, Node, NodeId, Progress, Role, Term, Timer};
 use crate::lock::{Command, Proposal};
@@ -142,6 +144,7 @@ impl Node {
     /// Becomes a follower of `term`, with `leader` if known. A leader that steps down answers
     /// its pending proposals `Unknown` and its waiters `NotLeader`.
     pub(super) fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        let led_term = self.term;
         if term > self.term {
             self.term = term;
             self.voted_for = None;
@@ -151,7 +154,7 @@ impl Node {
             self.cancel_timer(Timer::CheckQuorum);
             self.progress.clear();
             self.noop_index = 0;
-            self.abandon_requests(leader);
+            self.abandon_requests(led_term, leader);
         }
         self.role = Role::Follower;
         self.leader = leader;
@@ -246,5 +249,118 @@ impl Node {
         }
         let at_ms = self.now_ms + self.config.election_timeout_min_ms;
         self.set_timer(Timer::CheckQuorum, at_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{append, leader, node};
+    use super::super::{Input, Message, Role, Timer};
+    use crate::lock::Command;
+
+    #[test]
+    fn pre_vote_changes_no_term() {
+        // Raft thesis §9.6: a pre-candidate asks for term + 1 without incrementing its term.
+        let mut n = node(1);
+        let out = n.step(Input::Campaign);
+        assert_eq!(n.status().role, Role::PreCandidate);
+        assert_eq!(n.status().term, 0);
+        assert!(
+            out.send_now
+                .iter()
+                .all(|e| matches!(e.msg, Message::PreVote { term: 1, .. })),
+            "{:?}",
+            out.send_now
+        );
+        assert_eq!(out.send_now.len(), 2);
+    }
+
+    #[test]
+    fn a_follower_that_hears_its_leader_rejects_pre_votes() {
+        // Raft thesis §9.6 with check-quorum: a node in its leader's lease grants no pre-vote.
+        let mut n = node(2);
+        n.step(append(1, 1, (0, 0), vec![], 0));
+        let out = n.step(Input::Message {
+            from: 3,
+            msg: Message::PreVote {
+                term: 2,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        });
+        let granted = out
+            .send_now
+            .iter()
+            .any(|e| matches!(e.msg, Message::PreVoteResponse { granted: true, .. }));
+        assert!(!granted, "{:?}", out.send_now);
+        assert_eq!(n.status().term, 1, "a pre-vote changes no term");
+    }
+
+    #[test]
+    fn a_vote_is_sent_only_after_it_is_persisted() {
+        // Raft paper Figure 2: votedFor is on stable storage before responding to an RPC.
+        let mut n = node(2);
+        let out = n.step(Input::Message {
+            from: 1,
+            msg: Message::RequestVote {
+                term: 1,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        });
+        let voted = out.persist.as_ref().and_then(|p| p.hard_state.as_ref());
+        assert_eq!(voted.map(|h| (h.term, h.voted_for)), Some((1, Some(1))));
+        assert!(out.send_now.is_empty(), "{:?}", out.send_now);
+        assert!(matches!(
+            out.send_after_persist[0].msg,
+            Message::RequestVoteResponse { granted: true, .. }
+        ));
+    }
+
+    #[test]
+    fn a_candidate_with_a_stale_log_gets_no_vote() {
+        // Raft paper §5.4.1: vote only for a log at least as up-to-date as one's own.
+        let mut n = node(2);
+        let noop = super::super::test_support::entry(1, 1, Command::Noop);
+        n.step(append(1, 1, (0, 0), vec![noop], 0));
+        let out = n.step(Input::Message {
+            from: 3,
+            msg: Message::RequestVote {
+                term: 5,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        });
+        // In lease: the request is ignored; past the lease it is rejected on the log.
+        assert!(
+            out.send_after_persist.is_empty(),
+            "{:?}",
+            out.send_after_persist
+        );
+        n.step(Input::Tick { now_ms: 10_000 });
+        let out = n.step(Input::Message {
+            from: 3,
+            msg: Message::RequestVote {
+                term: 5,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        });
+        assert!(matches!(
+            out.send_after_persist[0].msg,
+            Message::RequestVoteResponse { granted: false, .. }
+        ));
+    }
+
+    #[test]
+    fn a_leader_that_hears_no_majority_steps_down() {
+        // Raft thesis §6.2, check-quorum: step down after a window without a majority.
+        let mut n = leader();
+        let at = n.deadline(&Timer::CheckQuorum);
+        assert_eq!(at, Some(300));
+        n.step(Input::Tick { now_ms: 300 });
+        assert_eq!(n.status().role, Role::Follower);
+        assert_eq!(n.status().term, 1);
+        assert!(n.deadline(&Timer::Heartbeat).is_none());
     }
 }

@@ -6,7 +6,7 @@ use super::message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapsho
 use crate::lock::{Key, Origin, Outcome, Proposal, Token};
 
 /// A request id chosen by the driver, unique among the requests one node has open.
-/// The tokio server allocates a counter; the model encodes (client actor, sequence).
+/// The async server allocates a counter; the model encodes (client actor, sequence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RequestId(pub u64);
 

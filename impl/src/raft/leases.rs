@@ -27,14 +27,20 @@
 //!
 //! # Waiters
 //!
-//! An acquire with `wait_ms > 0` for a held key waits in a FIFO queue at the leader, bounded
-//! by `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
-//! proposes the Grant of the head waiter. A waiter still queued at its deadline gets `Busy`:
-//! it was queued because the key was held (applied, or a Grant ahead of it in the log), and
-//! it stayed queued only because the key was never freed at the leader while it waited, so
-//! the key was held at some instant during the request.
+//! An acquire with `wait_ms > 0` for a taken key (held in the applied table, or a Grant ahead
+//! in the log, or waiters ahead) waits in a FIFO queue at the leader, bounded by
+//! `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
+//! proposes the Grant of the head waiter. Every key with waiters is taken (checked by
+//! `check_invariants`): a free event always pops the head.
+//!
+//! At its wait deadline a waiter still queued gets a last try: its Grant is proposed as a
+//! try-acquire, and it is answered from the committed outcome (`GrantRejected` -> `Busy`).
+//! Answering `Busy` at once from the leader's table would not be linearizable: a leader that
+//! was deposed without knowing it yet (check-quorum takes up to two windows) may show a lock
+//! that a newer leader already released before the client asked. Through the log, a deposed
+//! leader cannot commit, so the waiter gets `Unknown` or `NotLeader` instead.
 
-use super::{Entry, Node, Pending, PendingKind, RequestId, Response, Role, Timer, Waiter};
+use super::{Entry, Node, Pending, PendingKind, RequestId, Role, Timer, Waiter};
 use crate::bugs::Bug;
 use crate::lock::{Command, Key, Proposal, Token};
 
@@ -56,10 +62,11 @@ impl Node {
             return;
         };
         let now_held = self.table.holder(key).map(|h| (h.token, h.lease_ms));
-        if let Some((key, token)) = before.clone()
-            && now_held.map(|(t, _)| t) != Some(token)
-        {
-            // The lock was removed (or replaced): its lease is over everywhere.
+        if before.as_ref().map(|(_, token)| *token) == now_held.map(|(token, _)| token) {
+            return; // unchanged (a refused Grant, a retry answered from the dedupe table, ...)
+        }
+        if let Some((key, token)) = before {
+            // The lock was removed: its lease is over everywhere.
             self.cancel_timer(Timer::Lease {
                 key: key.clone(),
                 token,
@@ -69,9 +76,7 @@ impl Node {
                 self.grant_head_waiter(&key);
             }
         }
-        if before.is_none()
-            && let Some((token, lease_ms)) = now_held
-        {
+        if let Some((token, lease_ms)) = now_held {
             let at_ms = self.lease_deadline(lease_ms);
             let key = key.to_owned();
             self.set_timer(Timer::Lease { key, token }, at_ms);
@@ -217,12 +222,104 @@ impl Node {
         let Some((key, at)) = found else {
             return; // proposed already: the answer comes with the apply
         };
-        if let Some(queue) = self.waiters.get_mut(&key) {
-            queue.remove(at);
-            if queue.is_empty() {
-                self.waiters.remove(&key);
-            }
+        let Some(waiter) = self
+            .waiters
+            .get_mut(&key)
+            .and_then(|queue| queue.remove(at))
+        else {
+            return;
+        };
+        if self.waiters.get(&key).is_some_and(|q| q.is_empty()) {
+            self.waiters.remove(&key);
         }
-        self.respond(id, Response::Busy);
+        // The last try: a try-acquire through the log (see the module doc).
+        self.propose_grant(waiter.id, waiter.key, waiter.lease_ms, waiter.origin, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{append, entry};
+    use super::super::{Config, Durable, HardState, Input, Node, Snapshot, Timer};
+    use crate::lock::{Command, LockTable};
+
+    fn held_table() -> LockTable {
+        let mut table = LockTable::new();
+        table.apply(1, &Command::Noop);
+        table.apply(
+            2,
+            &Command::Grant {
+                key: "a".into(),
+                lease_ms: 700,
+            },
+        );
+        table
+    }
+
+    #[test]
+    fn a_restart_rearms_every_lease_in_full() {
+        // DESIGN.md "Leases": a new timer never expires earlier than the old one could have.
+        let durable = Durable {
+            hard_state: HardState {
+                term: 1,
+                voted_for: None,
+                commit: 2,
+            },
+            snapshot: Some(Snapshot {
+                last_index: 2,
+                last_term: 1,
+                table: held_table(),
+            }),
+            entries: Vec::new(),
+        };
+        let (n, _) = Node::new(Config::new(2, vec![1, 2, 3]), durable, 5_000);
+        let lease = Timer::Lease {
+            key: "a".into(),
+            token: 2,
+        };
+        assert_eq!(n.deadline(&lease), Some(5_700));
+    }
+
+    #[test]
+    fn a_lease_timer_at_a_follower_only_marks_the_lock_expired() {
+        // DESIGN.md "Leases": removal happens only through a committed Expire.
+        let mut n = super::super::test_support::node(2);
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: 700,
+        };
+        n.step(append(1, 1, (0, 0), vec![entry(1, 1, grant)], 1));
+        let lease = Timer::Lease {
+            key: "a".into(),
+            token: 1,
+        };
+        assert_eq!(n.deadline(&lease), Some(700));
+        let out = n.step(Input::Tick { now_ms: 700 });
+        assert!(n.table().holder("a").is_some(), "a follower removed a lock");
+        assert!(out.apply.is_empty());
+        assert!(n.expired.contains(&("a".to_owned(), 1)));
+    }
+
+    #[test]
+    fn an_applied_release_cancels_the_lease_timer() {
+        // DESIGN.md "Leases": lease timers of freed locks are cancelled.
+        let mut n = super::super::test_support::node(2);
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: 700,
+        };
+        let release = Command::Release {
+            key: "a".into(),
+            token: 1,
+        };
+        n.step(append(
+            1,
+            1,
+            (0, 0),
+            vec![entry(1, 1, grant), entry(1, 2, release)],
+            2,
+        ));
+        assert!(n.timers().all(|(t, _)| !matches!(t, Timer::Lease { .. })));
+        assert!(n.table().locks().is_empty());
     }
 }

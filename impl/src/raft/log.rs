@@ -104,17 +104,22 @@ impl RaftLog {
         self.entries.retain(|e| e.index < from);
     }
 
-    /// The first index of the run of entries with the term of the entry at `index`, no lower
-    /// than the first in-memory entry (etcd's reject hint).
-    pub(crate) fn first_index_of_term_at(&self, index: Index) -> Index {
-        let Some(term) = self.term_at(index) else {
-            return index;
-        };
-        let mut first = index;
-        while first > self.base_index() + 1 && self.term_at(first - 1) == Some(term) {
-            first -= 1;
+    /// The highest index below `before`, and not below `floor`, whose term is at most
+    /// `term`: where a leader whose entry at `before` has term `term` may match this log
+    /// (etcd's `findConflictByTerm`). Entries of a higher term cannot match the leader's,
+    /// whose terms up to `before` are at most `term`.
+    pub(crate) fn last_index_of_term_at_most(
+        &self,
+        before: Index,
+        term: Term,
+        floor: Index,
+    ) -> Index {
+        let floor = floor.max(self.base_index());
+        let mut index = before.saturating_sub(1).max(floor);
+        while index > floor && self.term_at(index).is_none_or(|t| t > term) {
+            index -= 1;
         }
-        first
+        index
     }
 
     /// Replaces the prefix up to `snapshot.last_index` by `snapshot` (local compaction, or an
@@ -198,11 +203,12 @@ mod tests {
     }
 
     #[test]
-    fn reject_hint_is_the_first_index_of_the_conflicting_term() {
-        // etcd raft, findConflictByTerm: back off a whole term at once.
-        let log = log_of(&[1, 2, 2, 2, 3]);
-        assert_eq!(log.first_index_of_term_at(4), 2);
-        assert_eq!(log.first_index_of_term_at(5), 5);
-        assert_eq!(log.first_index_of_term_at(1), 1);
+    fn reject_hint_skips_every_entry_of_a_higher_term() {
+        // etcd raft, findConflictByTerm: back off past whole terms at once.
+        let log = log_of(&[1, 2, 2, 4, 4]);
+        assert_eq!(log.last_index_of_term_at_most(5, 3, 0), 3);
+        assert_eq!(log.last_index_of_term_at_most(5, 1, 0), 1);
+        assert_eq!(log.last_index_of_term_at_most(5, 0, 0), 0);
+        assert_eq!(log.last_index_of_term_at_most(5, 1, 2), 2);
     }
 }

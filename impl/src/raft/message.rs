@@ -1,7 +1,7 @@
 //! The messages Raft nodes send each other, and the log, snapshot and hard-state records.
 //!
 //! Messages are one-way (as in etcd/raft and raft-rs): a response is its own message, so the
-//! same core runs over tarpc (`deliver(from, msg)` per directed link) and over stateright's
+//! same core runs over the RPC layer (`deliver(from, msg)` per directed link) and over stateright's
 //! unordered, lossy network. The core tolerates loss, duplication and reordering.
 
 use serde::{Deserialize, Serialize};
@@ -106,8 +106,10 @@ pub enum Message {
         success: bool,
         /// On success, the index of the last entry known to match the leader's log.
         match_index: Index,
-        /// On failure, a hint for back-off: the follower's last log index, or the first index
-        /// of the conflicting term (etcd's `RejectHint`).
+        /// On failure, a hint for back-off: the highest index that may still match the
+        /// leader's log. The follower's last log index when its log is too short, else the
+        /// last index before `prev_log_index` whose term is at most `prev_log_term` (etcd's
+        /// `RejectHint` with `findConflictByTerm`). The leader retries from the entry after it.
         reject_hint: Index,
     },
     /// InstallSnapshot (Raft paper §7), in one message: the lock table is small.

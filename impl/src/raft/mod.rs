@@ -4,12 +4,30 @@
 //! a persistence acknowledgement) and returns an [`Output`] that says what to persist, what
 //! to send before and after persisting, what was applied and which clients to answer. Time
 //! and randomness come in as inputs (the clock through [`Input::Tick`], the RNG as a seed in
-//! [`Config`]), so the same code runs under tokio (`server.rs`) and under stateright
-//! (`checker::model`). Nothing here may use tokio, tarpc, clocks, files or sockets:
-//! `ci/test.sh` greps for them.
+//! [`Config`], a splitmix64 state inside the node), so the same code runs under the async
+//! server (`server.rs`) and under stateright (`checker::model`). Nothing here may use the
+//! async runtime, the RPC crate, clocks, files or sockets: `ci/test.sh` greps for them.
+//!
+//! The parts, each with its rules in its module doc:
+//!
+//! - `election`: randomized election timeouts, pre-vote, votes, check-quorum, the Noop that
+//!   opens every term.
+//! - `replication`: AppendEntries with back-off on `reject_hint`, commit by a majority of
+//!   the current term only (Figure 8), apply in order, snapshots and InstallSnapshot.
+//! - `log`: the in-memory log over its snapshot base; `quorum`: majorities.
+//! - `requests`: client requests, answered only from committed, applied entries (the
+//!   linearizability argument is there).
+//! - `leases`: lease timers on every node, locally expired locks, waiter queues, phantom
+//!   release.
+//! - [`invariants`]: the node-local assertions that [`Node::step`] runs after every step in
+//!   debug builds, and the cross-node checks the testkit and the model run.
+//!
+//! The injected bugs of the core ([`crate::bugs::Bug`]): `follower-grants` (requests),
+//! `stale-leader` (requests, election: check-quorum off), `early-expire` (leases),
+//! `skip-phantom-release` (requests).
 
 mod election;
-#[cfg(test)]
+#[cfg(all(test, feature = "testkit"))]
 mod interaction_test;
 pub mod invariants;
 mod io;
@@ -209,6 +227,9 @@ pub struct Node {
     waiters: BTreeMap<Key, VecDeque<Waiter>>,
     /// Locks whose lease timer fired on this node while they were still held.
     expired: BTreeSet<(Key, Token)>,
+    /// Leader only: followers to send an AppendEntries at the end of the step (one message
+    /// per follower per step however many entries the step appended); empty between steps.
+    append_due: BTreeSet<NodeId>,
     /// The output of the step in progress; empty between steps.
     out: Output,
 }
@@ -263,6 +284,7 @@ impl Node {
             pending: BTreeMap::new(),
             waiters: BTreeMap::new(),
             expired: BTreeSet::new(),
+            append_due: BTreeSet::new(),
             out: Output::default(),
         };
         node.apply_committed();
@@ -276,6 +298,11 @@ impl Node {
     }
 
     /// Feeds one input and returns what the driver must do (see [`Output`] for the order).
+    ///
+    /// # Panics
+    ///
+    /// In debug builds, panics when a node-local invariant fails after the step (see
+    /// [`Node::check_invariants`]): a bug in the core, never a bad input.
     pub fn step(&mut self, input: Input) -> Output {
         self.maybe_snapshot();
         match input {
@@ -470,8 +497,14 @@ impl Node {
         }
     }
 
-    /// Hands the hard state to the driver when it changed in this step.
+    /// Sends the AppendEntries due, then hands the hard state to the driver when it changed
+    /// in this step.
     fn finish_step(&mut self) {
+        for peer in std::mem::take(&mut self.append_due) {
+            if self.role == Role::Leader {
+                self.send_append(peer);
+            }
+        }
         let hard_state = HardState {
             term: self.term,
             voted_for: self.voted_for,
@@ -504,5 +537,149 @@ impl Node {
     /// Panics when an invariant does not hold: that is a bug in the core.
     pub fn check_invariants(&self) {
         invariants::check_node(self);
+    }
+}
+
+/// Helpers for the unit tests of the core's modules: nodes driven by hand.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// Node `id` of the cluster {1, 2, 3}, started empty at time 0.
+    pub(crate) fn node(id: NodeId) -> Node {
+        Node::new(Config::new(id, vec![1, 2, 3]), Durable::default(), 0).0
+    }
+
+    /// Node 1 made leader of term 1 by hand (pre-vote and vote granted by node 2), its Noop
+    /// appended but not yet reported durable.
+    pub(crate) fn leader() -> Node {
+        let mut node = node(1);
+        node.step(Input::Campaign);
+        node.step(Input::Message {
+            from: 2,
+            msg: Message::PreVoteResponse {
+                term: 1,
+                granted: true,
+            },
+        });
+        node.step(Input::Message {
+            from: 2,
+            msg: Message::RequestVoteResponse {
+                term: 1,
+                granted: true,
+            },
+        });
+        assert_eq!(node.status().role, Role::Leader, "{:?}", node.status());
+        node
+    }
+
+    /// An acknowledgement from `from` of everything up to `match_index`.
+    pub(crate) fn ack(from: NodeId, term: Term, match_index: Index) -> Input {
+        Input::Message {
+            from,
+            msg: Message::AppendEntriesResponse {
+                term,
+                success: true,
+                match_index,
+                reject_hint: 0,
+            },
+        }
+    }
+
+    /// An AppendEntries from leader `from`.
+    pub(crate) fn append(
+        from: NodeId,
+        term: Term,
+        prev: (Term, Index),
+        entries: Vec<Entry>,
+        leader_commit: Index,
+    ) -> Input {
+        Input::Message {
+            from,
+            msg: Message::AppendEntries {
+                term,
+                prev_log_index: prev.1,
+                prev_log_term: prev.0,
+                entries,
+                leader_commit,
+            },
+        }
+    }
+
+    /// An entry of `term` at `index` with `command`.
+    pub(crate) fn entry(term: Term, index: Index, command: crate::lock::Command) -> Entry {
+        Entry {
+            term,
+            index,
+            proposal: crate::lock::Proposal::system(command),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::Command;
+
+    #[test]
+    fn a_single_node_elects_itself_and_commits_on_its_own_persist() {
+        // Raft paper §5.2/§5.3 with one member: the majority is the node itself, counted
+        // once its log is durable (io.rs contract).
+        let (mut node, _) = Node::new(Config::new(1, vec![1]), Durable::default(), 0);
+        node.step(Input::Campaign);
+        assert_eq!(node.status().role, Role::Leader);
+        assert_eq!(node.status().commit_index, 0, "the Noop is not durable yet");
+        node.step(Input::Persisted { term: 1, index: 1 });
+        assert_eq!(node.status().commit_index, 1);
+        let request = ClientRequest::Release {
+            key: "a".into(),
+            token: 9,
+            origin: None,
+        };
+        node.step(Input::Request {
+            id: RequestId(1),
+            request,
+        });
+        let out = node.step(Input::Persisted { term: 1, index: 2 });
+        assert_eq!(out.respond, vec![(RequestId(1), Response::NotHolder)]);
+    }
+
+    #[test]
+    fn a_restart_reapplies_the_log_up_to_the_durable_commit() {
+        // Raft paper §5.3 and io.rs `Durable`: a restarted node re-applies committed entries,
+        // and only those.
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: 100,
+        };
+        let entries: Vec<Entry> = [Command::Noop, grant.clone(), grant]
+            .into_iter()
+            .zip(1..)
+            .map(|(command, index)| Entry {
+                term: 1,
+                index,
+                proposal: crate::lock::Proposal::system(command),
+            })
+            .collect();
+        let durable = Durable {
+            hard_state: HardState {
+                term: 1,
+                voted_for: Some(1),
+                commit: 2,
+            },
+            snapshot: None,
+            entries,
+        };
+        let (node, out) = Node::new(Config::new(2, vec![1, 2, 3]), durable, 0);
+        let applied: Vec<Index> = out.apply.iter().map(|c| c.index).collect();
+        assert_eq!(applied, vec![1, 2]);
+        assert_eq!(node.status().commit_index, 2);
+        assert_eq!(node.status().last_log_index, 3);
+        assert_eq!(node.table().holder("a").map(|h| h.token), Some(2));
+        assert!(
+            out.persist.is_none(),
+            "a restart writes nothing: {:?}",
+            out.persist
+        );
     }
 }

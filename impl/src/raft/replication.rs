@@ -4,8 +4,10 @@
 //!   `append_entries_max` entries, in `send_now`: its own log need not be durable first
 //!   (thesis §10.2.1), but it counts itself toward a quorum only up to `Input::Persisted`.
 //! - A follower answers after persist, so an acknowledgement promises durable entries.
-//! - A rejection carries `reject_hint`: the follower's last index when its log is too short,
-//!   else the first index of the conflicting term; the leader backs `next_index` off to it.
+//! - A rejection carries `reject_hint`, the highest index that may still match the leader's
+//!   log: the follower's last index when its log is too short, else the last index before
+//!   `prev_log_index` whose term is at most `prev_log_term` (etcd's `findConflictByTerm`,
+//!   which skips whole terms). The leader retries with that index as `prev_log_index`.
 //! - The leader commits index `n` only when a majority matched `n` and the entry at `n` is of
 //!   its current term (§5.4.2, Figure 8); earlier entries commit with it.
 //! - Followers whose `next_index` fell below the compacted prefix get an InstallSnapshot.
@@ -15,10 +17,40 @@ use super::{
 };
 use crate::lock::{Command, Proposal};
 
+/// Whether `msg` is internally consistent: AppendEntries entries contiguous after
+/// `prev_log_index` with terms from `prev_log_term` up to the message's term, and a snapshot
+/// whose table was applied exactly up to its last index. A malformed message (a buggy or
+/// foreign peer) is dropped rather than tripping an assertion on the log.
+fn well_formed(msg: &Message) -> bool {
+    match msg {
+        Message::AppendEntries {
+            term,
+            prev_log_index,
+            prev_log_term,
+            entries,
+            ..
+        } => {
+            let mut last_term = *prev_log_term;
+            prev_log_term <= term
+                && entries.iter().zip(1..).all(|(e, offset)| {
+                    let ok = e.index == prev_log_index.saturating_add(offset)
+                        && e.term >= last_term
+                        && e.term <= *term;
+                    last_term = e.term;
+                    ok
+                })
+        }
+        Message::InstallSnapshot { term, snapshot } => {
+            snapshot.last_term <= *term && snapshot.table.last_applied() == snapshot.last_index
+        }
+        _ => true,
+    }
+}
+
 impl Node {
     /// Dispatches a message from a peer after the term rules of Figure 2.
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
-        if from == self.config.id || !self.config.members.contains(&from) {
+        if from == self.config.id || !self.config.members.contains(&from) || !well_formed(&msg) {
             return;
         }
         if let Some(progress) = self.progress.get_mut(&from) {
@@ -129,16 +161,14 @@ impl Node {
         index
     }
 
-    /// Sends AppendEntries (or a snapshot) to every follower.
+    /// Sends AppendEntries (or a snapshot) to every follower at the end of the step.
     pub(super) fn broadcast_append(&mut self) {
-        for peer in self.peers() {
-            self.send_append(peer);
-        }
+        self.append_due.extend(self.peers());
     }
 
     /// Sends `peer` the entries from its `next_index`, or the snapshot when they are
     /// compacted away.
-    fn send_append(&mut self, peer: NodeId) {
+    pub(super) fn send_append(&mut self, peer: NodeId) {
         let Some(progress) = self.progress.get(&peer) else {
             return;
         };
@@ -188,6 +218,15 @@ impl Node {
         // Entries at or below our commit index match the leader's (Leader Completeness):
         // skip them, so that a prefix compacted here needs no term check.
         let (prev_log_index, prev_log_term) = if prev_log_index < self.commit_index {
+            let commit_term = self.log.term_at(self.commit_index);
+            if entries
+                .iter()
+                .any(|e| e.index == self.commit_index && Some(e.term) != commit_term)
+            {
+                // The sender contradicts our committed prefix, which no leader can do: drop
+                // the message rather than corrupt the log.
+                return;
+            }
             entries.retain(|e| e.index > self.commit_index);
             let term = self.log.term_at(self.commit_index).unwrap_or(0);
             (self.commit_index, term)
@@ -198,7 +237,11 @@ impl Node {
             let hint = if prev_log_index > self.log.last_index() {
                 self.log.last_index()
             } else {
-                self.log.first_index_of_term_at(prev_log_index)
+                self.log.last_index_of_term_at_most(
+                    prev_log_index,
+                    prev_log_term,
+                    self.commit_index,
+                )
             };
             self.send_after_persist(from, self.reject(hint));
             return;
@@ -269,12 +312,13 @@ impl Node {
             self.maybe_commit();
             let progress = &self.progress[&from];
             if progress.next_index <= self.log.last_index() {
-                self.send_append(from);
+                self.append_due.insert(from);
             }
         } else {
-            let backed_off = progress.next_index.saturating_sub(1).min(reject_hint);
+            // The hint is the highest index that may match: try it as the new prev index.
+            let backed_off = progress.next_index.saturating_sub(1).min(reject_hint + 1);
             progress.next_index = backed_off.max(progress.match_index + 1).max(1);
-            self.send_append(from);
+            self.append_due.insert(from);
         }
     }
 
@@ -314,7 +358,7 @@ impl Node {
             .get(&from)
             .is_some_and(|p| p.next_index <= last)
         {
-            self.send_append(from);
+            self.append_due.insert(from);
         }
     }
 
@@ -400,5 +444,111 @@ impl Node {
             snapshot: Some(snapshot),
             ..Persist::default()
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{ack, append, entry, leader, node};
+    use super::super::{Input, Message};
+    use crate::lock::Command;
+
+    #[test]
+    fn the_leader_counts_itself_only_up_to_what_was_persisted() {
+        // io.rs, the IO contract: the leader's own log counts toward a quorum only up to
+        // `Input::Persisted` (Raft thesis §10.2.1).
+        let mut n = leader();
+        n.step(ack(2, 1, 1));
+        assert_eq!(
+            n.status().commit_index,
+            0,
+            "only follower 2 holds the Noop durably"
+        );
+        n.step(Input::Persisted { term: 1, index: 1 });
+        assert_eq!(
+            n.status().commit_index,
+            1,
+            "leader and follower 2: a majority"
+        );
+    }
+
+    #[test]
+    fn two_followers_commit_without_the_leaders_persist() {
+        // Raft paper §5.3: committed once stored on a majority, the leader need not be in it.
+        let mut n = leader();
+        n.step(ack(2, 1, 1));
+        n.step(ack(3, 1, 1));
+        assert_eq!(n.status().commit_index, 1);
+        assert_eq!(n.status().last_applied, 1);
+    }
+
+    #[test]
+    fn a_persisted_report_for_a_replaced_entry_is_ignored() {
+        // io.rs: `Persisted` names (term, index); an entry since truncated was not the one
+        // made durable.
+        let mut n = leader();
+        n.step(Input::Persisted { term: 7, index: 1 });
+        assert_eq!(n.persisted_index(), 0);
+    }
+
+    #[test]
+    fn a_follower_acknowledges_only_after_persist() {
+        // Raft paper Figure 2: entries are on stable storage before the success response.
+        let mut n = node(2);
+        let out = n.step(append(1, 1, (0, 0), vec![entry(1, 1, Command::Noop)], 0));
+        let persisted = out.persist.as_ref().map(|p| p.entries.len());
+        assert_eq!(persisted, Some(1));
+        assert!(out.send_now.is_empty());
+        assert!(matches!(
+            out.send_after_persist[0].msg,
+            Message::AppendEntriesResponse {
+                success: true,
+                match_index: 1,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_conflicting_suffix_is_truncated_on_storage_too() {
+        // Raft paper §5.3: delete the existing entry and all that follow it.
+        let mut n = node(2);
+        let old = vec![entry(1, 1, Command::Noop), entry(1, 2, Command::Noop)];
+        n.step(append(1, 1, (0, 0), old, 1));
+        let out = n.step(append(3, 2, (1, 1), vec![entry(2, 2, Command::Noop)], 1));
+        let persist = out.persist.unwrap_or_default();
+        assert_eq!(persist.truncate_from, Some(2));
+        assert_eq!(persist.entries, vec![entry(2, 2, Command::Noop)]);
+        assert_eq!(n.log().last().map(|e| e.term), Some(2));
+    }
+
+    #[test]
+    fn a_malformed_append_is_dropped_without_effect() {
+        // STYLE practice 12: no panics on bad input.
+        let mut n = node(2);
+        let before = n.clone();
+        let gap = vec![entry(1, 1, Command::Noop), entry(1, 3, Command::Noop)];
+        let out = n.step(append(1, 1, (0, 0), gap, 0));
+        assert!(out.is_empty(), "{out:?}");
+        let future_term = vec![entry(9, 1, Command::Noop)];
+        let out = n.step(append(1, 1, (0, 0), future_term, 0));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
+    }
+
+    #[test]
+    fn a_mismatch_is_rejected_with_a_hint() {
+        // Raft paper §5.3: reply false if the log has no entry at prevLogIndex with
+        // prevLogTerm; etcd's reject hint lets the leader skip back.
+        let mut n = node(2);
+        let out = n.step(append(1, 1, (1, 5), vec![], 0));
+        assert!(matches!(
+            out.send_after_persist[0].msg,
+            Message::AppendEntriesResponse {
+                success: false,
+                reject_hint: 0,
+                ..
+            }
+        ));
     }
 }

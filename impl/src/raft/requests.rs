@@ -10,7 +10,8 @@
 //!   cannot answer from a stale table.
 //! - A try-acquire is a Grant in the log, even for a held key: `GrantRejected` at apply means
 //!   the key was held at that log position, hence `Busy`.
-//! - A queued waiter that times out gets `Busy`; see the waiter argument in `leases.rs`.
+//! - A queued waiter whose deadline passes gets a last try through the log, so its `Busy` is
+//!   a committed `GrantRejected` too; see the waiter argument in `leases.rs`.
 //! - A request whose entry might still commit after this node lost leadership is answered
 //!   `Unknown` (the client records `info`); a request that was never proposed is answered
 //!   `NotLeader` or `Invalid`, which promise that nothing happened.
@@ -18,7 +19,9 @@
 //! - A client that left before its Grant was answered gets its lock released by a
 //!   `Release{key, token}` with no origin (phantom-lock release, DESIGN.md).
 
-use super::{ClientRequest, Entry, Node, PendingKind, RequestId, Response, Role, Timer, Waiter};
+use super::{
+    ClientRequest, Entry, Node, Pending, PendingKind, RequestId, Response, Role, Timer, Waiter,
+};
 use crate::bugs::Bug;
 use crate::lock::{Command, Outcome, Proposal, validate_key};
 
@@ -59,7 +62,7 @@ impl Node {
             ClientRequest::Release { key, token, origin } => {
                 let command = Command::Release { key, token };
                 let index = self.append_proposal(Proposal { origin, command });
-                let pending = super::Pending {
+                let pending = Pending {
                     id,
                     term: self.term,
                     kind: PendingKind::Release,
@@ -245,8 +248,7 @@ impl Node {
 
     /// After losing leadership: pending proposals may still commit (`Unknown`); queued
     /// waiters were never proposed (`NotLeader`).
-    pub(super) fn abandon_requests(&mut self, leader: Option<super::NodeId>) {
-        let term = self.term;
+    pub(super) fn abandon_requests(&mut self, term: super::Term, leader: Option<super::NodeId>) {
         for (index, pending) in std::mem::take(&mut self.pending) {
             self.cancel_timer(Timer::Wait { id: pending.id });
             if pending.gone {
@@ -264,5 +266,96 @@ impl Node {
                 self.respond(waiter.id, Response::NotLeader { leader });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{ack, leader, node};
+    use super::super::{ClientRequest, Input, RequestId, Response};
+    use crate::lock::Origin;
+
+    fn acquire(key: &str, lease_ms: u64, wait_ms: u64) -> ClientRequest {
+        ClientRequest::Acquire {
+            key: key.into(),
+            lease_ms,
+            wait_ms,
+            origin: Some(Origin {
+                client: 1,
+                request: 1,
+            }),
+        }
+    }
+
+    fn request(id: u64, request: ClientRequest) -> Input {
+        Input::Request {
+            id: RequestId(id),
+            request,
+        }
+    }
+
+    #[test]
+    fn invalid_requests_are_answered_and_propose_nothing() {
+        // DESIGN.md "Semantics of the lock ops": Invalid means nothing was proposed.
+        let mut n = leader();
+        let before = n.status().last_log_index;
+        for bad in [
+            acquire("a b", 10, 0),
+            acquire("a", 0, 0),
+            acquire("a", 10, 60_001),
+        ] {
+            let out = n.step(request(1, bad.clone()));
+            assert!(out.persist.is_none(), "{bad:?} persisted something");
+            assert!(
+                matches!(out.respond.as_slice(), [(_, Response::Invalid { .. })]),
+                "{bad:?}: {:?}",
+                out.respond
+            );
+        }
+        assert_eq!(n.status().last_log_index, before);
+    }
+
+    #[test]
+    fn a_follower_answers_not_leader_with_its_leader() {
+        // DESIGN.md "Semantics of the lock ops": a non-leader proposes nothing.
+        let mut n = node(2);
+        n.step(super::super::test_support::append(1, 1, (0, 0), vec![], 0));
+        let out = n.step(request(1, acquire("a", 10, 0)));
+        assert_eq!(
+            out.respond,
+            vec![(RequestId(1), Response::NotLeader { leader: Some(1) })]
+        );
+        assert!(out.persist.is_none());
+    }
+
+    #[test]
+    fn the_leader_answers_only_after_commit_and_apply() {
+        // DESIGN.md "Semantics of the lock ops": never answer from unreplicated state.
+        let mut n = leader();
+        n.step(Input::Persisted { term: 1, index: 1 });
+        let out = n.step(request(1, acquire("a", 10, 0)));
+        assert!(out.respond.is_empty(), "{:?}", out.respond);
+        n.step(Input::Persisted { term: 1, index: 2 });
+        let out = n.step(ack(2, 1, 2));
+        assert_eq!(
+            out.respond,
+            vec![(RequestId(1), Response::Granted { token: 2 })]
+        );
+    }
+
+    #[test]
+    fn a_leader_that_steps_down_answers_pending_requests_unknown() {
+        // DESIGN.md "Clients": an answer that may or may not take effect is `info`.
+        let mut n = leader();
+        n.step(request(1, acquire("a", 10, 0)));
+        let out = n.step(Input::Tick { now_ms: 300 });
+        assert!(
+            matches!(
+                out.respond.as_slice(),
+                [(RequestId(1), Response::Unknown { .. })]
+            ),
+            "{:?}",
+            out.respond
+        );
     }
 }

@@ -1,0 +1,543 @@
+//! Recovery of a data dir from the outside: restarts, torn tails, corruption, refusals and
+//! the `no-fsync` mutant's buffer. DESIGN.md, "Durability": a node restarted from its data
+//! dir keeps its log; a data dir that fails its checksums is refused with a clear error,
+//! never silently truncated past committed data.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use lockd::lock::{Command, LockTable, Proposal};
+use lockd::raft::{Durable, Entry, HardState, Index, Persist, Snapshot, Term};
+use lockd::storage::{DataDir, StorageError, SyncMode};
+
+fn entry(term: Term, index: Index) -> Entry {
+    Entry {
+        term,
+        index,
+        proposal: Proposal::system(Command::Grant {
+            key: format!("key-{index}"),
+            lease_ms: 1000,
+        }),
+    }
+}
+
+fn hard_state(term: Term, voted_for: Option<u64>, commit: Index) -> HardState {
+    HardState {
+        term,
+        voted_for,
+        commit,
+    }
+}
+
+fn append(entries: std::ops::RangeInclusive<Index>, term: Term, hs: Option<HardState>) -> Persist {
+    Persist {
+        entries: entries.map(|i| entry(term, i)).collect(),
+        hard_state: hs,
+        ..Persist::default()
+    }
+}
+
+fn snapshot_at(last_index: Index, last_term: Term) -> Snapshot {
+    let mut table = LockTable::new();
+    table.apply(
+        last_index,
+        &Command::Grant {
+            key: "snap".to_string(),
+            lease_ms: 70,
+        },
+    );
+    Snapshot {
+        last_index,
+        last_term,
+        table,
+    }
+}
+
+/// Persists each of `persists` in a new dir at `path`; returns the model and, for each
+/// persist, the segment length before it (the byte offset of its record).
+fn build(path: &Path, persists: &[Persist]) -> (Durable, Vec<u64>, PathBuf) {
+    let (mut dir, _) = DataDir::open(path, SyncMode::Fsync).expect("open a new dir");
+    let mut model = Durable::default();
+    let mut offsets = Vec::new();
+    for persist in persists {
+        offsets.push(file_len(dir.segment_path()));
+        dir.persist(persist).expect("persist");
+        model.apply(persist);
+    }
+    offsets.push(file_len(dir.segment_path()));
+    let segment = dir.segment_path().to_path_buf();
+    (model, offsets, segment)
+}
+
+fn file_len(path: &Path) -> u64 {
+    fs::metadata(path).expect("stat").len()
+}
+
+fn flip_byte(path: &Path, offset: u64) {
+    let mut bytes = fs::read(path).expect("read");
+    let at = usize::try_from(offset).expect("offset fits");
+    bytes[at] ^= 0x20;
+    fs::write(path, bytes).expect("write");
+}
+
+fn open_error(path: &Path) -> StorageError {
+    match DataDir::open(path, SyncMode::Fsync) {
+        Ok(_) => panic!("{} must be refused", path.display()),
+        Err(e) => e,
+    }
+}
+
+/// Three appends with hard states, as a leader's first term would leave them.
+fn three_appends() -> Vec<Persist> {
+    vec![
+        append(1..=3, 1, Some(hard_state(1, Some(1), 0))),
+        append(4..=6, 1, Some(hard_state(1, Some(1), 3))),
+        append(7..=9, 1, Some(hard_state(1, Some(1), 6))),
+    ]
+}
+
+#[test]
+fn restart_keeps_term_vote_commit_entries_and_snapshot() {
+    // DESIGN.md, "Durability": a node restarted from its data dir keeps its log.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let persists = vec![
+        append(1..=5, 2, Some(hard_state(2, Some(3), 2))),
+        Persist {
+            snapshot: Some(snapshot_at(3, 2)),
+            ..Persist::default()
+        },
+        Persist {
+            truncate_from: Some(5),
+            entries: vec![entry(4, 5), entry(4, 6)],
+            hard_state: Some(hard_state(4, None, 4)),
+            ..Persist::default()
+        },
+    ];
+    let (model, _, _) = build(tmp.path(), &persists);
+
+    let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, model);
+    assert_eq!(loaded.hard_state, hard_state(4, None, 4));
+    assert_eq!(loaded.snapshot, Some(snapshot_at(3, 2)));
+    let indices: Vec<(Index, Term)> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
+    assert_eq!(indices, vec![(4, 2), (5, 4), (6, 4)]);
+    assert!(dir.recovered().is_clean(), "{:?}", dir.recovered());
+    assert_eq!(dir.durable(), &model);
+}
+
+#[test]
+fn torn_partial_record_is_cut_back_to_the_last_whole_record() {
+    // research/design.md §3.5: a torn tail (the final record short) was never acknowledged;
+    // it is cut off, with a note.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (model, offsets, segment) = build(tmp.path(), &three_appends());
+    // A record header claiming 100 payload bytes, and only 30 of them, written by hand.
+    let mut header = Vec::new();
+    header.extend_from_slice(&100u32.to_le_bytes());
+    header.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+    let header_crc = crc32fast::hash(&header);
+    header.extend_from_slice(&header_crc.to_le_bytes());
+    header.extend_from_slice(&[b'{'; 30]);
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .expect("open");
+    file.write_all(&header).expect("write");
+    drop(file);
+
+    let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, model, "the whole records are kept");
+    assert_eq!(dir.recovered().truncated_bytes, 42);
+    let note = dir.recovered().torn_tail.clone().expect("a note");
+    assert!(note.contains(&format!("at byte {}", offsets[3])), "{note}");
+    assert_eq!(file_len(&segment), offsets[3], "the file is cut back");
+}
+
+#[test]
+fn last_record_cut_mid_payload_loses_only_that_persist() {
+    // research/design.md §3.5: a crash inside the last append; every earlier persist stays.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let persists = three_appends();
+    let (_, offsets, segment) = build(tmp.path(), &persists);
+    let file = OpenOptions::new().write(true).open(&segment).expect("open");
+    file.set_len(offsets[2] + 20).expect("set_len");
+    drop(file);
+
+    let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    let mut expected = Durable::default();
+    expected.apply(&persists[0]);
+    expected.apply(&persists[1]);
+    assert_eq!(loaded, expected);
+    assert_eq!(dir.recovered().truncated_bytes, 20);
+}
+
+#[test]
+fn flipped_byte_in_a_middle_record_is_refused_with_file_and_offset() {
+    // DESIGN.md, "Durability": a data dir that fails its checksums is refused with a clear
+    // error, never silently truncated.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_, offsets, segment) = build(tmp.path(), &three_appends());
+    flip_byte(&segment, offsets[1] + 30);
+    let damaged = fs::read(&segment).expect("read");
+
+    let error = open_error(tmp.path());
+
+    match &error {
+        StorageError::Corrupt { path, offset, .. } => {
+            assert_eq!(path, &segment);
+            assert_eq!(*offset, offsets[1]);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains(&segment.display().to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("at byte {}", offsets[1])),
+        "{message}"
+    );
+    assert!(message.contains("checksum"), "{message}");
+    assert_eq!(
+        fs::read(&segment).expect("read"),
+        damaged,
+        "a refused dir is not repaired"
+    );
+}
+
+#[test]
+fn flipped_byte_in_a_middle_record_header_is_refused() {
+    // research/design.md §3.5: only the final record may be torn; a damaged length in the
+    // middle must not pass for a short final record.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_, offsets, segment) = build(tmp.path(), &three_appends());
+    flip_byte(&segment, offsets[1] + 1);
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { offset, .. } if *offset == offsets[1]),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn flipped_byte_in_meta_is_refused() {
+    // STYLE.md 12: checksum on write, verify on read; `meta` is checksummed too.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    build(tmp.path(), &three_appends());
+    let meta = tmp.path().join("meta");
+    flip_byte(&meta, 9);
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, offset: 8, .. } if path == &meta),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("meta"), "{error}");
+}
+
+#[test]
+fn flipped_byte_in_the_snapshot_is_refused() {
+    // STYLE.md 12: checksum on write, verify on read; the snapshot file is never "torn".
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut persists = three_appends();
+    persists.push(Persist {
+        snapshot: Some(snapshot_at(5, 1)),
+        ..Persist::default()
+    });
+    build(tmp.path(), &persists);
+    let snapshot = tmp.path().join("snapshot");
+    let len = file_len(&snapshot);
+    flip_byte(&snapshot, len - 5);
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, offset: 8, .. } if path == &snapshot),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn log_shorter_than_the_commit_index_is_refused() {
+    // research/design.md §3.5: a log ending before the commit index is refused, naming the
+    // file and offset. The middle record (entries 4..=6) is cut out by hand; the last one,
+    // whose hard state says commit 6, then names entries that are gone.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let persists = vec![
+        append(1..=3, 1, Some(hard_state(1, Some(1), 3))),
+        append(4..=6, 1, None),
+        Persist {
+            hard_state: Some(hard_state(1, Some(1), 6)),
+            ..Persist::default()
+        },
+    ];
+    let (_, offsets, segment) = build(tmp.path(), &persists);
+    let bytes = fs::read(&segment).expect("read");
+    let (cut_start, cut_end) = (offsets[1] as usize, offsets[2] as usize);
+    let spliced = [&bytes[..cut_start], &bytes[cut_end..]].concat();
+    fs::write(&segment, spliced).expect("write");
+
+    let error = open_error(tmp.path());
+
+    match &error {
+        StorageError::Corrupt {
+            path,
+            offset,
+            reason,
+        } => {
+            assert_eq!(path, &segment);
+            assert_eq!(*offset, offsets[1], "the record that names commit 6");
+            assert!(reason.contains("commit index 6"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn refused_persist_leaves_state_and_files_unchanged() {
+    // STYLE.md 12 (raft-rs CONTRIBUTING): a function that returns Err leaves self unchanged.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (model, offsets, segment) = build(tmp.path(), &three_appends());
+    let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+    let refused = [
+        // Not contiguous: index 11 after 9.
+        append(11..=11, 1, None),
+        // Drops committed entries: the commit index is 6.
+        Persist {
+            truncate_from: Some(5),
+            ..Persist::default()
+        },
+        // A commit index beyond the log.
+        Persist {
+            hard_state: Some(hard_state(1, Some(1), 10)),
+            ..Persist::default()
+        },
+        // A term going back.
+        Persist {
+            hard_state: Some(hard_state(0, None, 6)),
+            ..Persist::default()
+        },
+        // A second vote in term 1.
+        Persist {
+            hard_state: Some(hard_state(1, Some(2), 6)),
+            ..Persist::default()
+        },
+        // A term below the last entry's.
+        Persist {
+            hard_state: Some(hard_state(2, None, 6)),
+            entries: vec![entry(0, 10)],
+            ..Persist::default()
+        },
+    ];
+    for persist in &refused {
+        let result = dir.persist(persist);
+
+        assert!(
+            matches!(result, Err(StorageError::InvalidPersist { .. })),
+            "{persist:?} must be refused, got {result:?}"
+        );
+        assert_eq!(dir.durable(), &model, "after refusing {persist:?}");
+        assert_eq!(
+            file_len(&segment),
+            offsets[3],
+            "nothing written for {persist:?}"
+        );
+    }
+    // Still usable after refusals (a refusal does not poison).
+    dir.persist(&append(10..=10, 2, Some(hard_state(2, None, 9))))
+        .expect("a valid persist after refusals");
+    drop(dir);
+    let (_, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+    assert_eq!(loaded.last_index(), 10);
+    assert_eq!(loaded.hard_state, hard_state(2, None, 9));
+}
+
+#[test]
+fn user_buffer_loses_unflushed_writes_on_sigkill() {
+    // research/design.md §3.5, mutant `no-fsync`: unsynced writes live in a user-space
+    // buffer, so a SIGKILL (here: the DataDir leaked without its drop) loses them.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::UserBuffer).expect("open");
+    let kept = append(1..=2, 1, Some(hard_state(1, Some(1), 2)));
+    dir.persist(&kept).expect("persist");
+    dir.flush_unsynced().expect("flush");
+    dir.persist(&append(3..=4, 1, Some(hard_state(1, Some(1), 4))))
+        .expect("persist");
+
+    std::mem::forget(dir);
+
+    let (_, loaded) = DataDir::open(tmp.path(), SyncMode::UserBuffer).expect("reopen");
+    let mut expected = Durable::default();
+    expected.apply(&kept);
+    assert_eq!(loaded, expected, "only the flushed persist survives");
+}
+
+#[test]
+fn user_buffer_keeps_writes_after_a_clean_drop() {
+    // research/design.md §3.5, mutant `no-fsync`: the buffer reaches the file at shutdown.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::UserBuffer).expect("open");
+    let persist = append(1..=4, 3, Some(hard_state(3, Some(2), 4)));
+    dir.persist(&persist).expect("persist");
+
+    drop(dir);
+
+    let (_, loaded) = DataDir::open(tmp.path(), SyncMode::UserBuffer).expect("reopen");
+    let mut expected = Durable::default();
+    expected.apply(&persist);
+    assert_eq!(loaded, expected);
+}
+
+#[test]
+fn fsync_mode_keeps_every_persist_through_sigkill() {
+    // io.rs Output contract, step 2: in Fsync mode a persist is on disk when it returns,
+    // so a leaked (SIGKILLed) DataDir loses nothing.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+    let persist = append(1..=4, 3, Some(hard_state(3, Some(2), 4)));
+    dir.persist(&persist).expect("persist");
+
+    std::mem::forget(dir);
+
+    let (_, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+    let mut expected = Durable::default();
+    expected.apply(&persist);
+    assert_eq!(loaded, expected);
+}
+
+#[test]
+fn dir_with_a_log_but_no_meta_is_refused() {
+    // Module docs: `meta` marks a complete data dir; without it, existing files are not
+    // taken for an empty dir.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    build(tmp.path(), &three_appends());
+    fs::remove_file(tmp.path().join("meta")).expect("remove meta");
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(error, StorageError::NotDataDir { .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn missing_directory_is_created() {
+    // Task brief: `open` creates the dir if missing.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("a").join("b");
+
+    let (dir, loaded) = DataDir::open(&path, SyncMode::Fsync).expect("open");
+
+    assert_eq!(loaded, Durable::default());
+    assert_eq!(dir.path(), path);
+    assert!(path.join("meta").is_file());
+}
+
+#[test]
+fn flipped_byte_in_a_lone_checkpoint_is_refused_not_cut() {
+    // Module docs: a segment's checkpoint is written whole and renamed into place, so damage
+    // to it is corruption even when it is the last record of the file.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut persists = three_appends();
+    persists.push(Persist {
+        snapshot: Some(snapshot_at(6, 1)),
+        ..Persist::default()
+    });
+    let (_, offsets, segment) = build(tmp.path(), &persists);
+    assert_eq!(offsets.len(), 5);
+    flip_byte(&segment, file_len(&segment) - 3);
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, offset: 8, .. } if path == &segment),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn missing_snapshot_under_a_compacted_log_is_refused() {
+    // DESIGN.md, "Durability": never silently drop committed data; the entries up to the
+    // snapshot exist only in the snapshot file.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut persists = three_appends();
+    persists.push(Persist {
+        snapshot: Some(snapshot_at(6, 1)),
+        ..Persist::default()
+    });
+    build(tmp.path(), &persists);
+    let snapshot = tmp.path().join("snapshot");
+    fs::remove_file(&snapshot).expect("remove snapshot");
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, .. } if path == &snapshot),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn unexpected_file_in_the_log_dir_is_refused() {
+    // Module docs, "Crash points": only segments and `*.tmp` leftovers belong in `log/`.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    build(tmp.path(), &three_appends());
+    let stray = tmp.path().join("log").join("notes.txt");
+    fs::write(&stray, b"hello").expect("write");
+
+    let error = open_error(tmp.path());
+
+    assert!(
+        matches!(&error, StorageError::Corrupt { path, .. } if path == &stray),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn interrupted_creation_is_created_again() {
+    // Module docs: `meta` is written last when a dir is created; a crash before it leaves
+    // only the empty first segment, and no persist can have happened, so open starts over.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+    drop(dir);
+    fs::remove_file(tmp.path().join("meta")).expect("remove meta");
+
+    let (mut dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, Durable::default());
+    dir.persist(&append(1..=1, 1, None)).expect("persist");
+    assert!(tmp.path().join("meta").is_file());
+}
+
+#[test]
+fn conflicting_snapshot_with_truncation_is_accepted_and_kept() {
+    // Raft paper §7 and the core's InstallSnapshot persist: a snapshot whose last entry the
+    // log does not have comes with `truncate_from` right after it, and the log goes.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let persists = vec![
+        append(1..=8, 2, Some(hard_state(2, None, 3))),
+        Persist {
+            snapshot: Some(snapshot_at(6, 3)),
+            truncate_from: Some(7),
+            hard_state: Some(hard_state(3, None, 6)),
+            ..Persist::default()
+        },
+        append(7..=7, 3, None),
+    ];
+    let (model, _, _) = build(tmp.path(), &persists);
+
+    let (_, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, model);
+    let indices: Vec<(Index, Term)> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
+    assert_eq!(indices, vec![(7, 3)]);
+}
