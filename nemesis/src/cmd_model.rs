@@ -74,6 +74,12 @@ struct ModelOptions {
     /// How long an acquire waits at the leader (0 = try-acquire).
     #[arg(long, default_value_t = ModelConfig::default().wait_ms)]
     wait_ms: u64,
+    /// Run the core without pre-vote (fewer steps per election).
+    #[arg(long)]
+    no_pre_vote: bool,
+    /// Run the core without check-quorum (one timer less).
+    #[arg(long)]
+    no_check_quorum: bool,
 }
 
 impl ModelOptions {
@@ -100,6 +106,8 @@ impl ModelOptions {
         cfg.log_max = self.log_max;
         cfg.messages_in_flight_max = self.messages_max;
         cfg.wait_ms = self.wait_ms;
+        cfg.pre_vote = !self.no_pre_vote;
+        cfg.check_quorum = !self.no_check_quorum;
         Ok(cfg)
     }
 }
@@ -117,6 +125,9 @@ struct CheckArgs {
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Also print the path to each `sometimes` example.
+    #[arg(long)]
+    examples: bool,
     /// Seconds between progress lines on stderr.
     #[arg(long, default_value_t = 2)]
     progress_s: u64,
@@ -189,7 +200,7 @@ fn wait_and_report(
     }
     let checker = checker.join();
     let elapsed = start.elapsed();
-    report(&checker, checker.model(), elapsed, args.timeout_s)
+    report(&checker, checker.model(), elapsed, args)
 }
 
 /// Prints the figures and every property's result; returns the exit code.
@@ -197,8 +208,9 @@ fn report(
     checker: &impl Checker<LockdModel>,
     model: &LockdModel,
     elapsed: Duration,
-    timeout_s: u64,
+    args: &CheckArgs,
 ) -> ExitCode {
+    let timeout_s = args.timeout_s;
     let unique = checker.unique_state_count();
     let secs = elapsed.as_secs_f64().max(1e-3);
     println!(
@@ -221,6 +233,11 @@ fn report(
                     property.name,
                     path.last_state_depth()
                 );
+                if args.examples {
+                    for line in describe_path(model, &path.into_vec()) {
+                        let _ = writeln!(out, "    {line}");
+                    }
+                }
             }
             (Expectation::Sometimes, None) => {
                 let _ = writeln!(

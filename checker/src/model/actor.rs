@@ -267,6 +267,8 @@ impl Actor for LockdActor {
                     retries: 0,
                     phase: Phase::Acquiring,
                 };
+                // Clients never crash: the model's boundary excludes such states (a client
+                // that goes away is modelled by giving up, which tells the server).
                 self.send_request(id, &client, o);
                 ModelState::Client(client)
             }

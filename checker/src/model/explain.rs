@@ -21,7 +21,7 @@ pub fn describe_path(
         let (before, action) = &window[0];
         let (after, _) = &window[1];
         let Some(action) = action else { continue };
-        let (what, actor) = describe_action(model, before, action);
+        let (what, actor) = action_and_actor(model, before, action);
         let state = actor
             .map(|id| describe_actor(after, id))
             .unwrap_or_default();
@@ -39,7 +39,12 @@ pub fn actor_name(state: &LockdState, id: Id) -> String {
     }
 }
 
-fn describe_action(
+/// One action in words, as a path step shows it (without the state after it).
+pub fn describe_action(model: &LockdModel, state: &LockdState, action: &LockdAction) -> String {
+    action_and_actor(model, state, action).0
+}
+
+fn action_and_actor(
     _model: &LockdModel,
     state: &LockdState,
     action: &LockdAction,
