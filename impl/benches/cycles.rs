@@ -66,7 +66,7 @@ fn main() {
 }
 
 async fn run(lockd: &Path, args: &Args) {
-    let cluster = Cluster::start(lockd, 3, &["--seed", "7"]);
+    let cluster = Cluster::start(lockd, 3, &[]);
     let probe = cluster.client(1);
     let leader = cluster
         .wait_for_leader(&probe, Duration::from_secs(10))

@@ -114,6 +114,15 @@ impl Default for ClientOptions {
     }
 }
 
+/// An operation's result with the node that gave the answer (`None` when none did).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answered<T> {
+    /// The result.
+    pub result: T,
+    /// The node whose answer decided it, if one did.
+    pub node: Option<NodeId>,
+}
+
 /// A connection to one node, with a flag that turns false when its dispatch task ends
 /// (so that a request is never handed to a dead connection and then counted as sent).
 #[derive(Clone)]
@@ -216,13 +225,26 @@ impl Client {
         wait_ms: u64,
         deadline: Instant,
     ) -> Result<Token, AcquireError> {
+        self.acquire_traced(key, lease_ms, wait_ms, deadline)
+            .await
+            .result
+    }
+
+    /// [`Client::acquire`], also saying which node gave the answer (the history's `node`).
+    pub async fn acquire_traced(
+        &self,
+        key: &str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> Answered<Result<Token, AcquireError>> {
         let op = Op::Acquire {
             key: key.to_owned(),
             lease_ms,
             wait_ms,
         };
-        let (response, abandoned) = self.run(op, wait_ms, deadline).await?;
-        match response {
+        let (result, node) = self.run(op, wait_ms, deadline).await;
+        let result = result.and_then(|(response, abandoned)| match response {
             Response::Granted { token } if abandoned => Err(ClientError::Unknown(format!(
                 "granted token {token} on a retry after an earlier attempt was abandoned; \
                  the server may have released it as a phantom lock"
@@ -230,7 +252,8 @@ impl Client {
             Response::Granted { token } => Ok(token),
             Response::Busy => Err(ClientError::Busy),
             other => Err(ClientError::Unknown(format!("unexpected answer {other:?}"))),
-        }
+        });
+        Answered { result, node }
     }
 
     /// Releases `key` held under `token`, retrying until `deadline`.
@@ -240,15 +263,27 @@ impl Client {
         token: Token,
         deadline: Instant,
     ) -> Result<(), ReleaseError> {
+        self.release_traced(key, token, deadline).await.result
+    }
+
+    /// [`Client::release`], also saying which node gave the answer.
+    pub async fn release_traced(
+        &self,
+        key: &str,
+        token: Token,
+        deadline: Instant,
+    ) -> Answered<Result<(), ReleaseError>> {
         let op = Op::Release {
             key: key.to_owned(),
             token,
         };
-        match self.run(op, 0, deadline).await?.0 {
+        let (result, node) = self.run(op, 0, deadline).await;
+        let result = result.and_then(|(response, _)| match response {
             Response::Released => Ok(()),
             Response::NotHolder => Err(ClientError::NotHolder),
             other => Err(ClientError::Unknown(format!("unexpected answer {other:?}"))),
-        }
+        });
+        Answered { result, node }
     }
 
     /// Asks every node for its status, concurrently; in node order, each the status or why
@@ -293,13 +328,14 @@ impl Client {
     }
 
     /// Runs `op` until a definite answer, the deadline or the attempt bound. Returns the
-    /// answer and whether an earlier attempt was abandoned after it may have been sent.
+    /// answer and whether an earlier attempt was abandoned after it may have been sent, and
+    /// the node that gave the answer.
     async fn run(
         &self,
         op: Op,
         wait_ms: u64,
         deadline: Instant,
-    ) -> Result<(Response, bool), ClientError> {
+    ) -> (Result<(Response, bool), ClientError>, Option<NodeId>) {
         let origin = Origin {
             client: self.client_id,
             request: self.next_request.fetch_add(1, Ordering::Relaxed),
@@ -343,11 +379,14 @@ impl Client {
                     true
                 }
                 Attempt::Answer(Response::Invalid { reason }) => {
-                    return Err(ClientError::Invalid(reason));
+                    return (
+                        Err(ClientError::Invalid(reason)),
+                        Some(target as NodeId + 1),
+                    );
                 }
                 Attempt::Answer(answer) => {
                     self.leader.store(target, Ordering::Relaxed);
-                    return Ok((answer, abandoned));
+                    return (Ok((answer, abandoned)), Some(target as NodeId + 1));
                 }
                 Attempt::NotSent(reason) => {
                     last = reason;
@@ -368,11 +407,12 @@ impl Client {
                 backoff_ms = (backoff_ms * 2).min(self.options.backoff_max_ms);
             }
         }
-        Err(if sent {
+        let error = if sent {
             ClientError::Unknown(last)
         } else {
             ClientError::Unavailable(last)
-        })
+        };
+        (Err(error), None)
     }
 
     /// One attempt of `op` at the node at index `node`.
@@ -479,4 +519,69 @@ async fn with_backstop<T>(
     tokio::time::timeout_at(backstop, call)
         .await
         .unwrap_or(Err(RpcError::DeadlineExceeded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed_ports(count: usize) -> Vec<SocketAddr> {
+        let listeners: Vec<std::net::TcpListener> = (0..count)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_ith_address_is_node_i_plus_1() {
+        // client.rs module docs: the i-th address of --cluster is node i+1.
+        let client = Client::new(closed_ports(3), 1);
+        assert_eq!(client.index_of(1), Some(0));
+        assert_eq!(client.index_of(3), Some(2));
+        assert_eq!(client.index_of(0), None);
+        assert_eq!(client.index_of(4), None);
+        assert_eq!(client.leader_hint(), 1);
+    }
+
+    #[test]
+    fn only_unknown_outcomes_are_indefinite() {
+        // DESIGN.md "Histories": `fail` = certainly not applied, `info` = unknown.
+        for definite in [
+            ClientError::Busy,
+            ClientError::NotHolder,
+            ClientError::Invalid("x".into()),
+            ClientError::Unavailable("x".into()),
+        ] {
+            assert!(definite.is_definite(), "{definite}");
+        }
+        let unknown = ClientError::Unknown("x".into());
+        assert!(!unknown.is_definite());
+        assert_eq!(unknown.history_error(), "timeout");
+        assert_eq!(ClientError::Busy.history_error(), "busy");
+    }
+
+    #[tokio::test]
+    async fn a_cluster_that_refuses_every_connection_is_unavailable_not_unknown() {
+        // client.rs "Outcomes": nothing was sent, so the op certainly did not take effect.
+        let options = ClientOptions {
+            attempts_max: 6,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(closed_ports(3), 1, options);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let answered = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert!(
+            matches!(answered.result, Err(ClientError::Unavailable(_))),
+            "{:?}",
+            answered.result
+        );
+        assert_eq!(answered.node, None);
+        let status = client.status_all().await;
+        assert_eq!(status.len(), 3);
+        assert!(
+            status
+                .iter()
+                .all(|s| matches!(s, Err(ClientError::Unavailable(_))))
+        );
+    }
 }

@@ -173,6 +173,9 @@ mod basics {
             assert_eq!(status.raft.term, leaders[0].raft.term);
         }
         assert_eq!(client.leader_hint(), leader, "the client found the leader");
+        let answered = client.acquire_traced("s", 60_000, 0, within_ms(3000)).await;
+        assert_eq!(answered.result, Err(ClientError::Busy));
+        assert_eq!(answered.node, Some(leader), "the leader answered");
     }
 
     #[test]
@@ -267,6 +270,52 @@ mod failover {
             "the grant made under the old leader is still held"
         );
         eprintln!("failover: a new leader served {took:?} after the SIGKILL");
+    }
+
+    #[tokio::test]
+    async fn a_sigstopped_leader_is_replaced_and_rejoins_as_a_follower() {
+        // research/design.md §2.2: a SIGSTOP'd peer keeps its sockets open, so calls to it
+        // hang; short deadlines and lossy per-peer queues keep the others going (Raft §5.2:
+        // a new leader), and on SIGCONT the old leader learns the new term (§5.1).
+        let (cluster, client, leader) = three_nodes_and_leader().await;
+        cluster.signal_node(leader, nix::sys::signal::Signal::SIGSTOP);
+        let stopped = Instant::now();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let key = format!("paused-{tries}");
+            match client.acquire(&key, 60_000, 0, within_ms(1500)).await {
+                Ok(_) => break,
+                Err(e) => assert!(
+                    stopped.elapsed() < FAILOVER_WITHIN && e != ClientError::Busy,
+                    "no leader served within {FAILOVER_WITHIN:?} of the SIGSTOP: {e}"
+                ),
+            }
+        }
+        let took = stopped.elapsed();
+        let new_leader = client.leader_hint();
+        assert_ne!(new_leader, leader);
+        cluster.signal_node(leader, nix::sys::signal::Signal::SIGCONT);
+        let resumed = Instant::now();
+        loop {
+            let old = client.status((leader - 1) as usize).await;
+            if let Ok(status) = old
+                && status.raft.role == lockd::raft::Role::Follower
+                && status.raft.leader == Some(new_leader)
+            {
+                break;
+            }
+            assert!(
+                resumed.elapsed() < FAILOVER_WITHIN,
+                "the resumed node did not follow {new_leader}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        client
+            .acquire("after-resume", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+        eprintln!("pause: a new leader served {took:?} after the SIGSTOP");
     }
 
     #[tokio::test]
@@ -465,5 +514,106 @@ mod phantom {
             Err(ClientError::Busy),
             "the mutant keeps the phantom lock"
         );
+    }
+}
+
+mod transport {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A loopback TCP forwarder to `target` that counts the connections it accepted.
+    async fn forwarder(target: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn peers_are_dialed_at_their_dial_addresses() {
+        // Issue 4: `--dial` names the address a node dials for each peer (the harness's
+        // fault proxy per directed link); here a counting forwarder per directed link.
+        let peer_addrs = cluster::free_addrs(3);
+        let mut links = std::collections::BTreeMap::new();
+        for source in 1..=3u64 {
+            for target in (1..=3u64).filter(|t| *t != source) {
+                let target_addr = peer_addrs[(target - 1) as usize];
+                links.insert((source, target), forwarder(target_addr).await);
+            }
+        }
+        let dial_args = |id: u64| {
+            let dial: Vec<String> = links
+                .iter()
+                .filter(|((source, _), _)| *source == id)
+                .map(|((_, target), (addr, _))| format!("{target}={addr}"))
+                .collect();
+            vec!["--dial".to_owned(), dial.join(",")]
+        };
+        let cluster = Cluster::start_with_peers(lockd(), &peer_addrs, dial_args);
+        let client = cluster.client(1);
+        let leader = cluster.wait_for_leader(&client, LEADER_WITHIN).await;
+        let Some(leader) = leader else {
+            panic!("no leader:\n{}", cluster.log_tails(20));
+        };
+        client
+            .acquire("dialed", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+        // The leader sends to both followers, and each follower answers the leader.
+        for other in (1..=3u64).filter(|n| *n != leader) {
+            for link in [(leader, other), (other, leader)] {
+                let accepted = links[&link].1.load(Ordering::Relaxed);
+                assert!(
+                    accepted >= 1,
+                    "link {link:?} never went through its --dial address"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_clock_rate_flag_and_set_clock_reach_the_node() {
+        // Issue 4: `--clock-rate R` scales the node's clock; `set_clock(rate, jump_ms)` is the
+        // harness's skew and strobe nemesis; an out-of-range rate is refused.
+        let cluster = Cluster::start(lockd(), 3, &["--clock-rate", "0.5"]);
+        let client = cluster.client(1);
+        assert!(
+            cluster
+                .wait_for_leader(&client, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let before = client.status(0).await.unwrap().clock;
+        assert_eq!(before.rate, 0.5);
+        let reading = client.set_clock(0, 2.0, 10_000).await.unwrap();
+        assert_eq!(reading.rate, 2.0);
+        assert!(
+            reading.now_ms >= before.now_ms + 10_000,
+            "jumped ahead: {before:?} then {reading:?}"
+        );
+        assert!(matches!(
+            client.set_clock(0, 0.0, 0).await,
+            Err(lockd::client::ClientError::Invalid(_))
+        ));
+        let later = client.status(0).await.unwrap().clock;
+        assert_eq!(later.rate, 2.0);
+        assert!(later.now_ms >= reading.now_ms);
+        client
+            .acquire("clocked", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
     }
 }

@@ -78,22 +78,43 @@ pub struct Cluster {
     /// The running process of each node, if any.
     pub processes: Vec<Option<NodeProcess>>,
     extra_args: Vec<String>,
+    node_args: Vec<Vec<String>>,
     dir: tempfile::TempDir,
 }
 
 impl Cluster {
     /// Starts `size` nodes of `lockd` (the binary at `lockd`) with `extra_args` each.
     pub fn start(lockd: &Path, size: usize, extra_args: &[&str]) -> Cluster {
+        Cluster::launch(lockd, free_addrs(size), extra_args, |_| Vec::new())
+    }
+
+    /// Like [`Cluster::start`], with the peer listen addresses given (one per node) and
+    /// `node_args(id)` added for node `id` alone (e.g. its `--dial`).
+    pub fn start_with_peers(
+        lockd: &Path,
+        peer_addrs: &[SocketAddr],
+        node_args: impl Fn(NodeId) -> Vec<String>,
+    ) -> Cluster {
+        Cluster::launch(lockd, peer_addrs.to_vec(), &[], node_args)
+    }
+
+    fn launch(
+        lockd: &Path,
+        peer_addrs: Vec<SocketAddr>,
+        extra_args: &[&str],
+        node_args: impl Fn(NodeId) -> Vec<String>,
+    ) -> Cluster {
+        let size = peer_addrs.len();
         let dir = tempfile::Builder::new()
             .prefix("lockd-processes-")
             .tempdir()
             .expect("tempdir");
-        let addrs = free_addrs(size * 2);
+        let client_addrs = free_addrs(size);
         let specs = (0..size)
             .map(|i| NodeSpec {
                 id: i as NodeId + 1,
-                peer_addr: addrs[i],
-                client_addr: addrs[size + i],
+                peer_addr: peer_addrs[i],
+                client_addr: client_addrs[i],
                 data_dir: dir.path().join(format!("n{}", i + 1)),
                 log_path: dir.path().join(format!("n{}.log", i + 1)),
             })
@@ -102,6 +123,7 @@ impl Cluster {
             specs,
             processes: (0..size).map(|_| None).collect(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            node_args: (1..=size as NodeId).map(node_args).collect(),
             dir,
         };
         for id in 1..=size as NodeId {
@@ -141,6 +163,7 @@ impl Cluster {
             .arg("--data-dir")
             .arg(&spec.data_dir)
             .args(&self.extra_args)
+            .args(&self.node_args[index])
             .env(
                 "RUST_LOG",
                 std::env::var("LOCKD_TEST_LOG").unwrap_or_else(|_| "info".to_owned()),
@@ -151,6 +174,12 @@ impl Cluster {
             .spawn()
             .expect("spawn lockd");
         self.processes[index] = Some(NodeProcess { child });
+    }
+
+    /// Sends `signal` to node `id`'s process (by pid).
+    pub fn signal_node(&self, id: NodeId, signal: Signal) {
+        let process = self.processes[(id - 1) as usize].as_ref();
+        process.expect("node is running").signal(signal);
     }
 
     /// SIGKILLs node `id` and reaps it.
