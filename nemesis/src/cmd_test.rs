@@ -50,6 +50,9 @@ pub struct TestArgs {
     /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
     #[arg(long, default_value = "10-100")]
     think_ms: String,
+    /// Percent of grants a client holds past its lease (a stalled client), 0-100.
+    #[arg(long, default_value_t = 25)]
+    overhold_percent: u64,
     /// Bound of the recovery phase, seconds.
     #[arg(long, default_value_t = 20)]
     recovery_s: u64,
@@ -112,6 +115,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         workload: args.workload.parse::<WorkloadKind>()?,
         recovery_s: args.recovery_s,
         think_ms,
+        overhold_percent: args.overhold_percent.min(100),
         progress: true,
     })
 }
@@ -246,6 +250,9 @@ fn rerun_flags(o: &TestOptions) -> String {
     }
     if o.think_ms != d.think_ms {
         s.push_str(&format!(" --think-ms {}-{}", o.think_ms.0, o.think_ms.1));
+    }
+    if o.overhold_percent != d.overhold_percent {
+        s.push_str(&format!(" --overhold-percent {}", o.overhold_percent));
     }
     if o.recovery_s != d.recovery_s {
         s.push_str(&format!(" --recovery-s {}", o.recovery_s));

@@ -70,6 +70,8 @@ pub struct TestOptions {
     pub recovery_s: u64,
     /// Shortest and longest pause between two ops of one client, ms (the request rate).
     pub think_ms: (u64, u64),
+    /// Percent of grants held past their lease (see `WorkloadConfig::overhold_percent`).
+    pub overhold_percent: u64,
     /// Print a progress line.
     pub progress: bool,
 }
@@ -89,6 +91,7 @@ impl Default for TestOptions {
             workload: WorkloadKind::Fenced,
             recovery_s: 20,
             think_ms: (10, 100),
+            overhold_percent: 25,
             progress: true,
         }
     }
@@ -210,6 +213,8 @@ struct FaultDriver {
     nemesis: NemesisThread,
     skewed: Mutex<BTreeSet<NodeId>>,
     counts: Mutex<FaultCounts>,
+    /// Nodes that exited without the nemesis killing them (crashes), with their status.
+    exited: Mutex<Vec<String>>,
 }
 
 const RESOLVE_STREAM: u64 = 3 << 32;
@@ -223,8 +228,27 @@ impl FaultDriver {
         status.await.ok().and_then(|views| leader_of(&views))
     }
 
+    /// Notes nodes that exited on their own since the last look (a crash is reported in
+    /// results.json; the final schedule restarts them like killed nodes).
+    fn reap_crashed(&self) {
+        let crashed = self.cluster.reap_exited();
+        if !crashed.is_empty() {
+            let mut exited = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, status) in crashed {
+                eprintln!(
+                    "locksmith test: node n{id} exited on its own: {status} (see node-logs/n{id}.log)"
+                );
+                exited.push(format!(
+                    "n{id}: {status} at {} ms",
+                    self.recorder.now_ns() / 1_000_000
+                ));
+            }
+        }
+    }
+
     /// Resolves `planned`, records it (before acting), performs it, records the outcome.
     async fn perform(&self, planned: &FaultOp) {
+        self.reap_crashed();
         let step = self.step.fetch_add(1, Ordering::Relaxed);
         let mut context = ResolveContext {
             nodes: self.nodes.clone(),
@@ -442,6 +466,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         nemesis: NemesisThread::spawn(Box::new(nemesis))?,
         skewed: Mutex::new(BTreeSet::new()),
         counts: Mutex::new(FaultCounts::default()),
+        exited: Mutex::new(Vec::new()),
     });
 
     let phase = run_phases(
@@ -454,9 +479,14 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         final_schedule,
     )
     .await;
+    driver.reap_crashed();
     let teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
     recorder.finish()?;
-    let exited = cluster.reap_exited();
+    let exited = driver
+        .exited
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     drop(data);
 
     let ops = recorder.ops();
@@ -497,7 +527,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             "slots": options.concurrency,
             "duration_ms": phase.recovery_ms,
         },
-        "nodes_exited_on_their_own": exited.iter().map(|(id, s)| format!("n{id}: {s}")).collect::<Vec<_>>(),
+        "nodes_exited_on_their_own": exited,
         "teardown_error": teardown_error,
         "duration_ms": started.elapsed().as_millis() as u64,
     });
@@ -540,6 +570,7 @@ async fn run_phases(
     };
     let mut config = WorkloadConfig::new(options.seed, options.keys);
     config.think_ms = options.think_ms;
+    config.overhold_percent = options.overhold_percent;
     let mut workers = Vec::new();
     for slot in 0..options.concurrency {
         let generator = ClientGen::new(&config, slot);

@@ -29,6 +29,9 @@ pub struct WorkloadConfig {
     pub wait_ms_max: u64,
     /// Shortest and longest pause between two ops of one client, ms.
     pub think_ms: (u64, u64),
+    /// Percent of grants a client holds past its lease (110-160% of it), as a client that
+    /// stalls (a GC pause) would: the fenced resource must then reject its late writes.
+    pub overhold_percent: u64,
 }
 
 impl WorkloadConfig {
@@ -40,6 +43,7 @@ impl WorkloadConfig {
             lease_ms: (400, 1500),
             wait_ms_max: 1000,
             think_ms: (10, 100),
+            overhold_percent: 25,
         }
     }
 }
@@ -120,7 +124,7 @@ enum Phase {
 }
 
 /// The generator of one client slot: acquire (try or wait), hold while writing to the fenced
-/// resource, release; again. Sometimes it holds past its lease (a quarter of the grants), so
+/// resource, release; again. Sometimes it holds past its lease (`overhold_percent`), so
 /// the fenced resource must reject its late writes once another client holds the key.
 #[derive(Clone, Debug)]
 pub struct ClientGen {
