@@ -60,6 +60,25 @@ impl BenchCluster {
         Ok(bench)
     }
 
+    /// Nodes that exited on their own since the last call, with their exit status (the
+    /// bench kills only the leader, and restarts it at once).
+    pub fn exited(&self) -> Vec<(NodeId, std::process::ExitStatus)> {
+        self.cluster.reap_exited()
+    }
+
+    /// Keeps the directory (data dirs and `node-logs/`) after the bench ends; returns it.
+    pub fn keep_dir(&mut self) -> std::path::PathBuf {
+        let path = self._dir.path().to_path_buf();
+        let placeholder = tempfile::Builder::new()
+            .prefix("locksmith-bench-kept-")
+            .tempdir();
+        if let Ok(placeholder) = placeholder {
+            let kept = std::mem::replace(&mut self._dir, placeholder);
+            let _ = kept.keep();
+        }
+        path
+    }
+
     /// The system's name.
     pub fn name(&self) -> &'static str {
         self.system.name()
@@ -316,11 +335,12 @@ pub async fn failover(
 ) -> Result<FailoverReport, Error> {
     let mut report = FailoverReport::default();
     for round in 0..config.rounds {
-        let Ok(leader) = bench.wait_for_leader(config.round_timeout).await else {
-            report
-                .failed_rounds
-                .push(format!("round {round}: no leader found"));
-            continue;
+        let leader = match bench.wait_for_leader(config.round_timeout).await {
+            Ok(leader) => leader,
+            Err(error) => {
+                report.failed_rounds.push(format!("round {round}: {error}"));
+                continue;
+            }
         };
         // Let the restarted node of the previous round catch up before it may be killed.
         tokio::time::sleep(config.settle).await;
@@ -333,7 +353,11 @@ pub async fn failover(
                 .push(format!("round {round}: {reason}")),
         }
     }
-    bench.wait_for_leader(config.round_timeout).await?;
+    if let Err(error) = bench.wait_for_leader(config.round_timeout).await {
+        report
+            .failed_rounds
+            .push(format!("after the last round: {error}"));
+    }
     Ok(report)
 }
 

@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// The lease of every acquire, in ms.
     #[arg(long, default_value_t = 5000)]
     lease_ms: u64,
+    /// Keep each cluster's directory (data dirs, node-logs/) and print where it is.
+    #[arg(long)]
+    keep_logs: bool,
 }
 
 /// The figures of one system, or why it could not run.
@@ -104,7 +107,7 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         }
     };
     let name = system.name();
-    let cluster = BenchCluster::start(system, args.nodes, START_TIMEOUT)
+    let mut cluster = BenchCluster::start(system, args.nodes, START_TIMEOUT)
         .await
         .with_context(|| format!("start {name}"))?;
     let mut cycles = Vec::new();
@@ -116,6 +119,7 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         };
         eprintln!("{name}: {clients} clients for {} s ...", args.time_s);
         cycles.push(bench::cycles(&cluster, &config).await);
+        report_exits(name, &cluster);
     }
     let failover = if args.failover_rounds > 0 {
         eprintln!(
@@ -130,7 +134,21 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
     } else {
         None
     };
+    report_exits(name, &cluster);
+    if args.keep_logs {
+        eprintln!(
+            "{name}: cluster directory kept: {}",
+            cluster.keep_dir().display()
+        );
+    }
     Ok(Figures { cycles, failover })
+}
+
+/// Says which nodes exited on their own: the bench only ever kills the leader itself.
+fn report_exits(name: &str, cluster: &BenchCluster) {
+    for (node, status) in cluster.exited() {
+        eprintln!("{name}: node n{node} exited on its own: {status}");
+    }
 }
 
 fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {
