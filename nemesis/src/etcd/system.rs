@@ -97,7 +97,10 @@ struct EtcdProcessClient {
 
 fn failed(error: &EtcdError) -> Outcome {
     if error.is_definite() {
-        Outcome::Fail(error.label().to_owned())
+        Outcome::Fail {
+            error: error.label().to_owned(),
+            node: None,
+        }
     } else {
         Outcome::Info(error.label().to_owned())
     }
@@ -125,7 +128,10 @@ impl LockClient for EtcdProcessClient {
                     token: Some(grant.token),
                     node: Some(grant.node),
                 },
-                Ok(Ok(Acquired::Busy)) => Outcome::Fail("busy".into()),
+                Ok(Ok(Acquired::Busy)) => Outcome::Fail {
+                    error: "busy".into(),
+                    node: None,
+                },
                 Ok(Err(error)) => failed(&error),
             }
         }
@@ -148,7 +154,10 @@ impl LockClient for EtcdProcessClient {
                     token: None,
                     node: Some(node),
                 },
-                Ok(Ok(Released::NotHolder)) => Outcome::Fail("not-holder".into()),
+                Ok(Ok(Released::NotHolder)) => Outcome::Fail {
+                    error: "not-holder".into(),
+                    node: Some(node),
+                },
                 Ok(Err(error)) => failed(&error),
             }
         }
