@@ -73,6 +73,8 @@ pub enum ModelTimer {
     ClientRetry,
     /// A client gives up on its acquire.
     ClientGiveUp,
+    /// A client holding a lock is done with it and releases it.
+    ClientRelease,
 }
 
 /// The request id of a client's request: the client actor in the high half, its sequence
@@ -152,6 +154,11 @@ pub struct ServerStorage {
 pub enum Phase {
     /// Waiting for the answer to its acquire.
     Acquiring,
+    /// Holds the lock under `token` until its release timer fires.
+    Holding {
+        /// The fencing token.
+        token: Token,
+    },
     /// Waiting for the answer to its release of `token`.
     Releasing {
         /// The token being released.
@@ -298,7 +305,11 @@ impl Actor for LockdActor {
                     Input::ClientGone { id } => Some(*id),
                     _ => None,
                 };
-                if let Some(mut next) = step_server(config.bugs, server, input, None, o) {
+                // A cancel is always consumed, even when the core ignores it, so that the
+                // ghost can note that the client left.
+                let next = step_server(config.bugs, server, input, None, o)
+                    .or_else(|| gone.map(|_| (**server).clone()));
+                if let Some(mut next) = next {
                     if let Some(rid) = gone {
                         note_gone(&mut next, rid);
                     }
@@ -338,6 +349,15 @@ impl Actor for LockdActor {
             (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientRetry) => {
                 if matches!(client.phase, Phase::Acquiring | Phase::Releasing { .. }) {
                     self.send_request(id, client, o);
+                }
+            }
+            (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientRelease) => {
+                if let Phase::Holding { token } = client.phase {
+                    let mut next = client.clone();
+                    next.seq += 1;
+                    next.phase = Phase::Releasing { token };
+                    self.send_request(id, &next, o);
+                    *state.to_mut() = ModelState::Client(next);
                 }
             }
             (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientGiveUp)
@@ -392,6 +412,10 @@ impl LockdActor {
                 token,
                 origin,
             },
+            Phase::Holding { .. } => {
+                o.set_timer(ModelTimer::ClientRelease, model_timeout());
+                return;
+            }
             Phase::Done | Phase::GaveUp | Phase::Stopped => return,
         };
         o.send(
@@ -450,9 +474,8 @@ impl LockdActor {
                 next.phase = Phase::Stopped;
             }
             Response::Granted { token } if client.phase == Phase::Acquiring => {
-                next.seq += 1;
                 next.retries = 0;
-                next.phase = Phase::Releasing { token };
+                next.phase = Phase::Holding { token };
             }
             Response::Granted { .. }
             | Response::Busy
