@@ -520,22 +520,24 @@ fn step_server(
     Some(next)
 }
 
-/// Records that the client of `rid` left while this node leads and before its lock was
-/// applied here (so the node still has the request pending, if it proposed it).
+/// Records that the client of `rid` left while this node leads and has the client's Grant in
+/// its log, proposed in this term and not yet applied (so the node has the request pending).
+/// A cancel that overtook its request, or came after the answer, is not recorded: the core
+/// cannot release what it does not know of (the lease is the backstop there).
 fn note_gone(server: &mut ServerState, rid: RequestId) {
     let (client, seq) = request_id_parts(rid);
     let origin = Origin {
         client: usize::from(client) as u64,
         request: seq,
     };
-    let applied = server
-        .node
-        .table()
-        .locks()
-        .values()
-        .any(|h| h.origin == Some(origin));
     let status = server.node.status();
-    if status.role == Role::Leader && !applied {
+    let pending = server.node.log().iter().any(|e| {
+        e.proposal.origin == Some(origin)
+            && e.index > status.last_applied
+            && e.term == status.term
+            && matches!(e.proposal.command, Command::Grant { .. })
+    });
+    if status.role == Role::Leader && pending {
         server.ghost.gone.insert((status.term, origin));
     }
 }
