@@ -73,6 +73,8 @@ pub enum ModelTimer {
     ClientRetry,
     /// A client gives up on its acquire.
     ClientGiveUp,
+    /// A client holding a lock is done with it and releases it.
+    ClientRelease,
 }
 
 /// The request id of a client's request: the client actor in the high half, its sequence
@@ -152,6 +154,11 @@ pub struct ServerStorage {
 pub enum Phase {
     /// Waiting for the answer to its acquire.
     Acquiring,
+    /// Holds the lock under `token` until its release timer fires.
+    Holding {
+        /// The fencing token.
+        token: Token,
+    },
     /// Waiting for the answer to its release of `token`.
     Releasing {
         /// The token being released.
@@ -298,7 +305,11 @@ impl Actor for LockdActor {
                     Input::ClientGone { id } => Some(*id),
                     _ => None,
                 };
-                if let Some(mut next) = step_server(config.bugs, server, input, None, o) {
+                // A cancel is always consumed, even when the core ignores it, so that the
+                // ghost can note that the client left.
+                let next = step_server(config.bugs, server, input, None, o)
+                    .or_else(|| gone.map(|_| (**server).clone()));
+                if let Some(mut next) = next {
                     if let Some(rid) = gone {
                         note_gone(&mut next, rid);
                     }
@@ -338,6 +349,15 @@ impl Actor for LockdActor {
             (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientRetry) => {
                 if matches!(client.phase, Phase::Acquiring | Phase::Releasing { .. }) {
                     self.send_request(id, client, o);
+                }
+            }
+            (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientRelease) => {
+                if let Phase::Holding { token } = client.phase {
+                    let mut next = client.clone();
+                    next.seq += 1;
+                    next.phase = Phase::Releasing { token };
+                    self.send_request(id, &next, o);
+                    *state.to_mut() = ModelState::Client(next);
                 }
             }
             (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientGiveUp)
@@ -392,6 +412,10 @@ impl LockdActor {
                 token,
                 origin,
             },
+            Phase::Holding { .. } => {
+                o.set_timer(ModelTimer::ClientRelease, model_timeout());
+                return;
+            }
             Phase::Done | Phase::GaveUp | Phase::Stopped => return,
         };
         o.send(
@@ -450,9 +474,8 @@ impl LockdActor {
                 next.phase = Phase::Stopped;
             }
             Response::Granted { token } if client.phase == Phase::Acquiring => {
-                next.seq += 1;
                 next.retries = 0;
-                next.phase = Phase::Releasing { token };
+                next.phase = Phase::Holding { token };
             }
             Response::Granted { .. }
             | Response::Busy
@@ -497,22 +520,24 @@ fn step_server(
     Some(next)
 }
 
-/// Records that the client of `rid` left while this node leads and before its lock was
-/// applied here (so the node still has the request pending, if it proposed it).
+/// Records that the client of `rid` left while this node leads and has the client's Grant in
+/// its log, proposed in this term and not yet applied (so the node has the request pending).
+/// A cancel that overtook its request, or came after the answer, is not recorded: the core
+/// cannot release what it does not know of (the lease is the backstop there).
 fn note_gone(server: &mut ServerState, rid: RequestId) {
     let (client, seq) = request_id_parts(rid);
     let origin = Origin {
         client: usize::from(client) as u64,
         request: seq,
     };
-    let applied = server
-        .node
-        .table()
-        .locks()
-        .values()
-        .any(|h| h.origin == Some(origin));
     let status = server.node.status();
-    if status.role == Role::Leader && !applied {
+    let pending = server.node.log().iter().any(|e| {
+        e.proposal.origin == Some(origin)
+            && e.index > status.last_applied
+            && e.term == status.term
+            && matches!(e.proposal.command, Command::Grant { .. })
+    });
+    if status.role == Role::Leader && pending {
         server.ghost.gone.insert((status.term, origin));
     }
 }

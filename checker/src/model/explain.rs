@@ -109,6 +109,7 @@ fn describe_timer(timer: &ModelTimer) -> String {
         ModelTimer::Core(Timer::Wait { id }) => format!("the wait deadline of request {}", id.0),
         ModelTimer::ClientRetry => "the retry timer".to_owned(),
         ModelTimer::ClientGiveUp => "the give-up timer (it cancels its acquire)".to_owned(),
+        ModelTimer::ClientRelease => "the release timer (it is done with the lock)".to_owned(),
     }
 }
 
