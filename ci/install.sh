@@ -9,9 +9,10 @@
 #   data dirs.
 # - iptables: the harness's kernel net backend (`locksmith test --net kernel`) and the
 #   kernel arm of nemesis/tests/net_conformance.rs, both root only.
+# - chromium: headless Chromium loads the stateright Explorer in checker/tests/model_check.rs.
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables)
+packages=(etcd-server etcd-client iptables chromium)
 
 missing=()
 for package in "${packages[@]}"; do

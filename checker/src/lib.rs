@@ -83,6 +83,7 @@ pub mod error;
 pub mod fencing;
 pub mod lease;
 pub mod linear;
+pub mod model;
 pub mod report;
 pub mod verdict;
 

@@ -1,9 +1,12 @@
 //! `locksmith`: the harness's command line. One plain subcommand enum; each variant's
 //! arguments and work live in a `cmd_*.rs` module, and this file only parses and dispatches.
+//! Exit codes (DESIGN.md): 0 valid / passed, 1 invalid (an anomaly found), 2 unknown or
+//! could not run.
 
 mod cmd_bench;
 mod cmd_check;
 mod cmd_client;
+mod cmd_model;
 mod cmd_test;
 
 use std::process::ExitCode;
@@ -30,6 +33,8 @@ enum Command {
     Convert(cmd_check::ConvertCommand),
     /// Cycles per second, p50/p99 latency and leader failover, for lockd and etcd.
     Bench(cmd_bench::BenchArgs),
+    /// Model-check the real Raft core and lock table with stateright.
+    Model(cmd_model::ModelArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +46,13 @@ fn main() -> ExitCode {
         Command::Check(command) => exit_code(cmd_check::check(command)),
         Command::Convert(command) => exit_code(cmd_check::convert(command)),
         Command::Bench(args) => cmd_bench::run(args),
+        Command::Model(args) => match cmd_model::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("locksmith: {e:#}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 

@@ -1,0 +1,719 @@
+//! The actors: a server wraps the real [`lockd::raft::Node`] (and through it the real
+//! [`lockd::lock::LockTable`]); a client acquires and releases, and may give up mid-acquire.
+//!
+//! # The server adapter
+//!
+//! Each stateright event becomes one [`Input`]: a Raft message becomes `Input::Message`, a
+//! client request `Input::Request`, a client's cancel `Input::ClientGone`, and a fired timer
+//! `Input::Tick` at that timer's deadline on the node's own clock (so the clock only moves
+//! forward, and it moves exactly to a deadline). The output is carried out as the IO contract
+//! on [`lockd::raft::Output`] says: `persist` is applied to the actor's copy of its
+//! [`Durable`], `Input::Persisted` is fed right after in the same step (repeatedly, while the
+//! node asks for more to persist), and the whole step ends in one `o.save(durable)` together
+//! with every send and answer. stateright applies a step's commands atomically, so "sent
+//! before it was durable" cannot happen in the model, except in the `no-fsync` mutant, which
+//! skips the save (the saved storage then stays what it was when the actor started).
+//!
+//! Timers: each core [`Timer`] is one stateright timer. stateright fires any armed timer at
+//! any moment, so every order of timeouts is explored (unbounded clock drift between nodes).
+//! After every step the adapter re-synchronises the armed stateright timers with the node's
+//! armed timers (a tick fires every due timer, and the core disarms a fired timer without a
+//! command).
+//!
+//! No-op pruning: the node is cloned and stepped; when the node, its storage and the ghost
+//! facts are unchanged and there is nothing to send, the `Cow` stays borrowed and stateright
+//! drops the transition.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use lockd::bugs::{Bug, BugSet};
+use lockd::lock::{Command, Origin, Outcome, Token};
+use lockd::raft::invariants::Ledger;
+use lockd::raft::{
+    ClientRequest, Committed, Config, Durable, Index, Input, Message, Node, NodeId, Output,
+    RequestId, Response, Role, Term, Timer, TimerCmd,
+};
+use stateright::actor::{Actor, Id, Out, model_timeout};
+
+use super::MODEL_KEY;
+
+/// A message on the model's network.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ModelMsg {
+    /// Between servers.
+    Raft(Message),
+    /// A client's request to a server.
+    Request {
+        /// Client actor and sequence number, see [`request_id`].
+        id: RequestId,
+        /// The request.
+        request: ClientRequest,
+    },
+    /// A client gave up on request `id` (it becomes `Input::ClientGone`).
+    Cancel {
+        /// The request given up on.
+        id: RequestId,
+    },
+    /// A server's answer to a client.
+    Response {
+        /// The request answered.
+        id: RequestId,
+        /// The answer.
+        response: Response,
+    },
+}
+
+/// A stateright timer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ModelTimer {
+    /// A timer of the Raft core.
+    Core(Timer),
+    /// A client retries after `NotLeader` without a leader hint.
+    ClientRetry,
+    /// A client gives up on its acquire.
+    ClientGiveUp,
+    /// A client holding a lock is done with it and releases it.
+    ClientRelease,
+}
+
+/// The request id of a client's request: the client actor in the high half, its sequence
+/// number in the low half.
+pub fn request_id(client: Id, seq: u64) -> RequestId {
+    RequestId(((usize::from(client) as u64) << 32) | seq)
+}
+
+/// The inverse of [`request_id`].
+pub fn request_id_parts(id: RequestId) -> (Id, u64) {
+    (Id::from((id.0 >> 32) as usize), id.0 & 0xFFFF_FFFF)
+}
+
+/// The Raft node id of server actor `index` (node ids start at 1).
+pub fn node_id(index: usize) -> NodeId {
+    index as NodeId + 1
+}
+
+/// The actor id of Raft node `id`.
+pub fn actor_of(id: NodeId) -> Id {
+    Id::from((id - 1) as usize)
+}
+
+/// Facts about what a server applied, which the lock table does not keep and the properties
+/// need. They are volatile (lost on a crash), which is enough: every property is checked in
+/// the state right after the step that set the fact.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    /// Some applied Expire removed a lock.
+    pub expired: bool,
+    /// Some applied Release without a client origin (the leader's phantom release) freed a
+    /// lock.
+    pub phantom_released: bool,
+    /// The first applied Expire that removed a lock held under another token.
+    pub expire_removed_other: Option<String>,
+    /// The first applied Release that removed a lock held under another token.
+    pub release_removed_other: Option<String>,
+    /// The first lease timer armed for less than its lock's `lease_ms` on the node's clock.
+    pub early_lease: Option<String>,
+    /// Clients that left (`ClientGone`) while this node led `term` and before their lock was
+    /// applied here: (term, client origin). Such a lock must get a Release.
+    pub gone: BTreeSet<(Term, Origin)>,
+}
+
+/// A server actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ServerState {
+    /// The real Raft node with its lock table.
+    pub node: Node,
+    /// What this server made durable so far (the save of every step).
+    pub durable: Durable,
+    /// The core timers that are armed as stateright timers.
+    armed: BTreeSet<Timer>,
+    /// Every entry this node applied, with its outcome (a ghost; see [`ServerStorage`]).
+    pub ledger: Ledger,
+    /// The first disagreement of this node's own applies with its ledger (an entry applied
+    /// again after a restart with another outcome).
+    pub ledger_conflict: Option<String>,
+    /// Facts about what was applied.
+    pub ghost: Ghost,
+}
+
+/// What a server keeps across a crash: its [`Durable`] (what the real node has on disk) and,
+/// as a ghost beside it, the [`Ledger`] of what it applied, so that properties can compare
+/// what was applied before a crash with what is applied after it. The `no-fsync` mutant
+/// saves the ledger but not the durable state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ServerStorage {
+    /// The node's durable state.
+    pub durable: Durable,
+    /// The ghost ledger.
+    pub ledger: Ledger,
+}
+
+/// Where a client is in its script.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// Waiting for the answer to its acquire.
+    Acquiring,
+    /// Holds the lock under `token` until its release timer fires.
+    Holding {
+        /// The fencing token.
+        token: Token,
+    },
+    /// Waiting for the answer to its release of `token`.
+    Releasing {
+        /// The token being released.
+        token: Token,
+    },
+    /// Finished its rounds.
+    Done,
+    /// Gave up on an acquire (sent a cancel); stops.
+    GaveUp,
+    /// Was told `Unknown`; stops (the operation stays in flight).
+    Stopped,
+}
+
+/// A client actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientState {
+    /// The sequence number of the request in flight.
+    pub seq: u64,
+    /// The server the request went to.
+    pub target: usize,
+    /// Rounds (acquire, then release when granted) finished.
+    pub rounds_done: usize,
+    /// NotLeader answers so far for the request in flight.
+    pub retries: u32,
+    /// Where the client is.
+    pub phase: Phase,
+}
+
+/// An actor's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ModelState {
+    /// A server.
+    Server(Box<ServerState>),
+    /// A client.
+    Client(ClientState),
+}
+
+/// The definition of one actor.
+#[derive(Clone, Debug)]
+pub enum LockdActor {
+    /// A server running the real core with `config`.
+    Server {
+        /// The node's configuration.
+        config: Box<Config>,
+    },
+    /// A client.
+    Client {
+        /// How many servers there are (actors `0..servers`).
+        servers: usize,
+        /// How many acquire(-release) rounds it runs.
+        rounds: usize,
+        /// Whether it may give up on an acquire (and send a cancel).
+        gives_up: bool,
+        /// The lease it asks for.
+        lease_ms: u64,
+        /// How long an acquire waits at the leader (0 = try-acquire).
+        wait_ms: u64,
+        /// How many `NotLeader` answers it takes before it stops.
+        retries_max: u32,
+    },
+}
+
+impl Actor for LockdActor {
+    type Msg = ModelMsg;
+    type Timer = ModelTimer;
+    type State = ModelState;
+    type Storage = ServerStorage;
+    type Random = ();
+
+    fn name(&self) -> String {
+        match self {
+            LockdActor::Server { config } => format!("n{}", config.id),
+            LockdActor::Client { .. } => "client".to_owned(),
+        }
+    }
+
+    fn on_start(&self, id: Id, storage: &Option<ServerStorage>, o: &mut Out<Self>) -> ModelState {
+        match self {
+            LockdActor::Server { config } => {
+                let ServerStorage { durable, ledger } = storage.clone().unwrap_or_default();
+                // A restarted process has a new monotonic clock; the core re-arms every lease
+                // in full from it, which is conservative.
+                let (mut node, first) = Node::new((**config).clone(), durable.clone(), 0);
+                let mut server = ServerState {
+                    // The "before" of the first step: the restarted node itself, so that what
+                    // it re-applies from its log is not observed as new (the ledger still
+                    // compares it with what was applied before the crash).
+                    node: node.clone(),
+                    durable,
+                    armed: BTreeSet::new(),
+                    ledger,
+                    ledger_conflict: None,
+                    ghost: Ghost::default(),
+                };
+                let output = drive(&mut node, &mut server.durable, first);
+                let changed_ledger = !output.apply.is_empty();
+                carry_out(
+                    config.bugs,
+                    &mut server,
+                    node,
+                    output,
+                    None,
+                    changed_ledger,
+                    o,
+                );
+                ModelState::Server(Box::new(server))
+            }
+            LockdActor::Client { servers, .. } => {
+                let client = ClientState {
+                    seq: 1,
+                    target: usize::from(id) % servers,
+                    rounds_done: 0,
+                    retries: 0,
+                    phase: Phase::Acquiring,
+                };
+                // Clients never crash: the model's boundary excludes such states (a client
+                // that goes away is modelled by giving up, which tells the server).
+                self.send_request(id, &client, o);
+                ModelState::Client(client)
+            }
+        }
+    }
+
+    fn on_msg(
+        &self,
+        id: Id,
+        state: &mut Cow<ModelState>,
+        src: Id,
+        msg: ModelMsg,
+        o: &mut Out<Self>,
+    ) {
+        match (self, &**state) {
+            (LockdActor::Server { config }, ModelState::Server(server)) => {
+                let input = match msg {
+                    ModelMsg::Raft(msg) => Input::Message {
+                        from: node_id(usize::from(src)),
+                        msg,
+                    },
+                    ModelMsg::Request { id, request } => Input::Request { id, request },
+                    ModelMsg::Cancel { id } => Input::ClientGone { id },
+                    ModelMsg::Response { .. } => return,
+                };
+                let gone = match &input {
+                    Input::ClientGone { id } => Some(*id),
+                    _ => None,
+                };
+                // A cancel is always consumed, even when the core ignores it, so that the
+                // ghost can note that the client left.
+                let next = step_server(config.bugs, server, input, None, o)
+                    .or_else(|| gone.map(|_| (**server).clone()));
+                if let Some(mut next) = next {
+                    if let Some(rid) = gone {
+                        note_gone(&mut next, rid);
+                    }
+                    *state.to_mut() = ModelState::Server(Box::new(next));
+                }
+            }
+            (LockdActor::Client { .. }, ModelState::Client(client)) => {
+                if let ModelMsg::Response { id: rid, response } = msg
+                    && let Some(next) = self.on_response(id, client, rid, response, o)
+                {
+                    *state.to_mut() = ModelState::Client(next);
+                }
+            }
+            _ => unreachable!("actor {id:?} holds the state of another kind"),
+        }
+    }
+
+    fn on_timeout(
+        &self,
+        id: Id,
+        state: &mut Cow<ModelState>,
+        timer: &ModelTimer,
+        o: &mut Out<Self>,
+    ) {
+        match (self, &**state, timer) {
+            (LockdActor::Server { config }, ModelState::Server(server), ModelTimer::Core(t)) => {
+                let Some(deadline) = server.node.deadline(t) else {
+                    return; // Disarmed meanwhile; stateright drops the timer.
+                };
+                let input = Input::Tick {
+                    now_ms: deadline.max(server.node.now_ms()),
+                };
+                if let Some(next) = step_server(config.bugs, server, input, Some(t), o) {
+                    *state.to_mut() = ModelState::Server(Box::new(next));
+                }
+            }
+            (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientRetry) => {
+                if matches!(client.phase, Phase::Acquiring | Phase::Releasing { .. }) {
+                    self.send_request(id, client, o);
+                }
+            }
+            (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientRelease) => {
+                if let Phase::Holding { token } = client.phase {
+                    let mut next = client.clone();
+                    next.seq += 1;
+                    next.phase = Phase::Releasing { token };
+                    self.send_request(id, &next, o);
+                    *state.to_mut() = ModelState::Client(next);
+                }
+            }
+            (LockdActor::Client { .. }, ModelState::Client(client), ModelTimer::ClientGiveUp)
+                if client.phase == Phase::Acquiring =>
+            {
+                let mut next = client.clone();
+                next.phase = Phase::GaveUp;
+                o.cancel_timer(ModelTimer::ClientRetry);
+                o.send(
+                    Id::from(client.target),
+                    ModelMsg::Cancel {
+                        id: request_id(id, client.seq),
+                    },
+                );
+                *state.to_mut() = ModelState::Client(next);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl LockdActor {
+    /// Sends the request of the client's current phase to its target.
+    fn send_request(&self, id: Id, client: &ClientState, o: &mut Out<Self>) {
+        let LockdActor::Client {
+            lease_ms,
+            wait_ms,
+            gives_up,
+            ..
+        } = self
+        else {
+            return;
+        };
+        let origin = Some(Origin {
+            client: usize::from(id) as u64,
+            request: client.seq,
+        });
+        let request = match client.phase {
+            Phase::Acquiring => {
+                if *gives_up {
+                    o.set_timer(ModelTimer::ClientGiveUp, model_timeout());
+                }
+                ClientRequest::Acquire {
+                    key: MODEL_KEY.to_owned(),
+                    lease_ms: *lease_ms,
+                    wait_ms: *wait_ms,
+                    origin,
+                }
+            }
+            Phase::Releasing { token } => ClientRequest::Release {
+                key: MODEL_KEY.to_owned(),
+                token,
+                origin,
+            },
+            Phase::Holding { .. } => {
+                o.set_timer(ModelTimer::ClientRelease, model_timeout());
+                return;
+            }
+            Phase::Done | Phase::GaveUp | Phase::Stopped => return,
+        };
+        o.send(
+            Id::from(client.target),
+            ModelMsg::Request {
+                id: request_id(id, client.seq),
+                request,
+            },
+        );
+    }
+
+    /// A client's reaction to an answer; `None` when the answer is not for its open request.
+    fn on_response(
+        &self,
+        id: Id,
+        client: &ClientState,
+        rid: RequestId,
+        response: Response,
+        o: &mut Out<Self>,
+    ) -> Option<ClientState> {
+        let LockdActor::Client {
+            servers,
+            rounds,
+            retries_max,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let open = matches!(client.phase, Phase::Acquiring | Phase::Releasing { .. });
+        if !open || rid != request_id(id, client.seq) {
+            return None;
+        }
+        let mut next = client.clone();
+        match response {
+            Response::NotLeader { leader } => {
+                next.retries += 1;
+                if next.retries > *retries_max {
+                    next.phase = Phase::Stopped;
+                    o.cancel_timer(ModelTimer::ClientGiveUp);
+                    return Some(next);
+                }
+                match leader {
+                    Some(leader) if (leader as usize) <= *servers && leader >= 1 => {
+                        next.target = usize::from(actor_of(leader));
+                        self.send_request(id, &next, o);
+                    }
+                    _ => {
+                        next.target = (client.target + 1) % servers;
+                        o.set_timer(ModelTimer::ClientRetry, model_timeout());
+                    }
+                }
+                return Some(next);
+            }
+            Response::Unknown { .. } | Response::Invalid { .. } => {
+                next.phase = Phase::Stopped;
+            }
+            Response::Granted { token } if client.phase == Phase::Acquiring => {
+                next.retries = 0;
+                next.phase = Phase::Holding { token };
+            }
+            Response::Granted { .. }
+            | Response::Busy
+            | Response::Released
+            | Response::NotHolder => {
+                next.rounds_done += 1;
+                next.seq += 1;
+                next.retries = 0;
+                next.phase = if next.rounds_done < *rounds {
+                    Phase::Acquiring
+                } else {
+                    Phase::Done
+                };
+            }
+        }
+        o.cancel_timer(ModelTimer::ClientGiveUp);
+        o.cancel_timer(ModelTimer::ClientRetry);
+        self.send_request(id, &next, o);
+        Some(next)
+    }
+}
+
+/// Steps a server's node with `input` and carries out the output; `None` when nothing
+/// changed (a no-op delivery). `fired` is the stateright timer whose timeout this is.
+fn step_server(
+    bugs: BugSet,
+    server: &ServerState,
+    input: Input,
+    fired: Option<&Timer>,
+    o: &mut Out<LockdActor>,
+) -> Option<ServerState> {
+    let mut node = server.node.clone();
+    let mut durable = server.durable.clone();
+    let first = node.step(input);
+    let output = drive(&mut node, &mut durable, first);
+    if output.is_empty() && node == server.node && fired.is_none() {
+        return None;
+    }
+    let mut next = server.clone();
+    next.durable = durable;
+    carry_out(bugs, &mut next, node, output, fired, false, o);
+    Some(next)
+}
+
+/// Records that the client of `rid` left while this node leads and has the client's Grant in
+/// its log, proposed in this term and not yet applied (so the node has the request pending).
+/// A cancel that overtook its request, or came after the answer, is not recorded: the core
+/// cannot release what it does not know of (the lease is the backstop there).
+fn note_gone(server: &mut ServerState, rid: RequestId) {
+    let (client, seq) = request_id_parts(rid);
+    let origin = Origin {
+        client: usize::from(client) as u64,
+        request: seq,
+    };
+    let status = server.node.status();
+    let pending = server.node.log().iter().any(|e| {
+        e.proposal.origin == Some(origin)
+            && e.index > status.last_applied
+            && e.term == status.term
+            && matches!(e.proposal.command, Command::Grant { .. })
+    });
+    if status.role == Role::Leader && pending {
+        server.ghost.gone.insert((status.term, origin));
+    }
+}
+
+/// The combined output of one actor step: the node's output with every `persist` applied to
+/// `durable` and answered with `Input::Persisted`. `persist` of the result is `Some` (empty)
+/// when anything was made durable.
+fn drive(node: &mut Node, durable: &mut Durable, first: Output) -> Output {
+    // Each round's Persisted can only commit and apply what is already in the log, and a
+    // commit changes the hard state once more; two rounds settle it. The bound is generous.
+    const PERSIST_ROUNDS_MAX: usize = 8;
+    let mut all = Output::default();
+    let mut saved = false;
+    let mut out = first;
+    for _ in 0..PERSIST_ROUNDS_MAX {
+        let persist = out.persist.take();
+        all.extend(out);
+        let Some(persist) = persist else {
+            if saved {
+                all.persist = Some(Default::default());
+            }
+            return all;
+        };
+        durable.apply(&persist);
+        saved = true;
+        let (term, index) = last_durable(durable);
+        out = node.step(Input::Persisted { term, index });
+    }
+    panic!("the node asked to persist more than {PERSIST_ROUNDS_MAX} times in one step");
+}
+
+/// The term and index of the last durable entry.
+fn last_durable(durable: &Durable) -> (Term, Index) {
+    match (durable.entries.last(), &durable.snapshot) {
+        (Some(e), _) => (e.term, e.index),
+        (None, Some(s)) => (s.last_term, s.last_index),
+        (None, None) => (0, 0),
+    }
+}
+
+/// Saves, sends, answers and re-synchronises the timers for one step whose result is `node`.
+fn carry_out(
+    bugs: BugSet,
+    server: &mut ServerState,
+    node: Node,
+    output: Output,
+    fired: Option<&Timer>,
+    restarted: bool,
+    o: &mut Out<LockdActor>,
+) {
+    observe_applied(&mut server.ghost, &server.node, &output.apply);
+    observe_leases(&mut server.ghost, &node, &output.timers);
+    let term = node.status().term;
+    for committed in &output.apply {
+        if let Err(e) = server.ledger.record(node.status().id, term, committed)
+            && server.ledger_conflict.is_none()
+        {
+            server.ledger_conflict = Some(e);
+        }
+    }
+    if output.persist.is_some() || !output.apply.is_empty() || restarted {
+        let durable = if bugs.contains(Bug::NoFsync) {
+            Durable::default() // The mutant never makes anything durable.
+        } else {
+            server.durable.clone()
+        };
+        o.save(ServerStorage {
+            durable,
+            ledger: server.ledger.clone(),
+        });
+    }
+    for envelope in output.send_now.iter().chain(&output.send_after_persist) {
+        o.send(
+            actor_of(envelope.target),
+            ModelMsg::Raft(envelope.msg.clone()),
+        );
+    }
+    for (id, response) in &output.respond {
+        o.send(
+            request_id_parts(*id).0,
+            ModelMsg::Response {
+                id: *id,
+                response: response.clone(),
+            },
+        );
+    }
+    let armed: BTreeSet<Timer> = node.timers().map(|(t, _)| t.clone()).collect();
+    for timer in &armed {
+        if !server.armed.contains(timer) || fired == Some(timer) {
+            o.set_timer(ModelTimer::Core(timer.clone()), model_timeout());
+        }
+    }
+    for timer in server.armed.difference(&armed) {
+        if fired != Some(timer) {
+            o.cancel_timer(ModelTimer::Core(timer.clone()));
+        }
+    }
+    server.armed = armed;
+    server.node = node;
+}
+
+/// Flags a lease timer armed for less than its lock's lease on the node's clock (the
+/// `early-expire` mutant). Untimed stateright timers fire at any moment, so this is the part
+/// of lease safety the model can check: the deadline the core asks for.
+fn observe_leases(ghost: &mut Ghost, node: &Node, timers: &[TimerCmd]) {
+    for cmd in timers {
+        let TimerCmd::Set {
+            timer: Timer::Lease { key, token },
+            at_ms,
+        } = cmd
+        else {
+            continue;
+        };
+        let Some(held) = node.table().holder(key).filter(|h| h.token == *token) else {
+            continue;
+        };
+        let now_ms = node.now_ms();
+        if *at_ms < now_ms + held.lease_ms && ghost.early_lease.is_none() {
+            ghost.early_lease = Some(format!(
+                "node {} armed the lease of {key:?} token {token} for {} ms at {now_ms} ms, \
+                 less than its lease_ms {}",
+                node.status().id,
+                at_ms.saturating_sub(now_ms),
+                held.lease_ms
+            ));
+        }
+    }
+}
+
+/// Updates the ghost facts from the entries applied in one step, by replaying them on a copy
+/// of the table before the step (the real lock code, so the replay is exact). A step that
+/// installed a snapshot does not continue the old table; its entries are skipped.
+fn observe_applied(ghost: &mut Ghost, before: &Node, applied: &[Committed]) {
+    let mut table = before.table().clone();
+    for committed in applied {
+        if committed.index <= table.last_applied() {
+            continue; // Re-applied after a restart: already observed.
+        }
+        if committed.index != table.last_applied() + 1 && table.last_applied() != 0 {
+            return; // A snapshot came in between.
+        }
+        let key = committed.proposal.command.key().map(str::to_owned);
+        let held_before = key
+            .as_deref()
+            .and_then(|k| table.holder(k))
+            .map(|h| h.token);
+        let outcome = table.apply_proposal(committed.index, &committed.proposal);
+        let held_after = key
+            .as_deref()
+            .and_then(|k| table.holder(k))
+            .map(|h| h.token);
+        let removed = held_before.is_some() && held_after.is_none();
+        match (&committed.proposal.command, &outcome) {
+            (Command::Expire { token, .. }, Outcome::Expired { .. }) if removed => {
+                ghost.expired = true;
+                if held_before != Some(*token) && ghost.expire_removed_other.is_none() {
+                    ghost.expire_removed_other = Some(format!(
+                        "Expire{{token {token}}} at index {} removed the lock of token {}",
+                        committed.index,
+                        held_before.unwrap_or_default()
+                    ));
+                }
+            }
+            (Command::Release { token, .. }, Outcome::Released) if removed => {
+                if committed.proposal.origin.is_none() {
+                    ghost.phantom_released = true;
+                }
+                if held_before != Some(*token) && ghost.release_removed_other.is_none() {
+                    ghost.release_removed_other = Some(format!(
+                        "Release{{token {token}}} at index {} removed the lock of token {}",
+                        committed.index,
+                        held_before.unwrap_or_default()
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}

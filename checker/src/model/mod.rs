@@ -1,0 +1,222 @@
+//! A stateright model of lockd that runs the real Raft core and lock table.
+//!
+//! The servers are [`LockdActor::Server`] actors, each wrapping a real
+//! [`lockd::raft::Node`] (never a re-implementation: a bug fixed in the core is fixed here).
+//! The clients are [`LockdActor::Client`] actors that acquire the key [`MODEL_KEY`] and
+//! release it when granted; the last [`ModelConfig::give_up_clients`] of them may give up on
+//! an acquire, which sends a cancel that the server turns into `Input::ClientGone`
+//! (phantom-lock release). The network is stateright's unordered network (messages are
+//! reordered freely), lossy unless [`ModelConfig::lossy`] is off, and up to
+//! [`ModelConfig::max_crashes`] servers may be down at once; a restart is `Node::new` from
+//! the saved [`lockd::raft::Durable`]. Every core timer is a stateright timer, so timeouts
+//! happen in every order (see [`actor`] for the adapter).
+//!
+//! The properties (module [`properties`]) are named as sentences; the client-visible history
+//! is checked with stateright's `LinearizabilityTester` against [`history::LockSpec`].
+//!
+//! ```
+//! use checker::model::ModelConfig;
+//! use stateright::{Checker, Model};
+//!
+//! let mut cfg = ModelConfig::default();
+//! cfg.servers = 1;
+//! cfg.clients = 1;
+//! let checker = cfg.into_model().checker().target_max_depth(8).spawn_bfs().join();
+//! checker.assert_no_discovery(checker::model::properties::LINEARIZABLE);
+//! assert!(checker.unique_state_count() > 1);
+//! ```
+//!
+//! # Symmetry reduction
+//!
+//! Not used. stateright's `symmetry()` needs `Rewrite<Id>` for every actor state, message,
+//! timer and storage, so that a permutation of actor ids can be applied to the whole state.
+//! A server's state is the real `Node`, whose private fields embed node ids (votes, leader,
+//! per-follower progress) and client ids (request ids and origins of pending requests, log
+//! entries, the dedupe table and lock holders). Rewriting them needs access the core does not
+//! give (and should not: the model may not re-implement or reach into it). Servers are not
+//! interchangeable either: each has its own seeded election timeout. Bounds (depth, terms,
+//! log length, messages in flight) keep the state space small instead.
+
+pub mod actor;
+pub mod explain;
+pub mod history;
+pub mod properties;
+
+use std::fmt;
+
+use lockd::bugs::BugSet;
+use lockd::raft::Config;
+use stateright::actor::{ActorModel, ActorModelState, LossyNetwork, Network};
+
+pub use actor::{LockdActor, ModelMsg, ModelState, ModelTimer};
+pub use history::{History, LockOp, LockRet, LockSpec};
+
+/// The key every client acquires.
+pub const MODEL_KEY: &str = "a";
+
+/// The model: lockd actors, the configuration, the client-visible history.
+pub type LockdModel = ActorModel<LockdActor, ModelConfig, History>;
+
+/// A state of the model.
+pub type LockdState = ActorModelState<LockdActor, History>;
+
+/// What to model, and the bounds of the search. Every bound has its unit last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelConfig {
+    /// Raft servers (actors `0..servers`, node ids `1..=servers`).
+    pub servers: usize,
+    /// Client actors (after the servers).
+    pub clients: usize,
+    /// Acquire(-release) rounds per client.
+    pub rounds_per_client: usize,
+    /// How many of the clients (the last ones) may give up on an acquire.
+    pub give_up_clients: usize,
+    /// The lease each acquire asks for.
+    pub lease_ms: u64,
+    /// How long an acquire waits at the leader for a held key (0 = try-acquire).
+    pub wait_ms: u64,
+    /// `NotLeader` answers a client takes for one request before it stops.
+    pub client_retries_max: u32,
+    /// Servers down at the same time, at most.
+    pub max_crashes: usize,
+    /// Whether the network may drop messages.
+    pub lossy: bool,
+    /// States beyond this term are not explored.
+    pub term_max: u64,
+    /// States with a longer log (last log index) are not explored.
+    pub log_max: u64,
+    /// States with more messages in flight are not explored.
+    pub messages_in_flight_max: usize,
+    /// The search depth (steps from the initial state).
+    pub depth_max: usize,
+    /// The core's snapshot threshold: small, so that InstallSnapshot is explored.
+    pub snapshot_threshold_entries: u64,
+    /// Whether the core runs pre-vote.
+    pub pre_vote: bool,
+    /// Whether the core runs check-quorum.
+    pub check_quorum: bool,
+    /// Injected bugs.
+    pub bugs: BugSet,
+}
+
+impl Default for ModelConfig {
+    /// The default of `locksmith model check`: 3 servers, 2 clients, 1 key.
+    fn default() -> Self {
+        ModelConfig {
+            servers: 3,
+            clients: 2,
+            rounds_per_client: 1,
+            give_up_clients: 0,
+            lease_ms: 1_000,
+            wait_ms: 0,
+            client_retries_max: 2,
+            max_crashes: 0,
+            lossy: false,
+            term_max: 2,
+            log_max: 4,
+            messages_in_flight_max: 6,
+            depth_max: 14,
+            snapshot_threshold_entries: 2,
+            pre_vote: true,
+            check_quorum: true,
+            bugs: BugSet::NONE,
+        }
+    }
+}
+
+impl fmt::Display for ModelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} servers, {} clients ({} may give up), {} round(s) each, key {MODEL_KEY:?}, \
+             max {} crashed, {} network; bounds: depth {}, term {}, log {}, {} messages in flight",
+            self.servers,
+            self.clients,
+            self.give_up_clients.min(self.clients),
+            self.rounds_per_client,
+            self.max_crashes,
+            if self.lossy { "lossy" } else { "lossless" },
+            self.depth_max,
+            self.term_max,
+            self.log_max,
+            self.messages_in_flight_max,
+        )?;
+        let bugs: Vec<&str> = self.bugs.iter().map(|b| b.name()).collect();
+        if !bugs.is_empty() {
+            write!(f, "; bugs: {}", bugs.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// The core configuration of server `index`.
+    pub fn node_config(&self, index: usize) -> Config {
+        let members = (0..self.servers).map(actor::node_id).collect();
+        let mut config = Config::new(actor::node_id(index), members);
+        config.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        config.pre_vote = self.pre_vote;
+        config.check_quorum = self.check_quorum;
+        config.bugs = self.bugs;
+        config
+    }
+
+    /// Builds the stateright model.
+    ///
+    /// # Panics
+    ///
+    /// Panics if there is no server or no client (a programmer error: the CLI checks).
+    pub fn into_model(self) -> LockdModel {
+        assert!(self.servers >= 1, "the model needs a server");
+        assert!(self.clients >= 1, "the model needs a client");
+        let servers = (0..self.servers).map(|i| LockdActor::Server {
+            config: Box::new(self.node_config(i)),
+        });
+        let first_giving_up = self.clients.saturating_sub(self.give_up_clients);
+        let clients = (0..self.clients).map(move |c| LockdActor::Client {
+            servers: self.servers,
+            rounds: self.rounds_per_client,
+            gives_up: c >= first_giving_up,
+            lease_ms: self.lease_ms,
+            wait_ms: self.wait_ms,
+            retries_max: self.client_retries_max,
+        });
+        let model = ActorModel::new(self, History::default())
+            .actors(servers)
+            .actors(clients)
+            .init_network(Network::new_unordered_nonduplicating([]))
+            .lossy_network(if self.lossy {
+                LossyNetwork::Yes
+            } else {
+                LossyNetwork::No
+            })
+            .max_crashes(self.max_crashes)
+            .record_msg_out(history::record_invoke)
+            .record_msg_in(history::record_return)
+            .within_boundary(within_boundary);
+        properties::add_all(model, &self)
+    }
+}
+
+/// The search bounds: term, log length, messages in flight; and no crashed client.
+///
+/// stateright's `max_crashes` lets any actor crash. A crashed client would only repeat what
+/// giving up models already (its operation stays in flight), without telling the server, so
+/// states with a crashed client are left out.
+fn within_boundary(cfg: &ModelConfig, state: &LockdState) -> bool {
+    if state.network.len() > cfg.messages_in_flight_max {
+        return false;
+    }
+    state
+        .actor_states
+        .iter()
+        .zip(&state.crashed)
+        .all(|(s, crashed)| match &**s {
+            ModelState::Server(server) => {
+                let status = server.node.status();
+                status.term <= cfg.term_max && status.last_log_index <= cfg.log_max
+            }
+            ModelState::Client(_) => !crashed,
+        })
+}
