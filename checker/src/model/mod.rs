@@ -114,7 +114,7 @@ impl Default for ModelConfig {
             max_crashes: 0,
             lossy: false,
             term_max: 2,
-            log_max: 4,
+            log_max: 6,
             messages_in_flight_max: 6,
             depth_max: 14,
             snapshot_threshold_entries: 2,
