@@ -471,7 +471,10 @@ impl<'a> Sweep<'a> {
     /// its acquire.
     fn describe(&self, config: &Config) -> String {
         match config.holder {
-            Holder::Free => "free".to_string(),
+            Holder::Free => match config.last_token {
+                Some(t) => format!("free (last token {t})"),
+                None => "free (no token granted yet)".to_string(),
+            },
             Holder::Token(t) => format!("held under token {t}"),
             Holder::Hidden { earliest_end } => {
                 let acquire = config
