@@ -97,6 +97,10 @@ pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// At most this many requests in flight on one client connection.
 pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
+/// Peer messages with a term above this are dropped: no cluster gets near it (a term per
+/// nanosecond would take 290 years), and the core computes `term + 1`, which must not
+/// overflow on a hostile or corrupted message.
+pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
 /// Steps of `Input::Persisted` chained after one output (each may persist again).
 const PERSIST_CHAIN_MAX: usize = 8;
 
@@ -862,7 +866,22 @@ impl Peer for PeerServer {
             );
             return;
         }
-        let _ = self.events.send(Event::Peer { from, msgs }).await;
+        let before = msgs.len();
+        let msgs: Vec<Message> = msgs
+            .into_iter()
+            .filter(|msg| msg.term() <= PEER_TERM_MAX)
+            .collect();
+        if msgs.len() < before {
+            warn!(
+                from,
+                dropped = before - msgs.len(),
+                bound = PEER_TERM_MAX,
+                "peer messages with an absurd term; ignored"
+            );
+        }
+        if !msgs.is_empty() {
+            let _ = self.events.send(Event::Peer { from, msgs }).await;
+        }
     }
 }
 
