@@ -28,6 +28,11 @@
 //!   client dies abruptly (research/design.md §2.4), so each handler selects on that flag,
 //!   and holds a `GoneGuard` whose drop (connection closed, request cancelled, server-side
 //!   deadline) feeds `Input::ClientGone`: the core then releases a lock granted to nobody.
+//!   When the core had already answered with a grant that never reached the handler's
+//!   client (the answer sat in the handler's channel, or the handler was gone when it was
+//!   sent), the core no longer knows the request, so the driver proposes the release of
+//!   that token itself. What remains is the window after the handler returned and before
+//!   the reply reached a client that then died: the lease is the backstop there.
 //!
 //! # The clock
 //!
@@ -57,7 +62,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::bugs::Bug;
-use crate::lock::{Key, Origin, Token};
+use crate::lock::{Command, Key, Origin, Proposal, Token};
 use crate::raft::{
     ClientRequest, Config, Durable, Envelope, Input, Message, Node, NodeId, Output, RequestId,
     Response, Role, Term,
@@ -92,6 +97,10 @@ pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// At most this many requests in flight on one client connection.
 pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
+/// Peer messages with a term above this are dropped: no cluster gets near it (a term per
+/// nanosecond would take 290 years), and the core computes `term + 1`, which must not
+/// overflow on a hostile or corrupted message.
+pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
 /// Steps of `Input::Persisted` chained after one output (each may persist again).
 const PERSIST_CHAIN_MAX: usize = 8;
 
@@ -218,8 +227,11 @@ enum Event {
         request: ClientRequest,
         reply: oneshot::Sender<Response>,
     },
-    /// The client of request `id` left before it got an answer.
+    /// The client of request `id` left before the core answered it.
     Gone { id: RequestId },
+    /// The core granted `key` under `token`, but the client left before the grant reached
+    /// it (the answer was still in the handler's channel).
+    Orphaned { key: Key, token: Token },
     /// A status query.
     Status { reply: oneshot::Sender<NodeStatus> },
     /// The clock nemesis.
@@ -378,6 +390,14 @@ impl Clock {
     }
 }
 
+/// A client request the core has not answered yet.
+#[derive(Debug)]
+struct Pending {
+    reply: oneshot::Sender<Response>,
+    /// The key of an acquire (for the release of a grant nobody received).
+    key: Option<Key>,
+}
+
 /// The core thread's state: the node and everything its outputs act on.
 struct Core {
     node: Node,
@@ -385,7 +405,9 @@ struct Core {
     storage: DataDir,
     links: PeerLinks,
     clock: Clock,
-    pending: HashMap<RequestId, oneshot::Sender<Response>>,
+    pending: HashMap<RequestId, Pending>,
+    /// Grants whose client left before they reached it, to release in the next turn.
+    orphans: Vec<(Key, Token)>,
     persisted_unreported: bool,
     seen: (Role, Term, Option<NodeId>),
 }
@@ -408,6 +430,7 @@ impl Core {
             links,
             clock,
             pending: HashMap::new(),
+            orphans: Vec::new(),
             persisted_unreported: false,
             seen: (status.role, status.term, status.leader),
         }
@@ -433,6 +456,9 @@ impl Core {
             });
             if self.persisted_unreported {
                 output.extend(self.persisted());
+            }
+            for (key, token) in std::mem::take(&mut self.orphans) {
+                self.release_orphan(key, token, &mut output);
             }
             let mut batch = usize::from(first.is_some());
             if let Some(event) = first {
@@ -466,9 +492,14 @@ impl Core {
                 }
             }
             Event::Request { id, request, reply } => {
-                self.pending.insert(id, reply);
+                let key = match &request {
+                    ClientRequest::Acquire { key, .. } => Some(key.clone()),
+                    ClientRequest::Release { .. } => None,
+                };
+                self.pending.insert(id, Pending { reply, key });
                 output.extend(self.node.step(Input::Request { id, request }));
             }
+            Event::Orphaned { key, token } => self.release_orphan(key, token, output),
             Event::Gone { id } => {
                 // An answer the core gives later has nobody to go to.
                 if self.pending.remove(&id).is_some() {
@@ -559,11 +590,29 @@ impl Core {
             );
         }
         for (id, response) in output.respond {
-            if let Some(reply) = self.pending.remove(&id) {
-                let _ = reply.send(response);
+            if let Some(pending) = self.pending.remove(&id)
+                && let Err(Response::Granted { token }) = pending.reply.send(response)
+                && let Some(key) = pending.key
+            {
+                // The handler is gone: the grant never reached its client.
+                self.orphans.push((key, token));
             }
         }
         Ok(persisted)
+    }
+
+    /// The phantom-lock release of a grant the core answered but whose client left before
+    /// the answer reached it. The core releases grants whose client left while they were
+    /// pending (`Input::ClientGone`); this closes the window after its answer, which only
+    /// the driver sees. Proposed as a system Release of that token (harmless if the key
+    /// moved on: it is then `NotFound`); a follower drops it.
+    fn release_orphan(&mut self, key: Key, token: Token, output: &mut Output) {
+        if self.node.config().bugs.contains(Bug::SkipPhantomRelease) {
+            return;
+        }
+        info!(key = %key, token, "client gone before its grant reached it; releasing");
+        let release = Proposal::system(Command::Release { key, token });
+        output.extend(self.node.step(Input::Propose(release)));
     }
 
     fn log_role_change(&mut self) {
@@ -817,7 +866,22 @@ impl Peer for PeerServer {
             );
             return;
         }
-        let _ = self.events.send(Event::Peer { from, msgs }).await;
+        let before = msgs.len();
+        let msgs: Vec<Message> = msgs
+            .into_iter()
+            .filter(|msg| msg.term() <= PEER_TERM_MAX)
+            .collect();
+        if msgs.len() < before {
+            warn!(
+                from,
+                dropped = before - msgs.len(),
+                bound = PEER_TERM_MAX,
+                "peer messages with an absurd term; ignored"
+            );
+        }
+        if !msgs.is_empty() {
+            let _ = self.events.send(Event::Peer { from, msgs }).await;
+        }
     }
 }
 
@@ -918,21 +982,45 @@ where
     }
 }
 
-/// Feeds `Input::ClientGone` for its request when dropped while armed: the handler was
-/// aborted (cancel, deadline) or gave up because the connection closed.
+/// Reports a request whose client left before its answer reached it, when dropped while
+/// armed (the handler was aborted by a cancel or its deadline, or gave up because the
+/// connection closed). It closes the answer channel first, so the answer is either already
+/// in it (a grant then becomes [`Event::Orphaned`]) or can no longer be sent (the core
+/// thread sees the failed send), and otherwise sends [`Event::Gone`].
 struct GoneGuard {
     id: RequestId,
     events: mpsc::Sender<Event>,
     armed: bool,
+    answer: oneshot::Receiver<Response>,
+    key: Option<Key>,
+}
+
+impl GoneGuard {
+    /// The event to report on drop, if any.
+    fn departure(&mut self) -> Option<Event> {
+        if !self.armed {
+            return None;
+        }
+        self.answer.close();
+        match self.answer.try_recv() {
+            Ok(Response::Granted { token }) => Some(Event::Orphaned {
+                key: self.key.take()?,
+                token,
+            }),
+            // Answered but never delivered: nothing was granted, nothing to undo.
+            Ok(_) => None,
+            Err(_) => Some(Event::Gone { id: self.id }),
+        }
+    }
 }
 
 impl Drop for GoneGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        let Some(event) = self.departure() else {
             return;
-        }
-        debug!(request = self.id.0, "client gone before its answer");
-        match self.events.try_send(Event::Gone { id: self.id }) {
+        };
+        debug!(request = self.id.0, ?event, "client gone before its answer");
+        match self.events.try_send(event) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(event)) => {
                 // Never block in drop; the queue is bounded, so the departure waits in a
@@ -960,10 +1048,16 @@ impl LockServer {
     async fn call(self, request: ClientRequest) -> Response {
         let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let (reply, answer) = oneshot::channel();
+        let key = match &request {
+            ClientRequest::Acquire { key, .. } => Some(key.clone()),
+            ClientRequest::Release { .. } => None,
+        };
         let mut guard = GoneGuard {
             id,
             events: self.events.clone(),
             armed: false,
+            answer,
+            key,
         };
         let event = Event::Request { id, request, reply };
         if self.events.send(event).await.is_err() {
@@ -971,13 +1065,17 @@ impl LockServer {
         }
         guard.armed = true;
         let mut closed = self.closed;
-        tokio::select! {
-            answer = answer => {
+        let answered = tokio::select! {
+            answer = &mut guard.answer => Some(answer),
+            _ = closed.wait_for(|closed| *closed) => None,
+        };
+        match answered {
+            Some(answer) => {
                 guard.armed = false;
                 answer.unwrap_or_else(|_| unknown("the core dropped the request"))
             }
-            // The guard fires as this returns: the client is gone.
-            _ = closed.wait_for(|closed| *closed) => unknown("the client connection closed"),
+            // The guard reports the departure as this returns.
+            None => unknown("the client connection closed"),
         }
     }
 
@@ -1139,6 +1237,54 @@ mod tests {
             ],
             "the first is covered by the third; the third is not covered by the last (fewer \
              entries), and other prev indexes or terms are kept"
+        );
+    }
+
+    fn guard(events: &mpsc::Sender<Event>) -> (GoneGuard, oneshot::Sender<Response>) {
+        let (reply, answer) = oneshot::channel();
+        let guard = GoneGuard {
+            id: RequestId(7),
+            events: events.clone(),
+            armed: true,
+            answer,
+            key: Some("k".to_owned()),
+        };
+        (guard, reply)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_handler_reports_gone_or_its_undelivered_grant() {
+        // DESIGN.md "Phantom locks": a client gone before it got its answer must not keep
+        // a lock, whether the core had answered yet or not.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (unanswered, reply) = guard(&events);
+        drop(unanswered);
+        assert!(matches!(
+            inbox.try_recv(),
+            Ok(Event::Gone { id: RequestId(7) })
+        ));
+        assert!(
+            reply.send(Response::Granted { token: 3 }).is_err(),
+            "a later answer cannot be sent, so the core thread sees it undelivered"
+        );
+
+        let (granted, reply) = guard(&events);
+        reply.send(Response::Granted { token: 9 }).unwrap();
+        drop(granted);
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 9)),
+            other => panic!("expected Orphaned, got {other:?}"),
+        }
+
+        let (busy, reply) = guard(&events);
+        reply.send(Response::Busy).unwrap();
+        drop(busy);
+        let (mut delivered, _reply) = guard(&events);
+        delivered.armed = false;
+        drop(delivered);
+        assert!(
+            inbox.try_recv().is_err(),
+            "nothing to undo for Busy or a delivered answer"
         );
     }
 

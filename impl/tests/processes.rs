@@ -666,3 +666,110 @@ mod transport {
             .unwrap();
     }
 }
+
+mod hostile_peers {
+    use super::*;
+    use lockd::lock::{Command, Proposal};
+    use lockd::raft::{Entry, Message, Snapshot};
+    use lockd::rpc::PeerClient;
+    use tarpc::tokio_serde::formats::Json;
+    use tokio::io::AsyncWriteExt;
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            term,
+            index,
+            proposal: Proposal::system(Command::Grant {
+                key: "x".to_owned(),
+                lease_ms: 1,
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_peer_input_kills_no_node() {
+        // Issue 4: the server never panics on peer input (malformed messages, terms from 0 to
+        // u64::MAX, a sender that is not a member, bytes that are not a frame); the cluster
+        // keeps serving.
+        let (mut cluster, client, leader) = three_nodes_and_leader().await;
+        let victim = cluster.specs[(leader - 1) as usize].peer_addr;
+        let stream = tokio::net::TcpStream::connect(victim).await.unwrap();
+        let transport = tarpc::serde_transport::Transport::from((stream, Json::default()));
+        let peer = PeerClient::new(tarpc::client::Config::default(), transport).spawn();
+        let other = if leader == 1 { 2 } else { 1 };
+        let hostile = vec![
+            Message::AppendEntries {
+                term: 0,
+                prev_log_index: 1_000_000,
+                prev_log_term: 7,
+                entries: vec![entry(0, 5), entry(0, 3)],
+                leader_commit: u64::MAX,
+            },
+            Message::AppendEntriesResponse {
+                term: 0,
+                success: true,
+                match_index: u64::MAX,
+                reject_hint: u64::MAX,
+            },
+            Message::InstallSnapshotResponse {
+                term: 0,
+                last_index: u64::MAX,
+            },
+            Message::PreVote {
+                term: 0,
+                last_log_index: u64::MAX,
+                last_log_term: u64::MAX,
+            },
+            Message::InstallSnapshot {
+                term: 0,
+                snapshot: Snapshot {
+                    last_index: 3,
+                    last_term: 0,
+                    ..Snapshot::default()
+                },
+            },
+        ];
+        let mut hostile = hostile;
+        let high: Vec<Message> = hostile
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                match &mut m {
+                    Message::AppendEntries { term, .. }
+                    | Message::AppendEntriesResponse { term, .. }
+                    | Message::InstallSnapshotResponse { term, .. }
+                    | Message::PreVote { term, .. }
+                    | Message::InstallSnapshot { term, .. } => *term = u64::MAX,
+                    _ => {}
+                }
+                m
+            })
+            .collect();
+        hostile.extend(high);
+        for from in [other, 99, leader] {
+            let mut ctx = tarpc::context::current();
+            ctx.deadline = Instant::now() + Duration::from_secs(2);
+            peer.deliver(ctx, from, hostile.clone()).await.unwrap();
+        }
+        let mut garbage = tokio::net::TcpStream::connect(victim).await.unwrap();
+        garbage
+            .write_all(b"\x00\x00\x00\x05{{{{{not json at all")
+            .await
+            .unwrap();
+        drop(garbage);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for (index, process) in cluster.processes.iter_mut().enumerate() {
+            let process = process.as_mut().expect("started");
+            assert!(
+                process.try_wait().is_none(),
+                "node {} died on hostile peer input:\n{}",
+                index + 1,
+                cluster.log_tails(30)
+            );
+        }
+        let token = client
+            .acquire("still-serving", 60_000, 0, within_ms(5000))
+            .await;
+        assert!(token.is_ok(), "{token:?}\n{}", cluster.log_tails(20));
+    }
+}
