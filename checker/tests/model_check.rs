@@ -144,6 +144,29 @@ mod correct {
     }
 
     #[test]
+    fn one_server_on_a_lossy_network_keeps_every_safety_property() {
+        // Issue 6: the network may lose messages; losing an answer leaves the op in flight.
+        let mut cfg = one_server();
+        cfg.lossy = true;
+        let model = cfg.into_model();
+        let checker = model
+            .clone()
+            .checker()
+            .threads(1)
+            .target_max_depth(cfg.depth_max)
+            .finish_when(HasDiscoveries::AllFailures)
+            .spawn_bfs()
+            .join();
+        for p in model.properties() {
+            if p.expectation == stateright::Expectation::Always {
+                checker.assert_no_discovery(p.name);
+            }
+        }
+        checker.assert_any_discovery(properties::SOMETIMES_GRANTED);
+        assert_eq!(checker.unique_state_count(), 8321, "{cfg}");
+    }
+
+    #[test]
     fn two_servers_with_a_client_that_gives_up_keep_every_safety_property() {
         // DESIGN.md, "Phantom locks", and Raft paper Figure 3: no safety property is violated
         // while entries wait for a quorum and a client leaves mid-acquire.
