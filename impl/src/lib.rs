@@ -80,6 +80,7 @@ pub mod bugs;
 pub mod client;
 pub mod lock;
 pub mod raft;
+pub mod rng;
 pub mod rpc;
 pub mod server;
 pub mod storage;

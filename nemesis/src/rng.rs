@@ -11,12 +11,7 @@ pub struct Rng {
     state: u64,
 }
 
-/// One SplitMix64 output step, used both to advance and to hash.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use lockd::rng::mix;
 
 impl Rng {
     /// A generator whose whole output is fixed by `seed`.
@@ -34,8 +29,7 @@ impl Rng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.state)
+        lockd::rng::splitmix64(&mut self.state)
     }
 
     /// A number in `0..bound`.

@@ -32,10 +32,8 @@ impl std::hash::Hash for Bitset {
 
 /// The Zobrist word of member `i`: splitmix64 of `i`, fixed for the life of the program.
 fn zobrist(i: usize) -> u64 {
-    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    let mut state = i as u64;
+    lockd::rng::splitmix64(&mut state)
 }
 
 impl Bitset {

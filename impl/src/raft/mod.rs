@@ -416,11 +416,7 @@ impl Node {
 
     /// The next number of the node's splitmix64 generator.
     fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        crate::rng::splitmix64(&mut self.rng)
     }
 
     fn set_timer(&mut self, timer: Timer, at_ms: u64) {
