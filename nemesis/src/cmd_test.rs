@@ -190,17 +190,17 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             eprintln!(
                 "rerun: locksmith test --seed {}{}",
                 options.seed,
-                rerun_flags(&options)
+                rerun_flags(&options, &args.system)
             );
             return Err(e);
         }
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-    print_summary(&options, &outcome);
+    print_summary(&options, &args.system, &outcome);
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 
-fn print_summary(options: &TestOptions, outcome: &run::RunOutcome) {
+fn print_summary(options: &TestOptions, system: &str, outcome: &run::RunOutcome) {
     let r = &outcome.results;
     println!("seed: {}", options.seed);
     println!("store: {}", outcome.dir.display());
@@ -215,15 +215,18 @@ fn print_summary(options: &TestOptions, outcome: &run::RunOutcome) {
         println!(
             "rerun: locksmith test --seed {}{}",
             options.seed,
-            rerun_flags(options)
+            rerun_flags(options, system)
         );
     }
 }
 
 /// The flags that differ from the defaults, so that the rerun line reproduces the run.
-fn rerun_flags(o: &TestOptions) -> String {
+fn rerun_flags(o: &TestOptions, system: &str) -> String {
     let d = TestOptions::default();
     let mut s = String::new();
+    if system != "lockd" {
+        s.push_str(&format!(" --system {system}"));
+    }
     if o.nodes != d.nodes {
         s.push_str(&format!(" --nodes {}", o.nodes));
     }
