@@ -69,3 +69,42 @@ async fn a_short_run_on_lockd_exits_valid_with_every_fault_kind() {
     let ops = history::csv::read_path(&outcome.dir.join("history.csv")).expect("history reads");
     assert_eq!(ops.len() as u64, r["ops"]["rows"].as_u64().unwrap_or(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfenced_writes_under_pause_faults_end_invalid() {
+    // Issue 5: "an unfenced control workload ... run under pause faults ends invalid (exit 1):
+    // the nemesis has teeth". Clients stalled between acquire and write outlive their 2 s
+    // lease; the unfenced resource then accepts their stale writes and the fencing check
+    // must say so. (The fenced workload under the same faults is valid: see the smoke run.)
+    const TEETH_SEED: u64 = 7;
+    let store = tempfile::tempdir().expect("tempdir");
+    let options = TestOptions {
+        nodes: 3,
+        time_s: 15,
+        seed: TEETH_SEED,
+        nemesis: vec![FaultKind::Pause],
+        workload: nemesis::workload::WorkloadKind::Unfenced,
+        store: store.path().to_path_buf(),
+        progress: false,
+        ..TestOptions::default()
+    };
+    let system = Arc::new(Lockd::new(
+        find_lockd().expect("lockd binary"),
+        None,
+        TEETH_SEED,
+    ));
+    let outcome = run(&options, system).await.expect("the run completes");
+    assert_eq!(
+        outcome.exit_code,
+        1,
+        "seed {TEETH_SEED}: verdict {} ({}); rerun: locksmith test --nodes 3 --time-s 15 \
+         --seed {TEETH_SEED} --nemesis pause --workload unfenced",
+        outcome.verdict,
+        outcome.dir.display()
+    );
+    assert!(
+        outcome.explanation.contains("stale token"),
+        "the fencing check should name the stale write:\n{}",
+        outcome.explanation
+    );
+}
