@@ -79,6 +79,7 @@ async fn run(lockd: &Path, args: &Args) {
         "lockd 3-node loopback cluster (leader n{leader}), data dirs under {}",
         cluster.dir().display()
     );
+    let keep = std::env::var_os("LOCKD_BENCH_KEEP_LOGS");
     for &concurrency in &args.concurrency {
         let result = lockd::bench::bench_cycles(
             cluster.client_addrs(),
@@ -87,6 +88,12 @@ async fn run(lockd: &Path, args: &Args) {
         )
         .await;
         println!("concurrency {concurrency:>3}: {result}");
+        if let Some(dir) = &keep {
+            for spec in &cluster.specs {
+                let target = Path::new(dir).join(format!("n{}.log", spec.id));
+                let _ = std::fs::copy(&spec.log_path, target);
+            }
+        }
         if result.errors > 0 {
             println!("node logs after errors:\n{}", cluster.log_tails(15));
         }

@@ -11,6 +11,9 @@
 //!
 //! Each operation gets one [`Origin`] (client id, request sequence number) and keeps it
 //! through every retry, so the lock table's dedupe returns a retried acquire its own token.
+//! The dedupe remembers only the *last* request of each client id, so one `Client` runs one
+//! acquire or release at a time (concurrent calls queue on an internal lock): use one
+//! `Client` per concurrent worker.
 //! The error says what is known:
 //! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
 //!   answer from the leader (or, for Invalid, from the request's validation).
@@ -148,6 +151,8 @@ pub struct Client {
     next_request: AtomicU64,
     leader: AtomicUsize,
     conns: Mutex<Vec<Option<Conn>>>,
+    /// Held for the whole of one acquire or release: see the module docs on dedupe.
+    one_op_at_a_time: tokio::sync::Mutex<()>,
     options: ClientOptions,
 }
 
@@ -202,6 +207,7 @@ impl Client {
             next_request: AtomicU64::new(1),
             leader: AtomicUsize::new(0),
             conns,
+            one_op_at_a_time: tokio::sync::Mutex::new(()),
             options,
         }
     }
@@ -336,6 +342,7 @@ impl Client {
         wait_ms: u64,
         deadline: Instant,
     ) -> (Result<(Response, bool), ClientError>, Option<NodeId>) {
+        let _one_op = self.one_op_at_a_time.lock().await;
         let origin = Origin {
             client: self.client_id,
             request: self.next_request.fetch_add(1, Ordering::Relaxed),

@@ -5,7 +5,7 @@
 //! - [`bugs`]: the injected bugs of `lockd --bug NAME`.
 //! - [`storage`]: the data dir: term, vote, log and snapshot, checksummed and fsync'd.
 //! - [`server`]: the tokio driver of a node (the `lockd` binary), over the [`rpc`] services.
-//! - [`bench`]: acquire+release cycles per second and latency percentiles.
+//! - [`bench`](mod@bench): acquire+release cycles per second and latency percentiles.
 //! - [`client`]: the client library: leader discovery, redirects, deadlines, bounded retries.
 //! - `testkit` (feature `testkit`, on by default): an in-memory seeded cluster of nodes for
 //!   tests here and in other crates.

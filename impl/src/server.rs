@@ -6,7 +6,7 @@
 //!
 //! - **The core thread** owns the `Node` and the data dir. It runs on its own OS thread (a
 //!   current-thread runtime), so the fsync of a persist blocks nothing but the core, never
-//!   the network tasks. Inputs arrive on one bounded mpsc ([`Event`]). Each turn it takes
+//!   the network tasks. Inputs arrive on one bounded mpsc (`Event`). Each turn it takes
 //!   the first ready event (or wakes at the core's `next_deadline`), ticks the clock, drains
 //!   up to [`BATCH_EVENTS_MAX`] more ready events, steps each, and then carries out the
 //!   merged output once (group commit): `send_now`, one `persist` (write + fsync),
@@ -19,12 +19,20 @@
 //!   backoff after a broken connection, and gives every call a short deadline, since a
 //!   SIGSTOP'd peer keeps its sockets open and would hang a call forever. Calls on one link
 //!   go one at a time; what queued meanwhile goes out as the next batch, so the link keeps
-//!   TCP order and batches under load. Incoming peer connections are served in order.
+//!   TCP order and batches under load. An AppendEntries that a later one in the same output
+//!   or batch supersedes is dropped (see `coalesce_appends`): the core resends every
+//!   unacknowledged entry in each step, and under load that overlap was the bottleneck.
+//!   Incoming peer connections are served in order.
 //! - **Client connections.** Each accepted connection is wrapped in [`EofNotify`], which
 //!   flips a watch flag when the read half ends. tarpc keeps a handler running when its
 //!   client dies abruptly (research/design.md §2.4), so each handler selects on that flag,
-//!   and holds a [`GoneGuard`] whose drop (connection closed, request cancelled, server-side
+//!   and holds a `GoneGuard` whose drop (connection closed, request cancelled, server-side
 //!   deadline) feeds `Input::ClientGone`: the core then releases a lock granted to nobody.
+//!   When the core had already answered with a grant that never reached the handler's
+//!   client (the answer sat in the handler's channel, or the handler was gone when it was
+//!   sent), the core no longer knows the request, so the driver proposes the release of
+//!   that token itself. What remains is the window after the handler returned and before
+//!   the reply reached a client that then died: the lease is the backstop there.
 //!
 //! # The clock
 //!
@@ -54,7 +62,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::bugs::Bug;
-use crate::lock::{Key, Origin, Token};
+use crate::lock::{Command, Key, Origin, Proposal, Token};
 use crate::raft::{
     ClientRequest, Config, Durable, Envelope, Input, Message, Node, NodeId, Output, RequestId,
     Response, Role, Term,
@@ -89,6 +97,10 @@ pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// At most this many requests in flight on one client connection.
 pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
+/// Peer messages with a term above this are dropped: no cluster gets near it (a term per
+/// nanosecond would take 290 years), and the core computes `term + 1`, which must not
+/// overflow on a hostile or corrupted message.
+pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
 /// Steps of `Input::Persisted` chained after one output (each may persist again).
 const PERSIST_CHAIN_MAX: usize = 8;
 
@@ -215,8 +227,11 @@ enum Event {
         request: ClientRequest,
         reply: oneshot::Sender<Response>,
     },
-    /// The client of request `id` left before it got an answer.
+    /// The client of request `id` left before the core answered it.
     Gone { id: RequestId },
+    /// The core granted `key` under `token`, but the client left before the grant reached
+    /// it (the answer was still in the handler's channel).
+    Orphaned { key: Key, token: Token },
     /// A status query.
     Status { reply: oneshot::Sender<NodeStatus> },
     /// The clock nemesis.
@@ -375,6 +390,14 @@ impl Clock {
     }
 }
 
+/// A client request the core has not answered yet.
+#[derive(Debug)]
+struct Pending {
+    reply: oneshot::Sender<Response>,
+    /// The key of an acquire (for the release of a grant nobody received).
+    key: Option<Key>,
+}
+
 /// The core thread's state: the node and everything its outputs act on.
 struct Core {
     node: Node,
@@ -382,7 +405,9 @@ struct Core {
     storage: DataDir,
     links: PeerLinks,
     clock: Clock,
-    pending: HashMap<RequestId, oneshot::Sender<Response>>,
+    pending: HashMap<RequestId, Pending>,
+    /// Grants whose client left before they reached it, to release in the next turn.
+    orphans: Vec<(Key, Token)>,
     persisted_unreported: bool,
     seen: (Role, Term, Option<NodeId>),
 }
@@ -405,6 +430,7 @@ impl Core {
             links,
             clock,
             pending: HashMap::new(),
+            orphans: Vec::new(),
             persisted_unreported: false,
             seen: (status.role, status.term, status.leader),
         }
@@ -431,16 +457,27 @@ impl Core {
             if self.persisted_unreported {
                 output.extend(self.persisted());
             }
+            for (key, token) in std::mem::take(&mut self.orphans) {
+                self.release_orphan(key, token, &mut output);
+            }
+            let mut batch = usize::from(first.is_some());
             if let Some(event) = first {
                 self.handle(event, &mut output);
             }
-            for _ in 0..BATCH_EVENTS_MAX {
+            while batch < BATCH_EVENTS_MAX {
                 match events.try_recv() {
                     Ok(event) => self.handle(event, &mut output),
                     Err(_) => break,
                 }
+                batch += 1;
             }
+            let started = Instant::now();
             self.carry_out(output)?;
+            debug!(
+                events = batch,
+                carry_out_us = started.elapsed().as_micros(),
+                "turn"
+            );
             self.log_role_change();
         }
     }
@@ -455,9 +492,14 @@ impl Core {
                 }
             }
             Event::Request { id, request, reply } => {
-                self.pending.insert(id, reply);
+                let key = match &request {
+                    ClientRequest::Acquire { key, .. } => Some(key.clone()),
+                    ClientRequest::Release { .. } => None,
+                };
+                self.pending.insert(id, Pending { reply, key });
                 output.extend(self.node.step(Input::Request { id, request }));
             }
+            Event::Orphaned { key, token } => self.release_orphan(key, token, output),
             Event::Gone { id } => {
                 // An answer the core gives later has nobody to go to.
                 if self.pending.remove(&id).is_some() {
@@ -518,7 +560,7 @@ impl Core {
 
     /// Carries out one output in the contract's order; says whether it persisted anything.
     fn carry_out_one(&mut self, output: Output) -> Result<bool, ServerError> {
-        for envelope in output.send_now {
+        for envelope in coalesce_envelopes(output.send_now) {
             self.links.send(envelope);
         }
         let persisted = output.persist.is_some();
@@ -548,11 +590,29 @@ impl Core {
             );
         }
         for (id, response) in output.respond {
-            if let Some(reply) = self.pending.remove(&id) {
-                let _ = reply.send(response);
+            if let Some(pending) = self.pending.remove(&id)
+                && let Err(Response::Granted { token }) = pending.reply.send(response)
+                && let Some(key) = pending.key
+            {
+                // The handler is gone: the grant never reached its client.
+                self.orphans.push((key, token));
             }
         }
         Ok(persisted)
+    }
+
+    /// The phantom-lock release of a grant the core answered but whose client left before
+    /// the answer reached it. The core releases grants whose client left while they were
+    /// pending (`Input::ClientGone`); this closes the window after its answer, which only
+    /// the driver sees. Proposed as a system Release of that token (harmless if the key
+    /// moved on: it is then `NotFound`); a follower drops it.
+    fn release_orphan(&mut self, key: Key, token: Token, output: &mut Output) {
+        if self.node.config().bugs.contains(Bug::SkipPhantomRelease) {
+            return;
+        }
+        info!(key = %key, token, "client gone before its grant reached it; releasing");
+        let release = Proposal::system(Command::Release { key, token });
+        output.extend(self.node.step(Input::Propose(release)));
     }
 
     fn log_role_change(&mut self) {
@@ -665,6 +725,7 @@ async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::
                 Err(_) => break,
             }
         }
+        coalesce_appends(&mut batch);
         let link = match &client {
             Some(link) => link.clone(),
             None => match connect_peer(addr).await {
@@ -704,6 +765,82 @@ async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::
     }
 }
 
+/// Whether `later` makes `earlier` redundant: both AppendEntries of one term from the same
+/// previous entry, `later` carrying at least as many entries and as new a commit index. A
+/// leader's log only grows within its term, so `later`'s entries extend `earlier`'s, and
+/// delivering only `later` is what a lossy network may do anyway.
+fn supersedes(later: &Message, earlier: &Message) -> bool {
+    match (later, earlier) {
+        (
+            Message::AppendEntries {
+                term: later_term,
+                prev_log_index: later_prev,
+                entries: later_entries,
+                leader_commit: later_commit,
+                ..
+            },
+            Message::AppendEntries {
+                term,
+                prev_log_index,
+                entries,
+                leader_commit,
+                ..
+            },
+        ) => {
+            later_term == term
+                && later_prev == prev_log_index
+                && later_entries.len() >= entries.len()
+                && later_commit >= leader_commit
+        }
+        _ => false,
+    }
+}
+
+/// Drops the AppendEntries of `batch` (messages to one peer, in order) that a later one
+/// supersedes. The core resends every unacknowledged entry in each step's AppendEntries, so
+/// under load a link's queue holds many overlapping ones; sending only the last saves
+/// bytes and the follower's work.
+fn coalesce_appends(batch: &mut Vec<Message>) {
+    let mut kept: Vec<Message> = Vec::with_capacity(batch.len());
+    for msg in batch.drain(..).rev() {
+        if kept.iter().any(|later| supersedes(later, &msg)) {
+            continue;
+        }
+        kept.push(msg);
+    }
+    kept.reverse();
+    *batch = kept;
+}
+
+/// [`coalesce_appends`] for the envelopes of one output, per target, keeping the order of
+/// each target's messages.
+fn coalesce_envelopes(envelopes: Vec<Envelope>) -> Vec<Envelope> {
+    if envelopes.len() < 2 {
+        return envelopes;
+    }
+    let mut by_target: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
+    let mut source = None;
+    for envelope in envelopes {
+        source = Some(envelope.source);
+        by_target
+            .entry(envelope.target)
+            .or_default()
+            .push(envelope.msg);
+    }
+    let source = source.expect("at least two envelopes");
+    by_target
+        .into_iter()
+        .flat_map(|(target, mut msgs)| {
+            coalesce_appends(&mut msgs);
+            msgs.into_iter().map(move |msg| Envelope {
+                source,
+                target,
+                msg,
+            })
+        })
+        .collect()
+}
+
 async fn connect_peer(addr: SocketAddr) -> io::Result<PeerClient> {
     let connect = TcpStream::connect(addr);
     let stream = tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), connect)
@@ -729,7 +866,22 @@ impl Peer for PeerServer {
             );
             return;
         }
-        let _ = self.events.send(Event::Peer { from, msgs }).await;
+        let before = msgs.len();
+        let msgs: Vec<Message> = msgs
+            .into_iter()
+            .filter(|msg| msg.term() <= PEER_TERM_MAX)
+            .collect();
+        if msgs.len() < before {
+            warn!(
+                from,
+                dropped = before - msgs.len(),
+                bound = PEER_TERM_MAX,
+                "peer messages with an absurd term; ignored"
+            );
+        }
+        if !msgs.is_empty() {
+            let _ = self.events.send(Event::Peer { from, msgs }).await;
+        }
     }
 }
 
@@ -830,21 +982,45 @@ where
     }
 }
 
-/// Feeds `Input::ClientGone` for its request when dropped while armed: the handler was
-/// aborted (cancel, deadline) or gave up because the connection closed.
+/// Reports a request whose client left before its answer reached it, when dropped while
+/// armed (the handler was aborted by a cancel or its deadline, or gave up because the
+/// connection closed). It closes the answer channel first, so the answer is either already
+/// in it (a grant then becomes [`Event::Orphaned`]) or can no longer be sent (the core
+/// thread sees the failed send), and otherwise sends [`Event::Gone`].
 struct GoneGuard {
     id: RequestId,
     events: mpsc::Sender<Event>,
     armed: bool,
+    answer: oneshot::Receiver<Response>,
+    key: Option<Key>,
+}
+
+impl GoneGuard {
+    /// The event to report on drop, if any.
+    fn departure(&mut self) -> Option<Event> {
+        if !self.armed {
+            return None;
+        }
+        self.answer.close();
+        match self.answer.try_recv() {
+            Ok(Response::Granted { token }) => Some(Event::Orphaned {
+                key: self.key.take()?,
+                token,
+            }),
+            // Answered but never delivered: nothing was granted, nothing to undo.
+            Ok(_) => None,
+            Err(_) => Some(Event::Gone { id: self.id }),
+        }
+    }
 }
 
 impl Drop for GoneGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        let Some(event) = self.departure() else {
             return;
-        }
-        debug!(request = self.id.0, "client gone before its answer");
-        match self.events.try_send(Event::Gone { id: self.id }) {
+        };
+        debug!(request = self.id.0, ?event, "client gone before its answer");
+        match self.events.try_send(event) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(event)) => {
                 // Never block in drop; the queue is bounded, so the departure waits in a
@@ -872,10 +1048,16 @@ impl LockServer {
     async fn call(self, request: ClientRequest) -> Response {
         let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let (reply, answer) = oneshot::channel();
+        let key = match &request {
+            ClientRequest::Acquire { key, .. } => Some(key.clone()),
+            ClientRequest::Release { .. } => None,
+        };
         let mut guard = GoneGuard {
             id,
             events: self.events.clone(),
             armed: false,
+            answer,
+            key,
         };
         let event = Event::Request { id, request, reply };
         if self.events.send(event).await.is_err() {
@@ -883,13 +1065,17 @@ impl LockServer {
         }
         guard.armed = true;
         let mut closed = self.closed;
-        tokio::select! {
-            answer = answer => {
+        let answered = tokio::select! {
+            answer = &mut guard.answer => Some(answer),
+            _ = closed.wait_for(|closed| *closed) => None,
+        };
+        match answered {
+            Some(answer) => {
                 guard.armed = false;
                 answer.unwrap_or_else(|_| unknown("the core dropped the request"))
             }
-            // The guard fires as this returns: the client is gone.
-            _ = closed.wait_for(|closed| *closed) => unknown("the client connection closed"),
+            // The guard reports the departure as this returns.
+            None => unknown("the client connection closed"),
         }
     }
 
@@ -1005,6 +1191,102 @@ async fn serve_clients(listener: TcpListener, events: mpsc::Sender<Event>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn append(term: u64, prev: u64, entries: u64, commit: u64) -> Message {
+        use crate::lock::{Command, Proposal};
+        Message::AppendEntries {
+            term,
+            prev_log_index: prev,
+            prev_log_term: term,
+            entries: (prev + 1..=prev + entries)
+                .map(|index| crate::raft::Entry {
+                    term,
+                    index,
+                    proposal: Proposal::system(Command::Noop),
+                })
+                .collect(),
+            leader_commit: commit,
+        }
+    }
+
+    #[test]
+    fn only_appends_that_a_later_one_covers_are_dropped() {
+        // Raft paper §5.3: an AppendEntries with the same prev entry and more entries of the
+        // same term carries everything the earlier one did; dropping a message is loss.
+        let vote = Message::RequestVoteResponse {
+            term: 3,
+            granted: true,
+        };
+        let mut batch = vec![
+            append(3, 10, 1, 9),
+            vote.clone(),
+            append(3, 10, 3, 10),
+            append(3, 12, 1, 10),
+            append(4, 12, 2, 10),
+            append(3, 10, 2, 11),
+        ];
+        coalesce_appends(&mut batch);
+        assert_eq!(
+            batch,
+            vec![
+                vote,
+                append(3, 10, 3, 10),
+                append(3, 12, 1, 10),
+                append(4, 12, 2, 10),
+                append(3, 10, 2, 11),
+            ],
+            "the first is covered by the third; the third is not covered by the last (fewer \
+             entries), and other prev indexes or terms are kept"
+        );
+    }
+
+    fn guard(events: &mpsc::Sender<Event>) -> (GoneGuard, oneshot::Sender<Response>) {
+        let (reply, answer) = oneshot::channel();
+        let guard = GoneGuard {
+            id: RequestId(7),
+            events: events.clone(),
+            armed: true,
+            answer,
+            key: Some("k".to_owned()),
+        };
+        (guard, reply)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_handler_reports_gone_or_its_undelivered_grant() {
+        // DESIGN.md "Phantom locks": a client gone before it got its answer must not keep
+        // a lock, whether the core had answered yet or not.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (unanswered, reply) = guard(&events);
+        drop(unanswered);
+        assert!(matches!(
+            inbox.try_recv(),
+            Ok(Event::Gone { id: RequestId(7) })
+        ));
+        assert!(
+            reply.send(Response::Granted { token: 3 }).is_err(),
+            "a later answer cannot be sent, so the core thread sees it undelivered"
+        );
+
+        let (granted, reply) = guard(&events);
+        reply.send(Response::Granted { token: 9 }).unwrap();
+        drop(granted);
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 9)),
+            other => panic!("expected Orphaned, got {other:?}"),
+        }
+
+        let (busy, reply) = guard(&events);
+        reply.send(Response::Busy).unwrap();
+        drop(busy);
+        let (mut delivered, _reply) = guard(&events);
+        delivered.armed = false;
+        drop(delivered);
+        assert!(
+            inbox.try_recv().is_err(),
+            "nothing to undo for Busy or a delivered answer"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_clock_scales_jumps_and_never_goes_backwards() {

@@ -371,6 +371,48 @@ mod failover {
     }
 }
 
+mod mutants {
+    use super::*;
+
+    #[tokio::test]
+    async fn with_the_no_fsync_mutant_a_restart_forgets_acknowledged_grants() {
+        // bugs.rs `no-fsync`: the driver acknowledges what only sits in a user-space buffer,
+        // so SIGKILL of every node loses granted locks; the durability test above must be
+        // able to fail.
+        let mut cluster = Cluster::start(lockd(), 3, &["--bug", "no-fsync"]);
+        let client = cluster.client(1);
+        assert!(
+            cluster
+                .wait_for_leader(&client, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let token = client
+            .acquire("lost", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+        for id in 1..=3 {
+            cluster.kill_node(id);
+        }
+        for id in 1..=3 {
+            cluster.start_node(lockd(), id);
+        }
+        let restarted = cluster.client(2);
+        assert!(
+            cluster
+                .wait_for_leader(&restarted, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let again = restarted.acquire("lost", 60_000, 0, within_ms(3000)).await;
+        let again = again.expect("the mutant forgot the grant, so the key is free");
+        assert!(
+            again <= token,
+            "and a token is handed out again: {token} then {again}"
+        );
+    }
+}
+
 mod phantom {
     use super::*;
     use futures::SinkExt;
@@ -523,10 +565,8 @@ mod transport {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::net::{TcpListener, TcpStream};
 
-    /// A loopback TCP forwarder to `target` that counts the connections it accepted.
-    async fn forwarder(target: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+    /// Forwards every connection `listener` accepts to `target`; counts them.
+    fn forward(listener: TcpListener, target: std::net::SocketAddr) -> Arc<AtomicUsize> {
         let accepted = Arc::new(AtomicUsize::new(0));
         let counter = accepted.clone();
         tokio::spawn(async move {
@@ -539,19 +579,28 @@ mod transport {
                 });
             }
         });
-        (addr, accepted)
+        accepted
     }
 
     #[tokio::test]
     async fn peers_are_dialed_at_their_dial_addresses() {
         // Issue 4: `--dial` names the address a node dials for each peer (the harness's
         // fault proxy per directed link); here a counting forwarder per directed link.
-        let peer_addrs = cluster::free_addrs(3);
+        // The forwarders stay bound while the nodes' ports are picked, so none collide.
+        let mut listeners = Vec::new();
+        for _ in 0..6 {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let mut addrs = cluster::free_addrs(6);
+        let client_addrs = addrs.split_off(3);
+        let peer_addrs = addrs;
         let mut links = std::collections::BTreeMap::new();
         for source in 1..=3u64 {
             for target in (1..=3u64).filter(|t| *t != source) {
-                let target_addr = peer_addrs[(target - 1) as usize];
-                links.insert((source, target), forwarder(target_addr).await);
+                let listener = listeners.pop().unwrap();
+                let addr = listener.local_addr().unwrap();
+                let accepted = forward(listener, peer_addrs[(target - 1) as usize]);
+                links.insert((source, target), (addr, accepted));
             }
         }
         let dial_args = |id: u64| {
@@ -562,7 +611,7 @@ mod transport {
                 .collect();
             vec!["--dial".to_owned(), dial.join(",")]
         };
-        let cluster = Cluster::start_with_peers(lockd(), &peer_addrs, dial_args);
+        let cluster = Cluster::start_with_addrs(lockd(), &peer_addrs, &client_addrs, dial_args);
         let client = cluster.client(1);
         let leader = cluster.wait_for_leader(&client, LEADER_WITHIN).await;
         let Some(leader) = leader else {
@@ -615,5 +664,112 @@ mod transport {
             .acquire("clocked", 60_000, 0, within_ms(3000))
             .await
             .unwrap();
+    }
+}
+
+mod hostile_peers {
+    use super::*;
+    use lockd::lock::{Command, Proposal};
+    use lockd::raft::{Entry, Message, Snapshot};
+    use lockd::rpc::PeerClient;
+    use tarpc::tokio_serde::formats::Json;
+    use tokio::io::AsyncWriteExt;
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            term,
+            index,
+            proposal: Proposal::system(Command::Grant {
+                key: "x".to_owned(),
+                lease_ms: 1,
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_peer_input_kills_no_node() {
+        // Issue 4: the server never panics on peer input (malformed messages, terms from 0 to
+        // u64::MAX, a sender that is not a member, bytes that are not a frame); the cluster
+        // keeps serving.
+        let (mut cluster, client, leader) = three_nodes_and_leader().await;
+        let victim = cluster.specs[(leader - 1) as usize].peer_addr;
+        let stream = tokio::net::TcpStream::connect(victim).await.unwrap();
+        let transport = tarpc::serde_transport::Transport::from((stream, Json::default()));
+        let peer = PeerClient::new(tarpc::client::Config::default(), transport).spawn();
+        let other = if leader == 1 { 2 } else { 1 };
+        let hostile = vec![
+            Message::AppendEntries {
+                term: 0,
+                prev_log_index: 1_000_000,
+                prev_log_term: 7,
+                entries: vec![entry(0, 5), entry(0, 3)],
+                leader_commit: u64::MAX,
+            },
+            Message::AppendEntriesResponse {
+                term: 0,
+                success: true,
+                match_index: u64::MAX,
+                reject_hint: u64::MAX,
+            },
+            Message::InstallSnapshotResponse {
+                term: 0,
+                last_index: u64::MAX,
+            },
+            Message::PreVote {
+                term: 0,
+                last_log_index: u64::MAX,
+                last_log_term: u64::MAX,
+            },
+            Message::InstallSnapshot {
+                term: 0,
+                snapshot: Snapshot {
+                    last_index: 3,
+                    last_term: 0,
+                    ..Snapshot::default()
+                },
+            },
+        ];
+        let mut hostile = hostile;
+        let high: Vec<Message> = hostile
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                match &mut m {
+                    Message::AppendEntries { term, .. }
+                    | Message::AppendEntriesResponse { term, .. }
+                    | Message::InstallSnapshotResponse { term, .. }
+                    | Message::PreVote { term, .. }
+                    | Message::InstallSnapshot { term, .. } => *term = u64::MAX,
+                    _ => {}
+                }
+                m
+            })
+            .collect();
+        hostile.extend(high);
+        for from in [other, 99, leader] {
+            let mut ctx = tarpc::context::current();
+            ctx.deadline = Instant::now() + Duration::from_secs(2);
+            peer.deliver(ctx, from, hostile.clone()).await.unwrap();
+        }
+        let mut garbage = tokio::net::TcpStream::connect(victim).await.unwrap();
+        garbage
+            .write_all(b"\x00\x00\x00\x05{{{{{not json at all")
+            .await
+            .unwrap();
+        drop(garbage);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for (index, process) in cluster.processes.iter_mut().enumerate() {
+            let process = process.as_mut().expect("started");
+            assert!(
+                process.try_wait().is_none(),
+                "node {} died on hostile peer input:\n{}",
+                index + 1,
+                cluster.log_tails(30)
+            );
+        }
+        let token = client
+            .acquire("still-serving", 60_000, 0, within_ms(5000))
+            .await;
+        assert!(token.is_ok(), "{token:?}\n{}", cluster.log_tails(20));
     }
 }

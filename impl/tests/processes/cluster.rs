@@ -85,31 +85,42 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `size` nodes of `lockd` (the binary at `lockd`) with `extra_args` each.
     pub fn start(lockd: &Path, size: usize, extra_args: &[&str]) -> Cluster {
-        Cluster::launch(lockd, free_addrs(size), extra_args, |_| Vec::new())
+        // One call for all ports, so that none is handed out twice.
+        let mut addrs = free_addrs(2 * size);
+        let client_addrs = addrs.split_off(size);
+        Cluster::launch(lockd, addrs, client_addrs, extra_args, |_| Vec::new())
     }
 
-    /// Like [`Cluster::start`], with the peer listen addresses given (one per node) and
-    /// `node_args(id)` added for node `id` alone (e.g. its `--dial`).
-    pub fn start_with_peers(
+    /// Like [`Cluster::start`], with the peer and client listen addresses given (one each
+    /// per node) and `node_args(id)` added for node `id` alone (e.g. its `--dial`).
+    pub fn start_with_addrs(
         lockd: &Path,
         peer_addrs: &[SocketAddr],
+        client_addrs: &[SocketAddr],
         node_args: impl Fn(NodeId) -> Vec<String>,
     ) -> Cluster {
-        Cluster::launch(lockd, peer_addrs.to_vec(), &[], node_args)
+        Cluster::launch(
+            lockd,
+            peer_addrs.to_vec(),
+            client_addrs.to_vec(),
+            &[],
+            node_args,
+        )
     }
 
     fn launch(
         lockd: &Path,
         peer_addrs: Vec<SocketAddr>,
+        client_addrs: Vec<SocketAddr>,
         extra_args: &[&str],
         node_args: impl Fn(NodeId) -> Vec<String>,
     ) -> Cluster {
         let size = peer_addrs.len();
+        assert_eq!(client_addrs.len(), size, "one client address per node");
         let dir = tempfile::Builder::new()
             .prefix("lockd-processes-")
             .tempdir()
             .expect("tempdir");
-        let client_addrs = free_addrs(size);
         let specs = (0..size)
             .map(|i| NodeSpec {
                 id: i as NodeId + 1,
