@@ -31,6 +31,9 @@ pub struct CheckArgs {
     pub timeline: Option<PathBuf>,
     /// `--plot OUT.svg`: the latency plot.
     pub plot: Option<PathBuf>,
+    /// `--no-phantom-release`: unseen grants of `info` acquires end only by their lease
+    /// (see [`crate::Options::phantom_release`]).
+    pub no_phantom_release: bool,
 }
 
 impl CheckArgs {
@@ -43,6 +46,7 @@ impl CheckArgs {
             json: false,
             timeline: None,
             plot: None,
+            no_phantom_release: false,
         }
     }
 }
@@ -99,7 +103,9 @@ fn try_check(
         args.history.display(),
         args.model
     );
-    let options = Options::for_model(args.model).with_drift(args.drift);
+    let options = Options::for_model(args.model)
+        .with_drift(args.drift)
+        .with_phantom_release(!args.no_phantom_release);
     let check = crate::check_operations(&paired.operations, &options);
     let elapsed = started.elapsed();
     let io = |path: &Path, source| CheckError::Io {

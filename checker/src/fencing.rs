@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use history::Operation;
 
+use crate::linear::bitset::FastBuildHasher;
 use crate::report::{fmt_ns, rows_of};
 
 /// One violated fencing property, described.
@@ -76,7 +77,7 @@ fn who(op: &Operation) -> String {
 }
 
 fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
-    let mut first: HashMap<u64, &Operation> = HashMap::new();
+    let mut first: HashMap<u64, &Operation, FastBuildHasher> = HashMap::default();
     for op in grants {
         let token = granted_token(op)?;
         if let Some(earlier) = first.get(&token) {
@@ -97,7 +98,7 @@ fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
 
 fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
     let mut by_token: Vec<&&Operation> = grants.iter().collect();
-    by_token.sort_by_key(|op| granted_token(op));
+    by_token.sort_unstable_by_key(|op| (granted_token(op), op.invoke.index));
     // Walk from the largest token down, keeping the grant with the earliest return among
     // the larger tokens: a smaller-token grant invoked after it is a violation.
     let mut earliest: Option<&Operation> = None;
@@ -135,7 +136,7 @@ fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingVio
         .iter()
         .filter(|w| w.is_ok() && w.invoke.token.is_some())
         .collect();
-    accepted.sort_by_key(|w| w.invoke.token);
+    accepted.sort_unstable_by_key(|w| (w.invoke.token, w.invoke.index));
     // As for grants, with ties allowed: a write that returned before a write with a
     // smaller token was invoked means the resource accepted a stale token.
     let mut earliest: Option<&Operation> = None;

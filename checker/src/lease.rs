@@ -24,12 +24,16 @@
 //! first release invoke + 1 ns)`. A prefix maximum of that protection over the smaller
 //! tokens finds, for each g2, the earlier grant that protects the longest: O(n log n).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use history::Operation;
 
+use crate::linear::bitset::FastBuildHasher;
 use crate::linear::lock_model::lease_floor_ns;
 use crate::report::{fmt_ns, rows_of};
+
+/// The earliest invoke of a release of each (key, token) that may have taken effect.
+type Released<'a> = HashMap<(&'a str, u64), u64, FastBuildHasher>;
 
 /// Two holders of one key at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +50,7 @@ pub struct LeaseViolation {
 /// first violation per key.
 pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
     // The earliest invoke of a release of each (key, token) that may have taken effect.
-    let mut released: HashMap<(&str, u64), u64> = HashMap::new();
+    let mut released: Released<'_> = HashMap::default();
     for op in history.iter().filter(|op| op.f == "release") {
         let Some(token) = op.invoke.token else {
             continue;
@@ -56,15 +60,18 @@ pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
             *slot = (*slot).min(op.call_ns());
         }
     }
-    let mut grants: BTreeMap<&str, Vec<(u64, &Operation)>> = BTreeMap::new();
+    let mut grants: HashMap<&str, Vec<(u64, &Operation)>, FastBuildHasher> = HashMap::default();
     for op in history.iter().filter(|op| op.f == "acquire" && op.is_ok()) {
         if let Some(token) = op.completion.as_ref().and_then(|c| c.token) {
             grants.entry(op.key.as_str()).or_default().push((token, op));
         }
     }
+    // Keys in order, so that the report does not depend on hashing.
+    let mut grants: Vec<(&str, Vec<(u64, &Operation)>)> = grants.into_iter().collect();
+    grants.sort_unstable_by_key(|(key, _)| *key);
     let mut out = Vec::new();
     for (key, mut by_token) in grants {
-        by_token.sort_by_key(|(token, _)| *token);
+        by_token.sort_unstable_by_key(|(token, _)| *token);
         // (protected until, token, grant) of the earlier grant protecting the longest.
         let mut best: Option<(u64, u64, &Operation)> = None;
         for &(token, g2) in &by_token {
@@ -96,7 +103,7 @@ fn protected_until(
     token: u64,
     grant: &Operation,
     drift: f64,
-    released: &HashMap<(&str, u64), u64>,
+    released: &Released<'_>,
 ) -> u64 {
     let safe_end = safe_end(grant, drift);
     let release = released
@@ -118,7 +125,7 @@ fn violation(
     drift: f64,
     (t1, g1): (u64, &Operation),
     (t2, g2): (u64, &Operation),
-    released: &HashMap<(&str, u64), u64>,
+    released: &Released<'_>,
 ) -> LeaseViolation {
     let lease = lease_ms(g1).map_or("no lease".to_string(), |ms| format!("lease {ms} ms"));
     let release = match released.get(&(key, t1)) {

@@ -63,6 +63,20 @@ fn every_case_has_the_verdict_of_its_folder_and_its_golden_explanation() {
             for path in csv_files(&dir) {
                 checked += 1;
                 let check = run(area, &path);
+                if area == "lock" || area == "lease" {
+                    // STYLE practice 9: the generic search agrees with the fast path.
+                    let ops = history::csv::read_path(&path).unwrap();
+                    let paired = history::pair(&ops).unwrap();
+                    let generic = Options::default().with_lock_search(checker::LockSearch::Generic);
+                    let generic = checker::check_linearizability(&paired, &generic).verdict;
+                    let fast = &check.result("linearizability").unwrap().verdict;
+                    if &generic != fast {
+                        failures.push(format!(
+                            "{}: lock_fast {fast}, wgl {generic}",
+                            path.display()
+                        ));
+                    }
+                }
                 let expected = if folder == "valid" {
                     Verdict::Valid
                 } else {

@@ -66,7 +66,7 @@ struct RawRecord {
 /// A streaming history reader over any [`io::Read`]: an iterator of ops.
 ///
 /// It checks the header, each row's fields, and the history rules of schema v1 (those of
-/// [`crate::pair`]) as it goes, and yields `Err` once, at the first problem, then `None`.
+/// [`mod@crate::pair`]) as it goes, and yields `Err` once, at the first problem, then `None`.
 pub struct Reader<R> {
     source: R,
     buffer: Box<[u8]>,
@@ -368,26 +368,7 @@ impl<R: Read> Iterator for Reader<R> {
 /// Turns a record into an op, checking each field on its own (not the history rules).
 fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
     let fields = &record.fields;
-    if fields.len() != COLUMNS.len() {
-        let (line, column) = match fields.get(COLUMNS.len()) {
-            Some(extra) => (extra.line, extra.column),
-            None => (record.end_line, record.end_column),
-        };
-        let kind = ParseErrorKind::FieldCount {
-            found: fields.len(),
-        };
-        return Err(ParseError { line, column, kind });
-    }
-    let mut text: Vec<String> = Vec::with_capacity(COLUMNS.len());
-    for (field, column) in fields.iter().zip(COLUMNS) {
-        match String::from_utf8(field.bytes.clone()) {
-            Ok(s) => text.push(s),
-            Err(_) => {
-                let kind = ParseErrorKind::InvalidUtf8 { column };
-                return Err(at(field, kind));
-            }
-        }
-    }
+    let text = decode_fields(record)?;
     let number = |i: usize| -> Result<u64, ParseError> {
         parse_u64(&text[i]).ok_or_else(|| {
             let kind = ParseErrorKind::NotANumber {
@@ -399,37 +380,24 @@ fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
     };
     let index = number(0)?;
     let time_ns = number(1)?;
-    let process = match text[2].as_str() {
-        "nemesis" => Process::Nemesis,
-        other => match parse_u64(other) {
-            Some(id) => Process::Client(id),
-            None => {
-                let kind = ParseErrorKind::BadProcess {
-                    found: other.to_owned(),
-                };
-                return Err(at(&fields[2], kind));
-            }
-        },
-    };
-    let op_type = match text[3].as_str() {
-        "invoke" => OpType::Invoke,
-        "ok" => OpType::Ok,
-        "fail" => OpType::Fail,
-        "info" => OpType::Info,
-        other => {
-            let kind = ParseErrorKind::UnknownType {
-                found: other.to_owned(),
-            };
-            return Err(at(&fields[3], kind));
-        }
-    };
+    let process = parse_process(&text[2]).ok_or_else(|| {
+        let kind = ParseErrorKind::BadProcess {
+            found: text[2].clone(),
+        };
+        at(&fields[2], kind)
+    })?;
+    let op_type = parse_type(&text[3]).ok_or_else(|| {
+        let kind = ParseErrorKind::UnknownType {
+            found: text[3].clone(),
+        };
+        at(&fields[3], kind)
+    })?;
     let token = if text[7].is_empty() {
         None
     } else {
         Some(number(7)?)
     };
-    let [_, _, _, _, f, key, value, _, node, error] = <[String; 10]>::try_from(text)
-        .map_err(|_| at(&fields[0], ParseErrorKind::FieldCount { found: 0 }))?;
+    let [_, _, _, _, f, key, value, _, node, error] = text;
     Ok(Op {
         index,
         time_ns,
@@ -442,6 +410,46 @@ fn parse_row(record: &RawRecord) -> Result<Op, ParseError> {
         node,
         error,
     })
+}
+
+/// Checks that a row has the header's 10 fields, each valid UTF-8, and returns them.
+fn decode_fields(record: &RawRecord) -> Result<[String; 10], ParseError> {
+    let fields = &record.fields;
+    if fields.len() != COLUMNS.len() {
+        let (line, column) = match fields.get(COLUMNS.len()) {
+            Some(extra) => (extra.line, extra.column),
+            None => (record.end_line, record.end_column),
+        };
+        let kind = ParseErrorKind::FieldCount {
+            found: fields.len(),
+        };
+        return Err(ParseError { line, column, kind });
+    }
+    let mut text: [String; 10] = Default::default();
+    for ((field, column), cell) in fields.iter().zip(COLUMNS).zip(&mut text) {
+        *cell = String::from_utf8(field.bytes.clone())
+            .map_err(|_| at(field, ParseErrorKind::InvalidUtf8 { column }))?;
+    }
+    Ok(text)
+}
+
+/// `nemesis` or a client id.
+fn parse_process(text: &str) -> Option<Process> {
+    match text {
+        "nemesis" => Some(Process::Nemesis),
+        other => parse_u64(other).map(Process::Client),
+    }
+}
+
+/// `invoke`, `ok`, `fail` or `info`.
+fn parse_type(text: &str) -> Option<OpType> {
+    match text {
+        "invoke" => Some(OpType::Invoke),
+        "ok" => Some(OpType::Ok),
+        "fail" => Some(OpType::Fail),
+        "info" => Some(OpType::Info),
+        _ => None,
+    }
 }
 
 fn at(field: &RawField, kind: ParseErrorKind) -> ParseError {
@@ -569,5 +577,154 @@ impl<W: Write> Writer<W> {
             self.inner.flush()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(rows: &[&str]) -> String {
+        let mut text = format!("{HEADER}\n");
+        for row in rows {
+            text.push_str(row);
+            text.push('\n');
+        }
+        text
+    }
+
+    #[test]
+    fn a_header_alone_is_an_empty_history() {
+        // Rule: DESIGN.md "Histories (CSV)": the header row, then one row per event.
+        assert_eq!(read_str(&format!("{HEADER}\n")).unwrap(), vec![]);
+        assert_eq!(read_str(HEADER).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn crlf_line_ends_and_a_missing_final_line_end_are_accepted() {
+        // Rule: histories/README.md "Schema v1": lines end in \n or \r\n; the last line end
+        // is optional.
+        let text =
+            format!("{HEADER}\r\n0,5,0,invoke,acquire,a,5000,,,\r\n1,9,0,ok,acquire,a,,3,n1,");
+        let ops = read_str(&text).unwrap();
+        assert_eq!(ops.len(), 2);
+        assert_eq!(ops[1].token, Some(3));
+        assert_eq!(ops[1].node, "n1");
+        assert_eq!(ops[1].error, "");
+    }
+
+    #[test]
+    fn quoted_fields_keep_commas_quotes_and_line_breaks() {
+        // Rule: DESIGN.md "Histories (CSV)": fields with commas or quotes use standard CSV
+        // quoting.
+        let text = history(&["0,5,0,invoke,write,a,\"x,\"\"y\"\"\nz\r\",1,,"]);
+        let ops = read_str(&text).unwrap();
+        assert_eq!(ops[0].value, "x,\"y\"\nz\r");
+    }
+
+    #[test]
+    fn the_reader_stops_after_its_first_error() {
+        // Rule: csv module doc: the reader yields Err once, at the first problem, then None.
+        let text = history(&["0,5,0,invoke,acquire,a,5000,,,", "x,6,0,ok,acquire,a,,1,,"]);
+        let mut reader = Reader::new(text.as_bytes());
+        assert!(reader.next().unwrap().is_ok());
+        let error = reader.next().unwrap().unwrap_err();
+        assert_eq!((error.line, error.column), (3, 1));
+        assert!(reader.next().is_none());
+    }
+
+    #[test]
+    fn numbers_are_plain_ascii_digits() {
+        // Rule: histories/README.md "Schema v1": numbers are ASCII digits only, no sign.
+        for bad in ["+1", " 1", "1 ", "١", "18446744073709551616", ""] {
+            let text = history(&[&format!("{bad},5,0,invoke,acquire,a,5000,,,")]);
+            let error = read_str(&text).unwrap_err();
+            assert_eq!((error.line, error.column), (2, 1), "{bad:?}: {error}");
+            assert!(matches!(
+                error.kind,
+                ParseErrorKind::NotANumber {
+                    column: "index",
+                    ..
+                }
+            ));
+        }
+        let max = history(&["0,18446744073709551615,0,invoke,acquire,a,5000,,,"]);
+        assert_eq!(read_str(&max).unwrap()[0].time_ns, u64::MAX);
+    }
+
+    #[test]
+    fn an_overlong_field_is_reported_not_buffered() {
+        // Rule: HELPERS.md "Bound everything": reaching a bound is reported.
+        let long = "v".repeat(FIELD_BYTES_MAX + 1);
+        let text = history(&[&format!("0,5,0,invoke,write,a,{long},1,,")]);
+        let error = read_str(&text).unwrap_err();
+        assert_eq!((error.line, error.column), (2, 22));
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::FieldTooLong {
+                max: FIELD_BYTES_MAX
+            }
+        );
+    }
+
+    #[test]
+    fn a_record_with_too_many_fields_is_cut_off_at_the_bound() {
+        // Rule: HELPERS.md "Bound everything": reaching a bound is reported.
+        let text = history(&[&",".repeat(FIELDS_MAX + 5)]);
+        let error = read_str(&text).unwrap_err();
+        assert_eq!(
+            error.kind,
+            ParseErrorKind::TooManyFields { max: FIELDS_MAX }
+        );
+        assert_eq!(error.line, 2);
+    }
+
+    #[test]
+    fn a_failing_source_is_an_io_error_with_a_position() {
+        // Rule: csv module doc: every problem is a ParseError, never a panic.
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk on fire"))
+            }
+        }
+        let error = Reader::new(Broken).next().unwrap().unwrap_err();
+        assert_eq!((error.line, error.column), (1, 1));
+        assert_eq!(error.to_string(), "1:1: cannot read input: disk on fire");
+    }
+
+    #[test]
+    fn read_path_names_a_missing_file() {
+        // Rule: DESIGN.md "Histories (CSV)": errors say where and why.
+        let error = read_path(Path::new("/nonexistent/history.csv")).unwrap_err();
+        assert!(
+            matches!(error.kind, ParseErrorKind::Io(ref m) if m.contains("/nonexistent/history.csv"))
+        );
+    }
+
+    #[test]
+    fn writer_quotes_only_what_needs_quoting() {
+        // Rule: DESIGN.md "Histories (CSV)": empty cells are empty strings; fields with
+        // commas or quotes use standard CSV quoting.
+        let mut writer = Writer::new(Vec::new()).unwrap();
+        let op = Op {
+            index: 0,
+            time_ns: 1,
+            process: Process::Nemesis,
+            op_type: OpType::Info,
+            f: "partition".into(),
+            key: String::new(),
+            value: "n1 n2 | n3, \"n4\"".into(),
+            token: None,
+            node: String::new(),
+            error: String::new(),
+        };
+        writer.write(&op).unwrap();
+        let text = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+        assert_eq!(
+            text,
+            format!("{HEADER}\n0,1,nemesis,info,partition,,\"n1 n2 | n3, \"\"n4\"\"\",,,\n")
+        );
+        assert_eq!(read_str(&text).unwrap(), vec![op]);
     }
 }

@@ -3,7 +3,7 @@
 //! - [`op`]: one row of a history, [`Op`].
 //! - [`csv`]: read ([`csv::read_path`], [`csv::read_str`], [`csv::Reader`]) and write
 //!   ([`csv::Writer`]) CSV schema v1, documented in `histories/README.md`.
-//! - [`pair`]: invokes paired with completions, [`pair::Operation`], for the checkers.
+//! - [`mod@pair`]: invokes paired with completions, [`pair::Operation`], for the checkers.
 //! - [`convert`]: Jepsen and Porcupine histories into [`Op`]s.
 //! - [`error`]: [`ParseError`] (`line:column: reason`), [`PairError`], [`Violation`].
 //!
@@ -20,6 +20,31 @@
 //!            0,1000,0,ok,acquire,a,,7,n1,\n";
 //! let error = history::csv::read_str(bad).unwrap_err();
 //! assert_eq!(error.to_string(), "2:10: `ok` by process 0 with no open invoke");
+//! ```
+//!
+//! Recording: the harness writes each op as it happens, flushed per row so that a run that
+//! crashes keeps its history.
+//!
+//! ```
+//! use history::csv::{Writer, WriterOptions};
+//! use history::{Op, OpType, Process};
+//!
+//! let mut writer = Writer::with_options(Vec::new(), WriterOptions::flush_each_row()).unwrap();
+//! let fault = Op {
+//!     index: 0, // write_op numbers the rows itself
+//!     time_ns: 1_500_000,
+//!     process: Process::Nemesis,
+//!     op_type: OpType::Info,
+//!     f: "partition".into(),
+//!     key: String::new(),
+//!     value: "n1 n2 | n3 n4 n5".into(),
+//!     token: None,
+//!     node: String::new(),
+//!     error: String::new(),
+//! };
+//! assert_eq!(writer.write_op(fault).unwrap(), 0);
+//! let text = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+//! assert_eq!(text.lines().nth(1), Some("0,1500000,nemesis,info,partition,,n1 n2 | n3 n4 n5,,,"));
 //! ```
 #![deny(missing_docs)]
 

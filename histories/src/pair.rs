@@ -321,3 +321,204 @@ impl Validator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(index: u64, time_ns: u64, process: Process, op_type: OpType, f: &str) -> Op {
+        Op {
+            index,
+            time_ns,
+            process,
+            op_type,
+            f: f.to_owned(),
+            key: "a".to_owned(),
+            value: String::new(),
+            token: None,
+            node: String::new(),
+            error: String::new(),
+        }
+    }
+
+    fn client(id: u64) -> Process {
+        Process::Client(id)
+    }
+
+    #[test]
+    fn each_invoke_becomes_one_operation_with_its_completion() {
+        // Rule: DESIGN.md "Histories (CSV)": an ok/fail/info row completes the latest open
+        // invoke of its process.
+        let mut granted = op(2, 30, client(0), OpType::Ok, "acquire");
+        granted.token = Some(7);
+        let ops = vec![
+            op(0, 10, client(0), OpType::Invoke, "acquire"),
+            op(1, 20, client(1), OpType::Invoke, "acquire"),
+            granted,
+            op(3, 40, client(1), OpType::Fail, "acquire"),
+        ];
+        let operations = pair(&ops).unwrap();
+        assert_eq!(operations.len(), 2);
+        assert_eq!(operations[0].process, 0);
+        assert_eq!(
+            (operations[0].call_ns(), operations[0].return_ns()),
+            (10, Some(30))
+        );
+        assert_eq!(operations[0].completion.as_ref().unwrap().token, Some(7));
+        assert!(operations[0].is_ok());
+        assert_eq!(
+            (operations[1].call_ns(), operations[1].return_ns()),
+            (20, Some(40))
+        );
+        assert!(operations[1].is_fail());
+    }
+
+    #[test]
+    fn info_and_open_operations_return_at_infinity() {
+        // Rule: DESIGN.md "Histories (CSV)": `info` may take effect at any time after its
+        // invoke, or never; Operation's doc: return_ns None = +infinity.
+        let ops = vec![
+            op(0, 10, client(0), OpType::Invoke, "acquire"),
+            op(1, 20, client(1), OpType::Invoke, "release"),
+            op(2, 30, client(0), OpType::Info, "acquire"),
+        ];
+        let operations = pair(&ops).unwrap();
+        assert_eq!(operations[0].return_ns(), None);
+        assert_eq!(operations[0].op_type(), Some(OpType::Info));
+        assert!(operations[0].is_indeterminate());
+        assert_eq!(operations[1].return_ns(), None);
+        assert!(operations[1].completion.is_none());
+        assert!(operations[1].is_indeterminate());
+    }
+
+    #[test]
+    fn nemesis_rows_are_kept_apart_as_faults() {
+        // Rule: STYLE.md 10: a fault is recorded with process `nemesis`; checkers of client
+        // ops ignore it.
+        let ops = vec![
+            op(0, 10, client(0), OpType::Invoke, "acquire"),
+            op(1, 15, Process::Nemesis, OpType::Info, "kill"),
+            op(2, 30, client(0), OpType::Ok, "acquire"),
+        ];
+        let paired = pair_with_faults(&ops).unwrap();
+        assert_eq!(paired.operations.len(), 1);
+        assert_eq!(paired.faults, vec![ops[1].clone()]);
+        assert_eq!(pair(&ops).unwrap(), paired.operations);
+    }
+
+    #[test]
+    fn completion_without_invoke_is_rejected_at_its_position() {
+        // Rule: DESIGN.md "Histories (CSV)": a completion without an invoke is rejected.
+        let ops = vec![
+            op(0, 10, client(0), OpType::Invoke, "acquire"),
+            op(1, 20, client(1), OpType::Ok, "acquire"),
+        ];
+        let error = pair(&ops).unwrap_err();
+        assert_eq!(error.position, 1);
+        assert_eq!(
+            error.violation,
+            Violation::CompletionWithoutInvoke {
+                process: client(1),
+                op_type: OpType::Ok
+            }
+        );
+    }
+
+    #[test]
+    fn every_discipline_rule_is_enforced() {
+        // Rule: histories/README.md "Process discipline" and DESIGN.md "Histories (CSV)".
+        let invoke = |i, t, p| op(i, t, client(p), OpType::Invoke, "acquire");
+        let cases: Vec<(Vec<Op>, Violation)> = vec![
+            (
+                vec![invoke(1, 0, 0)],
+                Violation::IndexGap {
+                    expected: 0,
+                    found: 1,
+                },
+            ),
+            (
+                vec![invoke(0, 5, 0), invoke(1, 4, 1)],
+                Violation::TimeBackwards {
+                    previous_ns: 5,
+                    time_ns: 4,
+                },
+            ),
+            (
+                vec![invoke(0, 0, 0), invoke(1, 1, 0)],
+                Violation::InvokeWhileOpen {
+                    process: client(0),
+                    invoke_index: 0,
+                },
+            ),
+            (
+                vec![
+                    invoke(0, 0, 0),
+                    op(1, 1, client(0), OpType::Info, "acquire"),
+                    invoke(2, 2, 0),
+                ],
+                Violation::InvokeAfterInfo {
+                    process: client(0),
+                    info_index: 1,
+                },
+            ),
+            (
+                vec![invoke(0, 0, 0), op(1, 1, client(0), OpType::Ok, "release")],
+                Violation::FunctionMismatch {
+                    invoke_index: 0,
+                    invoke_f: "acquire".into(),
+                    f: "release".into(),
+                },
+            ),
+            (
+                vec![op(0, 0, Process::Nemesis, OpType::Invoke, "kill")],
+                Violation::NemesisNotInfo {
+                    op_type: OpType::Invoke,
+                },
+            ),
+            (
+                vec![op(0, 0, client(0), OpType::Invoke, "")],
+                Violation::EmptyFunction,
+            ),
+        ];
+        for (ops, expected) in cases {
+            let error = pair(&ops).unwrap_err();
+            assert_eq!(error.violation, expected, "{ops:?}");
+            assert_eq!(error.position, ops.len() - 1, "{ops:?}");
+        }
+    }
+
+    #[test]
+    fn key_mismatch_is_rejected() {
+        // Rule: DESIGN.md "Histories (CSV)": a completion repeats its invoke's f and key.
+        let mut completion = op(1, 1, client(0), OpType::Ok, "acquire");
+        completion.key = "b".into();
+        let ops = vec![op(0, 0, client(0), OpType::Invoke, "acquire"), completion];
+        let error = pair(&ops).unwrap_err();
+        assert_eq!(
+            error.violation,
+            Violation::KeyMismatch {
+                invoke_index: 0,
+                invoke_key: "a".into(),
+                key: "b".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_rejected_op_leaves_the_validator_unchanged() {
+        // Rule: STYLE.md 12: a function that returns Err leaves self unchanged.
+        let mut validator = Validator::default();
+        validator
+            .check(&op(0, 10, client(0), OpType::Invoke, "acquire"))
+            .unwrap();
+        let bad = op(1, 5, client(1), OpType::Invoke, "acquire");
+        assert!(validator.check(&bad).is_err());
+        // The same index and an in-order time are still accepted afterwards.
+        validator
+            .check(&op(1, 10, client(1), OpType::Invoke, "acquire"))
+            .unwrap();
+        validator
+            .check(&op(2, 11, client(0), OpType::Ok, "acquire"))
+            .unwrap();
+    }
+}

@@ -155,7 +155,7 @@ fn config() -> Config {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(512),
+            .unwrap_or(256),
         rng_seed: RngSeed::Fixed(seed),
         failure_persistence: None,
         ..Config::default()
@@ -191,5 +191,54 @@ proptest! {
             apply(&mut bytes, m);
         }
         check_reader(&bytes)?;
+    }
+}
+
+fn edn_char() -> impl Strategy<Value = char> {
+    prop_oneof![
+        Just('{'),
+        Just('}'),
+        Just('['),
+        Just(']'),
+        Just('('),
+        Just(')'),
+        Just('#'),
+        Just(':'),
+        Just('"'),
+        Just('\\'),
+        Just(' '),
+        Just('\n'),
+        Just('\t'),
+        Just('-'),
+        Just(','),
+        Just(';'),
+        proptest::char::range('0', '9'),
+        proptest::char::range('a', 'z'),
+        any::<char>(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn converters_never_panic_and_name_a_line(
+        chars in proptest::collection::vec(edn_char(), 0..200)
+    ) {
+        // Rule: HELPERS.md "No panics on bad input; errors say the line and the reason".
+        let text: String = chars.into_iter().collect();
+        let lines = text.matches('\n').count() as u64 + 1;
+        let prefixed = format!("INFO  jepsen.util - {text}");
+        for result in [
+            history::convert::jepsen_edn::convert(&text),
+            history::convert::porcupine_kv::convert(&text),
+            history::convert::porcupine_etcd::convert(&text),
+            history::convert::porcupine_etcd::convert(&prefixed),
+        ] {
+            match result {
+                Ok(ops) => prop_assert!(pair(&ops).is_ok()),
+                Err(error) => prop_assert!(error.line >= 1 && error.line <= lines, "{error}"),
+            }
+        }
     }
 }

@@ -27,6 +27,10 @@ pub struct CheckCommand {
     /// Write an SVG plot of latency over time, nemesis periods shaded.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Unseen grants of timed-out acquires end only by their lease (by default they may
+    /// also end by a phantom-lock release, which lockd performs).
+    #[arg(long)]
+    pub no_phantom_release: bool,
 }
 
 /// `locksmith convert --from jepsen-edn|porcupine-etcd|porcupine-kv IN OUT.csv`
@@ -56,6 +60,7 @@ pub fn check(command: CheckCommand) -> i32 {
     args.json = command.json;
     args.timeline = command.timeline;
     args.plot = command.plot;
+    args.no_phantom_release = command.no_phantom_release;
     checker::cli::run_check(&args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 

@@ -50,8 +50,9 @@ pub struct TestArgs {
     /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
     #[arg(long, default_value = "10-100")]
     think_ms: String,
-    /// Percent of grants a client holds past its lease (a stalled client), 0-100.
-    #[arg(long, default_value_t = 25)]
+    /// Percent of grants a client holds past its lease on its own, 0-100 (besides the stalls
+    /// of the pause nemesis's pause-clients).
+    #[arg(long, default_value_t = 0)]
     overhold_percent: u64,
     /// Bound of the recovery phase, seconds.
     #[arg(long, default_value_t = 20)]
@@ -186,7 +187,11 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("rerun: locksmith test --seed {}", options.seed);
+            eprintln!(
+                "rerun: locksmith test --seed {}{}",
+                options.seed,
+                rerun_flags(&options)
+            );
             return Err(e);
         }
     };

@@ -85,6 +85,10 @@ pub enum Verb {
     Pause,
     /// SIGCONT paused nodes.
     Resume,
+    /// Stall client processes (a GC pause of a lock holder): they start no op until resumed.
+    PauseClients,
+    /// Let stalled clients go on.
+    ResumeClients,
     /// Apply a grudge.
     Partition,
     /// Cut nothing.
@@ -105,6 +109,8 @@ impl Verb {
             Verb::Restart => "restart",
             Verb::Pause => "pause",
             Verb::Resume => "resume",
+            Verb::PauseClients => "pause-clients",
+            Verb::ResumeClients => "resume-clients",
             Verb::Partition => "partition",
             Verb::Heal => "heal",
             Verb::Skew => "skew",
@@ -117,7 +123,9 @@ impl Verb {
     pub fn kind(self) -> FaultKind {
         match self {
             Verb::Kill | Verb::Restart => FaultKind::Kill,
-            Verb::Pause | Verb::Resume => FaultKind::Pause,
+            Verb::Pause | Verb::Resume | Verb::PauseClients | Verb::ResumeClients => {
+                FaultKind::Pause
+            }
             Verb::Partition | Verb::Heal => FaultKind::Partition,
             Verb::Skew | Verb::Strobe | Verb::ResetClock => FaultKind::Clock,
         }
@@ -127,7 +135,12 @@ impl Verb {
     pub fn starts_fault(self) -> bool {
         matches!(
             self,
-            Verb::Kill | Verb::Pause | Verb::Partition | Verb::Skew | Verb::Strobe
+            Verb::Kill
+                | Verb::Pause
+                | Verb::PauseClients
+                | Verb::Partition
+                | Verb::Skew
+                | Verb::Strobe
         )
     }
 }
@@ -238,8 +251,10 @@ pub enum FaultValue {
     Shape(Shape),
     /// Resolved partition, with the shape it came from.
     Grudge(Shape, Grudge),
-    /// Heal: no value.
+    /// Heal, or a planned client pause or resume: no value.
     None,
+    /// Resolved client slots (for pause-clients and resume-clients).
+    Clients(Vec<u64>),
     /// Planned or resolved clock change: rate in parts per thousand (1000 = normal) and a
     /// one-time jump in ms.
     Clock {
@@ -307,6 +322,18 @@ impl FaultOp {
         }
     }
 
+    /// True for a resolved op with no targets at all (nothing to do).
+    pub fn acts_on_nothing(&self) -> bool {
+        match &self.value {
+            FaultValue::Targets(t) => t.is_empty(),
+            FaultValue::Clients(c) => c.is_empty(),
+            FaultValue::Clock { targets, .. } | FaultValue::Strobe { targets, .. } => {
+                targets.is_empty()
+            }
+            _ => false,
+        }
+    }
+
     /// The history's `value` cell: targets and shape, e.g. `n1 n2 | n3 n4 n5 (halves)`.
     pub fn describe(&self, nodes: &[NodeId]) -> String {
         let list = |t: &[NodeId]| {
@@ -321,6 +348,11 @@ impl FaultOp {
             FaultValue::Shape(s) => s.name().to_owned(),
             FaultValue::Grudge(s, g) => format!("{} ({})", g.describe(nodes), s.name()),
             FaultValue::None => String::new(),
+            FaultValue::Clients(c) => c
+                .iter()
+                .map(|c| format!("c{c}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             FaultValue::Clock {
                 spec,
                 targets,
@@ -365,6 +397,10 @@ pub struct ResolveContext {
     pub paused: BTreeSet<NodeId>,
     /// Nodes whose lease clock is skewed.
     pub skewed: BTreeSet<NodeId>,
+    /// The number of client slots.
+    pub client_slots: u64,
+    /// Client slots stalled and not yet resumed.
+    pub paused_clients: BTreeSet<u64>,
 }
 
 fn pick_nodes(
@@ -469,6 +505,18 @@ pub fn resolve(op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultOp {
                 period_ms: *period_ms,
                 count: (*count).min(STROBE_JUMPS_MAX),
             }
+        }
+        (Verb::PauseClients, FaultValue::None) => {
+            let mut slots: Vec<u64> = (0..ctx.client_slots)
+                .filter(|c| !ctx.paused_clients.contains(c))
+                .collect();
+            rng.shuffle(&mut slots);
+            slots.truncate(ctx.client_slots.div_ceil(3) as usize);
+            slots.sort_unstable();
+            FaultValue::Clients(slots)
+        }
+        (Verb::ResumeClients, FaultValue::None) => {
+            FaultValue::Clients(ctx.paused_clients.iter().copied().collect())
         }
         (_, other) => other.clone(),
     };
@@ -626,10 +674,10 @@ pub fn final_schedule(kind: FaultKind) -> Vec<FaultOp> {
             Verb::Restart,
             FaultValue::Nodes(NodeSpec::Faulty),
         )],
-        FaultKind::Pause => vec![FaultOp::new(
-            Verb::Resume,
-            FaultValue::Nodes(NodeSpec::Faulty),
-        )],
+        FaultKind::Pause => vec![
+            FaultOp::new(Verb::Resume, FaultValue::Nodes(NodeSpec::Faulty)),
+            FaultOp::new(Verb::ResumeClients, FaultValue::None),
+        ],
         FaultKind::Partition => vec![FaultOp::new(Verb::Heal, FaultValue::None)],
         FaultKind::Clock => vec![reset_clock()],
     }
@@ -681,6 +729,10 @@ pub fn episode(kind: FaultKind, rng: &mut Rng) -> (FaultOp, FaultOp) {
                 final_schedule(kind).remove(0),
             )
         }
+        FaultKind::Pause if rng.chance(1, 3) => (
+            FaultOp::new(Verb::PauseClients, FaultValue::None),
+            FaultOp::new(Verb::ResumeClients, FaultValue::None),
+        ),
         FaultKind::Pause => {
             let spec = *rng.pick(&KILL_SPECS).unwrap_or(&NodeSpec::One);
             (
@@ -839,5 +891,30 @@ mod tests {
             panic!("not a grudge: {mute:?}")
         };
         assert!(g.is_cut(3, 1) && !g.is_cut(1, 3));
+    }
+
+    #[test]
+    fn client_pauses_stall_a_third_of_the_slots_and_resume_exactly_those() {
+        // jepsen.md 2.5: a stalled lock holder (GC pause) is the case fencing exists for.
+        let mut c = ctx(3);
+        c.client_slots = 10;
+        let mut rng = Rng::new(4);
+        let pause = resolve(
+            &FaultOp::new(Verb::PauseClients, FaultValue::None),
+            &c,
+            &mut rng,
+        );
+        let FaultValue::Clients(slots) = &pause.value else {
+            panic!("{pause:?}")
+        };
+        assert_eq!(slots.len(), 4, "ceil(10/3) slots: {slots:?}");
+        assert!(slots.iter().all(|s| *s < 10));
+        c.paused_clients = slots.iter().copied().collect();
+        let resume = resolve(&final_schedule(FaultKind::Pause)[1], &c, &mut rng);
+        assert_eq!(resume.value, FaultValue::Clients(slots.clone()));
+        assert_eq!(resume.describe(&c.nodes).split(' ').count(), 4);
+        assert!(!resume.acts_on_nothing());
+        c.paused_clients.clear();
+        assert!(resolve(&final_schedule(FaultKind::Pause)[1], &c, &mut rng).acts_on_nothing());
     }
 }

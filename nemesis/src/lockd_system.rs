@@ -137,15 +137,17 @@ struct LockdClient {
     client: Client,
 }
 
+/// Maps a client result to the history's outcome; `node` is the node whose answer decided
+/// it (lockd's `*_traced` calls), recorded for ok and definite failures.
 fn outcome<T>(
     result: Result<T, ClientError>,
     token: impl FnOnce(T) -> Option<u64>,
-    node: NodeId,
+    node: Option<NodeId>,
 ) -> Outcome {
     match result {
         Ok(v) => Outcome::Ok {
             token: token(v),
-            node: Some(node),
+            node,
         },
         Err(ClientError::Unavailable(_)) => Outcome::Fail {
             error: "unavailable".into(),
@@ -153,7 +155,7 @@ fn outcome<T>(
         },
         Err(e) if e.is_definite() => Outcome::Fail {
             error: e.history_error().to_owned(),
-            node: Some(node),
+            node,
         },
         Err(e) => Outcome::Info(e.history_error().to_owned()),
     }
@@ -168,8 +170,11 @@ impl LockClient for LockdClient {
         deadline: Instant,
     ) -> BoxFuture<'a, Outcome> {
         async move {
-            let r = self.client.acquire(key, lease_ms, wait_ms, deadline).await;
-            outcome(r, Some, self.client.leader_hint())
+            let answered = self
+                .client
+                .acquire_traced(key, lease_ms, wait_ms, deadline)
+                .await;
+            outcome(answered.result, Some, answered.node)
         }
         .boxed()
     }
@@ -181,8 +186,8 @@ impl LockClient for LockdClient {
         deadline: Instant,
     ) -> BoxFuture<'a, Outcome> {
         async move {
-            let r = self.client.release(key, token, deadline).await;
-            outcome(r, |()| None, self.client.leader_hint())
+            let answered = self.client.release_traced(key, token, deadline).await;
+            outcome(answered.result, |()| None, answered.node)
         }
         .boxed()
     }

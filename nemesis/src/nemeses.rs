@@ -10,6 +10,7 @@ use crate::faults::{
 };
 use crate::net::{Grudge, Net};
 use crate::system::System;
+use crate::workload::ClientPauses;
 use crate::{Error, NodeId};
 
 fn each(targets: &[NodeId], mut act: impl FnMut(NodeId) -> Result<(), Error>) -> FaultOutcome {
@@ -54,9 +55,10 @@ impl Nemesis for KillNemesis {
     }
 }
 
-/// Pauses (SIGSTOP) and resumes (SIGCONT) nodes.
+/// Pauses (SIGSTOP) and resumes (SIGCONT) nodes, and stalls and resumes client slots.
 pub struct PauseNemesis {
     cluster: Arc<Cluster>,
+    clients: Arc<ClientPauses>,
 }
 
 impl Nemesis for PauseNemesis {
@@ -68,12 +70,25 @@ impl Nemesis for PauseNemesis {
         match op.f {
             Verb::Pause => each(op.targets(), |id| self.cluster.pause(id)),
             Verb::Resume => each(op.targets(), |id| self.cluster.resume(id)),
+            Verb::PauseClients | Verb::ResumeClients => {
+                let FaultValue::Clients(slots) = &op.value else {
+                    return FaultOutcome::failed(format!("{}: no client slots", op.f));
+                };
+                if op.f == Verb::PauseClients {
+                    self.clients.pause(slots);
+                } else {
+                    self.clients.resume(slots);
+                }
+                FaultOutcome::done(format!("{} client(s)", slots.len()))
+            }
             other => FaultOutcome::failed(format!("pause nemesis cannot {other}")),
         }
     }
 
     fn teardown(&mut self) -> Result<(), Error> {
-        // SIGCONT everything that is up, so no node stays stopped.
+        // SIGCONT everything that is up, so no node stays stopped; no client stays stalled.
+        self.clients
+            .resume(&self.clients.paused().into_iter().collect::<Vec<_>>());
         for id in self.cluster.paused() {
             self.cluster.resume(id)?;
         }
@@ -199,6 +214,8 @@ pub struct Targets {
     pub layout: Layout,
     /// A runtime handle for the clock nemesis's calls.
     pub runtime: tokio::runtime::Handle,
+    /// The client slots the pause nemesis may stall.
+    pub clients: Arc<ClientPauses>,
 }
 
 /// The package of one fault family.
@@ -209,6 +226,7 @@ pub fn package(kind: FaultKind, targets: &Targets) -> Package {
         }),
         FaultKind::Pause => Box::new(PauseNemesis {
             cluster: targets.cluster.clone(),
+            clients: targets.clients.clone(),
         }),
         FaultKind::Partition => Box::new(PartitionNemesis {
             net: targets.net.clone(),

@@ -31,7 +31,9 @@ use crate::recorder::{Recorder, write_file};
 use crate::rng::Rng;
 use crate::schedule::{self, ClientGen, FaultPlanConfig, Planned, WorkloadConfig};
 use crate::system::{System, leader_of};
-use crate::workload::{ClientFactory, Counters, FencedStore, Worker, WorkloadKind};
+use crate::workload::{
+    ClientFactory, ClientPauses, Counters, FencedStore, Shared, Worker, WorkloadKind,
+};
 use crate::{Error, NodeId};
 
 /// How long the cluster has to show a leader before the run gives up (exit 2).
@@ -91,7 +93,7 @@ impl Default for TestOptions {
             workload: WorkloadKind::Fenced,
             recovery_s: 20,
             think_ms: (10, 100),
-            overhold_percent: 25,
+            overhold_percent: 0,
             progress: true,
         }
     }
@@ -215,6 +217,10 @@ struct FaultDriver {
     counts: Mutex<FaultCounts>,
     /// Nodes that exited without the nemesis killing them (crashes), with their status.
     exited: Mutex<Vec<String>>,
+    /// Client slots the pause nemesis may stall.
+    clients: Arc<ClientPauses>,
+    /// The number of client slots.
+    client_slots: u64,
 }
 
 const RESOLVE_STREAM: u64 = 3 << 32;
@@ -260,6 +266,8 @@ impl FaultDriver {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            client_slots: self.client_slots,
+            paused_clients: self.clients.paused(),
         };
         if planned.needs_leader() {
             context.leader = self.leader().await;
@@ -272,8 +280,7 @@ impl FaultDriver {
         let value = op.describe(&self.nodes);
         let verb = op.f.name();
         self.recorder.nemesis(verb, &value, "");
-        let node_targeted = !matches!(op.value, FaultValue::Grudge(..) | FaultValue::None);
-        let outcome = if node_targeted && op.targets().is_empty() {
+        let outcome = if op.acts_on_nothing() {
             FaultOutcome::done("no targets")
         } else {
             self.nemesis.invoke(op.clone()).await
@@ -302,7 +309,7 @@ impl FaultDriver {
             counts.failed += 1;
             return;
         }
-        let acted = !op.targets().is_empty() || matches!(op.value, FaultValue::Grudge(..));
+        let acted = !op.acts_on_nothing();
         if op.f.starts_fault() && acted {
             *counts
                 .by_kind
@@ -310,6 +317,7 @@ impl FaultDriver {
                 .or_default() += 1;
             let detail = match &op.value {
                 FaultValue::Grudge(shape, _) => format!("partition:{}", shape.name()),
+                FaultValue::Clients(c) => format!("pause-clients:{}", c.len()),
                 FaultValue::Clock { spec, .. } | FaultValue::Strobe { spec, .. } => {
                     format!("{}:{}", op.f.name(), spec.name())
                 }
@@ -438,12 +446,14 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     );
 
     let recorder = Arc::new(Recorder::create(&dir.join("history.csv"))?);
+    let clients = Arc::new(ClientPauses::default());
     let targets = Targets {
         cluster: cluster.clone(),
         net: net.clone(),
         system: system.clone(),
         layout: layout.clone(),
         runtime: tokio::runtime::Handle::current(),
+        clients: clients.clone(),
     };
     // Every family's nemesis is built, so the final schedule can undo anything.
     let packages: Vec<_> = FaultKind::ALL
@@ -467,6 +477,8 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         skewed: Mutex::new(BTreeSet::new()),
         counts: Mutex::new(FaultCounts::default()),
         exited: Mutex::new(Vec::new()),
+        clients: clients.clone(),
+        client_slots: options.concurrency,
     });
 
     let phase = run_phases(
@@ -571,18 +583,17 @@ async fn run_phases(
     let mut config = WorkloadConfig::new(options.seed, options.keys);
     config.think_ms = options.think_ms;
     config.overhold_percent = options.overhold_percent;
+    let shared = Shared {
+        factory,
+        recorder: recorder.clone(),
+        store,
+        counters: counters.clone(),
+        pauses: driver.clients.clone(),
+    };
     let mut workers = Vec::new();
     for slot in 0..options.concurrency {
         let generator = ClientGen::new(&config, slot);
-        let mut worker = Worker::new(
-            slot,
-            options.concurrency,
-            generator,
-            factory.clone(),
-            recorder.clone(),
-            store.clone(),
-            counters.clone(),
-        );
+        let mut worker = Worker::new(slot, options.concurrency, generator, shared.clone());
         workers.push(tokio::spawn(async move {
             worker.run_until(stop).await;
             worker

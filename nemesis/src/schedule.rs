@@ -43,7 +43,7 @@ impl WorkloadConfig {
             lease_ms: (400, 1500),
             wait_ms_max: 1000,
             think_ms: (10, 100),
-            overhold_percent: 25,
+            overhold_percent: 0,
         }
     }
 }
@@ -158,8 +158,9 @@ impl ClientGen {
         self.step += 1;
         if let (Phase::Idle, Some(Completion::Acquired(token))) = (&self.phase, last) {
             let lease = self.last_lease_ms.max(1);
-            // Hold for 20-80% of the lease, or 110-160% of it a quarter of the time.
-            let percent = if rng.chance(1, 4) {
+            // Hold for 20-80% of the lease, or past it (110-160%) for overhold_percent of grants.
+            let overhold = rng.chance(self.config.overhold_percent.min(100), 100);
+            let percent = if overhold {
                 rng.range(110, 160)
             } else {
                 rng.range(20, 80)

@@ -77,6 +77,49 @@ impl FencedStore {
     }
 }
 
+/// The longest a client stays stalled by `pause-clients` when no resume comes, ms.
+pub const CLIENT_PAUSE_MAX_MS: u64 = 15_000;
+
+/// Client slots stalled by the nemesis (`pause-clients`): a stalled client starts no op until
+/// it is resumed, as a lock holder in a GC pause would; it then goes on with what it was
+/// doing, e.g. writing under a token whose lease ran out meanwhile.
+#[derive(Debug, Default)]
+pub struct ClientPauses {
+    paused: Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl ClientPauses {
+    /// Stalls these slots.
+    pub fn pause(&self, slots: &[u64]) {
+        self.lock().extend(slots.iter().copied());
+    }
+
+    /// Resumes these slots.
+    pub fn resume(&self, slots: &[u64]) {
+        let mut paused = self.lock();
+        for s in slots {
+            paused.remove(s);
+        }
+    }
+
+    /// The stalled slots.
+    pub fn paused(&self) -> std::collections::BTreeSet<u64> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.paused.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits while `slot` is stalled, at most [`CLIENT_PAUSE_MAX_MS`].
+    pub async fn wait(&self, slot: u64) {
+        let deadline = Instant::now() + Duration::from_millis(CLIENT_PAUSE_MAX_MS);
+        while self.lock().contains(&slot) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// Counters the progress line and results read.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -105,6 +148,21 @@ impl Counters {
 /// Makes a client for a process id.
 pub type ClientFactory = Arc<dyn Fn(u64) -> Box<dyn LockClient> + Send + Sync>;
 
+/// What every worker of a run shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// Makes a client for a process id.
+    pub factory: ClientFactory,
+    /// The history.
+    pub recorder: Arc<Recorder>,
+    /// The fenced resource.
+    pub store: Arc<FencedStore>,
+    /// Progress counters.
+    pub counters: Arc<Counters>,
+    /// Stalls set by the pause nemesis.
+    pub pauses: Arc<ClientPauses>,
+}
+
 /// One client slot: its generator, its current process and client.
 pub struct Worker {
     slot: u64,
@@ -116,6 +174,7 @@ pub struct Worker {
     recorder: Arc<Recorder>,
     store: Arc<FencedStore>,
     counters: Arc<Counters>,
+    pauses: Arc<ClientPauses>,
 }
 
 /// What one op did, for the generator and the recovery phase.
@@ -126,26 +185,19 @@ struct Done {
 
 impl Worker {
     /// A worker for `slot` of `slots`.
-    pub fn new(
-        slot: u64,
-        slots: u64,
-        generator: ClientGen,
-        factory: ClientFactory,
-        recorder: Arc<Recorder>,
-        store: Arc<FencedStore>,
-        counters: Arc<Counters>,
-    ) -> Self {
-        let client = factory(slot);
+    pub fn new(slot: u64, slots: u64, generator: ClientGen, shared: Shared) -> Self {
+        let client = (shared.factory)(slot);
         Worker {
             slot,
             slots,
             process: slot,
             generator,
             client,
-            factory,
-            recorder,
-            store,
-            counters,
+            factory: shared.factory,
+            recorder: shared.recorder,
+            store: shared.store,
+            counters: shared.counters,
+            pauses: shared.pauses,
         }
     }
 
@@ -161,6 +213,7 @@ impl Worker {
                 return ops;
             }
             tokio::time::sleep_until(start.into()).await;
+            self.pauses.wait(self.slot).await;
             last = Some(self.perform(&step.op).await.completion);
             ops += 1;
         }

@@ -118,8 +118,8 @@ const GOLDEN_CLIENT: &str = "
 +169 release k0 token=10
 +23 acquire k0 lease=1481 wait=374
 +12 acquire k0 lease=400 wait=100
-+268 write k0 0.7 token=12
-+268 release k0 token=12
++98 write k0 0.7 token=12
++98 release k0 token=12
 +88 acquire k0 lease=872 wait=0
 +80 acquire k0 lease=1246 wait=793
 +290 write k0 0.11 token=14
@@ -132,11 +132,13 @@ const GOLDEN_PLAN: &str = "
   6622 partition isolate-leader
   9995 heal
  12190 pause minority
+ 12742 kill leader
+ 13846 restart faulty
  14398 resume faulty
- 16412 kill minority
- 18141 restart faulty
- 21014 kill one
- 24017 restart faulty
- 26234 strobe leader delta=64ms period=16ms count=16
- 28917 reset-clock faulty rate=1000/1000 jump=0ms
+ 16825 kill minority
+ 18554 restart faulty
+ 21427 kill one
+ 24430 restart faulty
+ 26647 strobe leader delta=64ms period=16ms count=16
+ 29330 reset-clock faulty rate=1000/1000 jump=0ms
 ";

@@ -50,33 +50,65 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
+use super::bitset::FastBuildHasher;
 use super::lock_model::{LockInput, LockModel, LockOutput, partition_by_key};
 use super::{Budget, Counterexample, LinearReport, Model, Operation};
 use crate::verdict::Verdict;
 
 /// Checks a lock history (built by [`super::lock_model::lock_operations`]) key by key.
+///
+/// Keys are independent, so they are swept on all available cores (each thread takes every
+/// n-th key); the results are merged in key order, so the verdict and the counterexample
+/// (the first failing key's) do not depend on the scheduling.
 pub fn check(history: &[Operation<LockModel>], budget: Budget) -> LinearReport {
     let deadline = budget.deadline();
+    let parts = partition_by_key(history);
+    let sweep_part = |part: &Vec<usize>| {
+        let mut sweep = Sweep::new(history, part, budget.search_budget_states_max);
+        let result = sweep.run(deadline);
+        (result, sweep.explored)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(parts.len());
+    let mut outcomes: Vec<(usize, PartOutcome)> = if threads <= 1 {
+        parts.iter().map(sweep_part).enumerate().collect()
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (parts, sweep_part) = (&parts, &sweep_part);
+                    scope.spawn(move || {
+                        let mine = parts.iter().enumerate().skip(t).step_by(threads);
+                        mine.map(|(i, part)| (i, sweep_part(part)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a lock sweep thread panicked"))
+                .collect()
+        })
+    };
+    outcomes.sort_by_key(|(i, _)| *i);
     let mut report = LinearReport {
         verdict: Verdict::Valid,
         counterexample: None,
-        states_explored: 0,
+        states_explored: outcomes.iter().map(|(_, (_, n))| n).sum(),
     };
-    for part in partition_by_key(history) {
-        let mut sweep = Sweep::new(history, &part, budget.search_budget_states_max);
-        match sweep.run(deadline) {
+    for (_, (result, _)) in outcomes {
+        match result {
             Ok(()) => {}
             Err(Stop::Exhausted(reason)) => {
                 report.verdict = report.verdict.merge(Verdict::unknown(reason));
             }
             Err(Stop::Stuck(counterexample)) => {
-                report.states_explored += sweep.explored;
                 report.verdict = Verdict::Invalid;
                 report.counterexample = Some(counterexample);
                 return report;
             }
         }
-        report.states_explored += sweep.explored;
     }
     report
 }
@@ -117,6 +149,12 @@ enum Kind {
     EndHidden,
 }
 
+/// How one key's sweep ended, and how many configurations it explored.
+type PartOutcome = (Result<(), Stop>, u64);
+
+/// Configurations, each with the fewest old hidden grants it used.
+type ConfigSet = Vec<(Config, u32)>;
+
 enum Stop {
     Stuck(Counterexample),
     Exhausted(String),
@@ -131,18 +169,18 @@ struct Sweep<'a> {
     /// Pending `ok` grants: token -> op.
     grants: BTreeMap<u64, u32>,
     /// Pending `ok` releases: token -> ops.
-    releases: HashMap<u64, Vec<u32>>,
+    releases: HashMap<u64, Vec<u32>, FastBuildHasher>,
     /// Pending observations.
     observations: Vec<u32>,
     /// Tokens whose epoch may end by an available expiry or `info` release.
-    endable: HashSet<u64>,
+    endable: HashSet<u64, FastBuildHasher>,
     /// The earliest end of each op's hidden grant (for `info` acquires; `u64::MAX` when it
     /// never ends).
     earliest_end: Vec<u64>,
     /// `info` acquires invoked so far, as positions.
     hidden_invoked: Vec<u32>,
     /// Live configurations, each with the fewest old hidden grants it used.
-    configs: HashMap<Config, u32>,
+    configs: ConfigSet,
 }
 
 impl<'a> Sweep<'a> {
@@ -174,12 +212,12 @@ impl<'a> Sweep<'a> {
             states_max,
             explored: 0,
             grants: BTreeMap::new(),
-            releases: HashMap::new(),
+            releases: HashMap::default(),
             observations: Vec::new(),
-            endable: HashSet::new(),
+            endable: HashSet::default(),
             earliest_end,
             hidden_invoked: Vec::new(),
-            configs: HashMap::from([(start, 0)]),
+            configs: vec![(start, 0)],
         }
     }
 
@@ -228,12 +266,31 @@ impl<'a> Sweep<'a> {
         let now = self.history[self.part[p as usize]]
             .return_ns
             .unwrap_or(u64::MAX);
-        let closed = self.closure(now)?;
-        let mut survivors: HashMap<Config, u32> = HashMap::new();
-        for (mut config, used) in closed {
-            if let Ok(at) = config.linearized.binary_search(&p) {
+        // When every configuration has already linearized `p`, the closure can wait for
+        // the next return: every step available now is still available then (pending sets
+        // only grow until a return), and `p` needs nothing more.
+        let everywhere = self
+            .configs
+            .iter()
+            .all(|(c, _)| c.linearized.binary_search(&p).is_ok());
+        let mut closed = if everywhere {
+            std::mem::take(&mut self.configs)
+        } else {
+            self.closure(now)?
+        };
+        closed.retain_mut(|(config, _)| match config.linearized.binary_search(&p) {
+            Ok(at) => {
                 config.linearized.remove(at);
-                keep_fewest(&mut survivors, config, used);
+                true
+            }
+            Err(_) => false,
+        });
+        // Removing `p` can make two configurations equal: keep the fewer hidden grants.
+        let mut survivors: ConfigSet = Vec::with_capacity(closed.len());
+        for (config, used) in closed {
+            match survivors.iter_mut().find(|(c, _)| *c == config) {
+                Some((_, u)) => *u = (*u).min(used),
+                None => survivors.push((config, used)),
             }
         }
         if survivors.is_empty() {
@@ -256,15 +313,16 @@ impl<'a> Sweep<'a> {
 
     /// Every configuration reachable from the live ones by legal steps of pending ops,
     /// each with its observations absorbed (rule 1).
-    fn closure(&mut self, now: u64) -> Result<HashMap<Config, u32>, Stop> {
-        let mut seen: HashMap<Config, u32> = HashMap::new();
+    fn closure(&mut self, now: u64) -> Result<ConfigSet, Stop> {
+        let mut seen: ConfigSet = Vec::new();
         let mut work: Vec<(Config, u32)> = Vec::new();
         let old_invoked = self
             .hidden_invoked
             .iter()
             .filter(|&&i| self.earliest_end[i as usize] <= now)
             .count() as u32;
-        for (config, &used) in &self.configs {
+        for (config, used) in &self.configs {
+            let used = *used;
             let mut config = config.clone();
             let mut used_old = used;
             // Rule 2: acquires whose earliest end has passed are only counted.
@@ -282,10 +340,9 @@ impl<'a> Sweep<'a> {
             work.push((config, used_old));
         }
         while let Some((config, used)) = work.pop() {
-            if seen.get(&config).is_some_and(|&u| u <= used) {
+            if !keep_fewest(&mut seen, &config, used) {
                 continue;
             }
-            seen.insert(config.clone(), used);
             self.explored += 1;
             if seen.len() > self.states_max {
                 return Err(Stop::Exhausted(format!(
@@ -293,9 +350,10 @@ impl<'a> Sweep<'a> {
                     self.states_max
                 )));
             }
-            for (mut next, next_used) in self.successors(&config, used, now, old_invoked) {
-                self.absorb(&mut next);
-                work.push((next, next_used));
+            let from = work.len();
+            self.successors(&config, used, now, old_invoked, &mut work);
+            for (next, _) in &mut work[from..] {
+                self.absorb(next);
             }
         }
         Ok(seen)
@@ -307,8 +365,8 @@ impl<'a> Sweep<'a> {
         used: u32,
         now: u64,
         old_invoked: u32,
-    ) -> Vec<(Config, u32)> {
-        let mut out = Vec::new();
+        out: &mut ConfigSet,
+    ) {
         let with = |holder: Holder, last_token: Option<u64>, add: Option<u32>| {
             let mut linearized = config.linearized.clone();
             if let Some(op) = add {
@@ -361,7 +419,6 @@ impl<'a> Sweep<'a> {
                 }
             }
         }
-        out
     }
 
     /// Linearizes every pending observation that the configuration's state satisfies.
@@ -381,17 +438,13 @@ impl<'a> Sweep<'a> {
     }
 
     fn counterexample(&self, p: u32) -> Counterexample {
-        let mut holders: Vec<Holder> = self.configs.keys().map(|c| c.holder).collect();
-        holders.sort_by_key(|h| format!("{h:?}"));
-        holders.dedup();
-        let states: Vec<String> = holders
+        let mut states: Vec<String> = self
+            .configs
             .iter()
-            .map(|h| match h {
-                Holder::Free => "free".to_string(),
-                Holder::Token(t) => format!("held under token {t}"),
-                Holder::Hidden { .. } => "held by an unseen grant of an info acquire".to_string(),
-            })
+            .map(|(config, _)| self.describe(config))
             .collect();
+        states.sort();
+        states.dedup();
         Counterexample {
             part: self.part.to_vec(),
             linearized: Vec::new(),
@@ -399,11 +452,48 @@ impl<'a> Sweep<'a> {
             stuck: Some(self.part[p as usize]),
         }
     }
+
+    /// Who holds the key in a configuration, in words; a young hidden grant is named by
+    /// its acquire.
+    fn describe(&self, config: &Config) -> String {
+        match config.holder {
+            Holder::Free => "free".to_string(),
+            Holder::Token(t) => format!("held under token {t}"),
+            Holder::Hidden { earliest_end } => {
+                let acquire = config
+                    .used_young
+                    .iter()
+                    .find(|&&i| self.earliest_end[i as usize] == earliest_end)
+                    .map(|&i| &self.history[self.part[i as usize]]);
+                match acquire {
+                    Some(op) => format!(
+                        "held by an unseen grant of process {}'s unanswered acquire ({}), which cannot end before {}",
+                        op.process.map_or("?".to_string(), |p| p.to_string()),
+                        op.rows,
+                        crate::report::fmt_ns(earliest_end)
+                    ),
+                    None => "held by an unseen grant of an unanswered (info) acquire".to_string(),
+                }
+            }
+        }
+    }
 }
 
-fn keep_fewest(configs: &mut HashMap<Config, u32>, config: Config, used: u32) {
-    let slot = configs.entry(config).or_insert(used);
-    *slot = (*slot).min(used);
+/// Adds `config` with `used` old hidden grants, or lowers the count of an equal one;
+/// returns whether the set changed. The sets are tiny (tokens leave few choices), so a
+/// linear scan beats hashing.
+fn keep_fewest(configs: &mut ConfigSet, config: &Config, used: u32) -> bool {
+    match configs.iter_mut().find(|(c, _)| c == config) {
+        Some((_, u)) if *u <= used => false,
+        Some((_, u)) => {
+            *u = used;
+            true
+        }
+        None => {
+            configs.push((config.clone(), used));
+            true
+        }
+    }
 }
 
 fn kind(op: &Operation<LockModel>) -> Kind {

@@ -44,7 +44,9 @@
 //! that releases phantom locks, but cannot catch "a grant to a gone client blocked others
 //! too long" or "a regrant inside an unseen grant's lease".
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use super::bitset::FastBuildHasher;
 
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
@@ -210,11 +212,18 @@ impl Model for LockModel {
 
 /// Groups operations by key, keeping their order (P-compositionality per key).
 pub fn partition_by_key<M: Model>(history: &[Operation<M>]) -> Vec<Vec<usize>> {
-    let mut parts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut index: HashMap<&str, usize, FastBuildHasher> = HashMap::default();
+    let mut parts: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, op) in history.iter().enumerate() {
-        parts.entry(op.key.as_str()).or_default().push(i);
+        let part = *index.entry(op.key.as_str()).or_insert_with(|| {
+            parts.push((op.key.as_str(), Vec::new()));
+            parts.len() - 1
+        });
+        parts[part].1.push(i);
     }
-    parts.into_values().collect()
+    // Keys in order, so that the first failing part does not depend on hashing.
+    parts.sort_unstable_by_key(|(key, _)| *key);
+    parts.into_iter().map(|(_, part)| part).collect()
 }
 
 /// Nanoseconds from a lease start to the earliest instant it may run out: `lease_ms·(1 −

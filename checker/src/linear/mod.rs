@@ -141,8 +141,10 @@ pub struct Budget {
 impl Default for Budget {
     fn default() -> Self {
         Budget {
-            search_budget_states_max: 20_000_000,
-            time_limit: Some(Duration::from_secs(300)),
+            // A memo entry costs a bitset of the part's ops plus a state: a few hundred
+            // bytes for the register, up to kilobytes for long kv strings.
+            search_budget_states_max: 5_000_000,
+            time_limit: Some(Duration::from_secs(120)),
         }
     }
 }
@@ -186,35 +188,60 @@ pub struct LinearReport {
     pub states_explored: u64,
 }
 
+/// How many steps a part's search runs before the next part takes its turn.
+const TURN_STEPS: u64 = 2048;
+
 /// Checks `history` against `model`, part by part, with the generic search.
 ///
-/// Stops at the first part that is not linearizable. A part whose search reaches the
-/// budget makes the verdict `Unknown` (unless another part is `Invalid`).
+/// The parts take turns ([`wgl::Search::advance`]), so a part that is quickly found not
+/// linearizable ends the check even when another part would take long to decide (as
+/// Porcupine's parallel partitions, but deterministic). A part whose search reaches the
+/// budget makes the verdict `Unknown`, unless another part is `Invalid`.
 pub fn check<M: Model>(model: &M, history: &[Operation<M>], budget: Budget) -> LinearReport {
     let deadline = budget.deadline();
-    let mut report = LinearReport {
-        verdict: Verdict::Valid,
-        counterexample: None,
-        states_explored: 0,
-    };
-    let mut states_left = budget.search_budget_states_max;
-    for part in model.partition(history) {
-        let outcome = wgl::search(model, history, &part, states_left, deadline);
-        report.states_explored += outcome.states as u64;
-        states_left = states_left.saturating_sub(outcome.states);
-        match outcome.result {
-            wgl::SearchResult::Linearizable => {}
-            wgl::SearchResult::Exhausted(reason) => {
-                report.verdict = report.verdict.merge(Verdict::unknown(reason));
+    let parts = model.partition(history);
+    let mut searches: Vec<wgl::Search<'_, M>> = parts
+        .iter()
+        .map(|part| wgl::Search::new(model, history, part))
+        .collect();
+    let mut verdict = Verdict::Valid;
+    let mut states_done = 0usize;
+    while !searches.is_empty() {
+        let states_live: usize = searches.iter().map(|s| s.states()).sum();
+        let mut finished = Vec::new();
+        for (i, search) in searches.iter_mut().enumerate() {
+            let others = states_done + states_live - search.states();
+            let states_max = budget.search_budget_states_max.saturating_sub(others);
+            let mut outcome = search.advance(TURN_STEPS, states_max);
+            if outcome.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+                outcome = Some(search.out_of_time());
             }
-            wgl::SearchResult::NotLinearizable(counterexample) => {
-                report.verdict = Verdict::Invalid;
-                report.counterexample = Some(counterexample);
-                return report;
+            let Some(outcome) = outcome else { continue };
+            finished.push(i);
+            states_done += outcome.states;
+            match outcome.result {
+                wgl::SearchResult::Linearizable => {}
+                wgl::SearchResult::Exhausted(reason) => {
+                    verdict = verdict.merge(Verdict::unknown(reason));
+                }
+                wgl::SearchResult::NotLinearizable(counterexample) => {
+                    return LinearReport {
+                        verdict: Verdict::Invalid,
+                        counterexample: Some(counterexample),
+                        states_explored: (states_done + states_live) as u64,
+                    };
+                }
             }
         }
+        for i in finished.into_iter().rev() {
+            searches.swap_remove(i);
+        }
     }
-    report
+    LinearReport {
+        verdict,
+        counterexample: None,
+        states_explored: states_done as u64,
+    }
 }
 
 /// The most operations [`brute_force`] accepts.

@@ -32,7 +32,7 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::bitset::Bitset;
+use super::bitset::{Bitset, FastBuildHasher};
 use super::{Counterexample, Model, Operation};
 
 /// How a search of one part ended.
@@ -164,82 +164,149 @@ pub fn search<M: Model>(
     states_max: usize,
     deadline: Option<Instant>,
 ) -> SearchOutcome {
-    let mut list = Entries::build(history, part);
-    let op_of = |position: usize| &history[part[position]];
-    let mut returns_left = part
-        .iter()
-        .filter(|&&op| !history[op].is_optional())
-        .count();
-    let mut state = model.init();
-    let mut linearized = Bitset::new(part.len());
-    let mut memo: HashSet<(Bitset, M::State)> = HashSet::new();
-    let mut stack: Vec<(usize, M::State)> = Vec::new();
-    let mut deepest: (Vec<usize>, M::State) = (Vec::new(), state.clone());
-    let mut cursor = list.next[HEAD];
-    let mut steps: u64 = 0;
+    let mut search = Search::new(model, history, part);
     loop {
-        if returns_left == 0 {
-            return SearchOutcome {
-                result: SearchResult::Linearizable,
-                states: memo.len(),
-            };
+        if let Some(outcome) = search.advance(DEADLINE_CHECK_STEPS, states_max) {
+            return outcome;
         }
-        steps += 1;
-        if steps % DEADLINE_CHECK_STEPS == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-            let reason = format!(
-                "linearizability search reached its time limit after {} configurations",
-                memo.len()
-            );
-            return exhausted(reason, memo.len());
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return search.out_of_time();
         }
-        let at_call = cursor != NIL && list.entries[cursor].is_call;
-        if at_call {
-            let entry = list.entries[cursor];
-            let op = op_of(entry.op);
-            if let Some(after) = model.step(&state, &op.input, &op.output) {
-                linearized.insert(entry.op);
-                if memo.insert((linearized.clone(), after.clone())) {
-                    if memo.len() > states_max {
-                        let reason = format!(
-                            "linearizability search reached search_budget_states_max = {states_max}"
-                        );
-                        return exhausted(reason, memo.len());
-                    }
-                    stack.push((cursor, std::mem::replace(&mut state, after)));
-                    list.lift(cursor);
-                    if entry.matching_return.is_some() {
-                        returns_left -= 1;
-                    }
-                    if stack.len() > deepest.0.len() {
-                        deepest = (
-                            stack.iter().map(|(e, _)| list.entries[*e].op).collect(),
-                            state.clone(),
-                        );
-                    }
-                    cursor = list.next[HEAD];
-                    continue;
-                }
-                linearized.remove(entry.op);
+    }
+}
+
+/// A search that can be advanced a bounded number of steps at a time, so that the parts
+/// of a partition can take turns and the first part found not linearizable ends the
+/// check (as Porcupine's parallel partitions do, but deterministically).
+pub struct Search<'a, M: Model> {
+    model: &'a M,
+    history: &'a [Operation<M>],
+    part: &'a [usize],
+    list: Entries,
+    returns_left: usize,
+    state: M::State,
+    linearized: Bitset,
+    memo: HashSet<(Bitset, M::State), FastBuildHasher>,
+    stack: Vec<(usize, M::State)>,
+    deepest: (Vec<usize>, M::State),
+    cursor: usize,
+}
+
+impl<'a, M: Model> Search<'a, M> {
+    /// A search of one part, not started.
+    pub fn new(model: &'a M, history: &'a [Operation<M>], part: &'a [usize]) -> Self {
+        let list = Entries::build(history, part);
+        let returns_left = part
+            .iter()
+            .filter(|&&op| !history[op].is_optional())
+            .count();
+        let state = model.init();
+        let cursor = list.next[HEAD];
+        Search {
+            model,
+            history,
+            part,
+            list,
+            returns_left,
+            state: state.clone(),
+            linearized: Bitset::new(part.len()),
+            memo: HashSet::default(),
+            stack: Vec::new(),
+            deepest: (Vec::new(), state),
+            cursor,
+        }
+    }
+
+    /// The configurations in the memo so far.
+    pub fn states(&self) -> usize {
+        self.memo.len()
+    }
+
+    /// The outcome of a search stopped by the clock.
+    pub fn out_of_time(&self) -> SearchOutcome {
+        let reason = format!(
+            "linearizability search reached its time limit after {} configurations",
+            self.memo.len()
+        );
+        exhausted(reason, self.memo.len())
+    }
+
+    /// Runs at most `steps` steps; `Some` when the search has ended, `None` when it needs
+    /// more. `states_max` bounds this search's memo.
+    pub fn advance(&mut self, steps: u64, states_max: usize) -> Option<SearchOutcome> {
+        for _ in 0..steps {
+            if self.returns_left == 0 {
+                return Some(SearchOutcome {
+                    result: SearchResult::Linearizable,
+                    states: self.memo.len(),
+                });
             }
-            cursor = list.next[cursor];
-            continue;
-        }
-        // A return entry (or the end): the operation returning here cannot be placed
-        // after what is on the stack. Backtrack.
-        let Some((call, previous)) = stack.pop() else {
-            let counterexample = counterexample(model, history, part, &deepest);
-            return SearchOutcome {
-                result: SearchResult::NotLinearizable(counterexample),
-                states: memo.len(),
+            let at_call = self.cursor != NIL && self.list.entries[self.cursor].is_call;
+            if at_call {
+                if let Some(outcome) = self.try_lift(states_max) {
+                    return Some(outcome);
+                }
+                continue;
+            }
+            // A return entry (or the end): the operation returning here cannot be placed
+            // after what is on the stack. Backtrack.
+            let Some((call, previous)) = self.stack.pop() else {
+                let counterexample =
+                    counterexample(self.model, self.history, self.part, &self.deepest);
+                return Some(SearchOutcome {
+                    result: SearchResult::NotLinearizable(counterexample),
+                    states: self.memo.len(),
+                });
             };
-        };
-        state = previous;
-        linearized.remove(list.entries[call].op);
-        list.unlift(call);
-        if list.entries[call].matching_return.is_some() {
-            returns_left += 1;
+            self.state = previous;
+            self.linearized.remove(self.list.entries[call].op);
+            self.list.unlift(call);
+            if self.list.entries[call].matching_return.is_some() {
+                self.returns_left += 1;
+            }
+            self.cursor = self.list.next[call];
         }
-        cursor = list.next[call];
+        None
+    }
+
+    /// At a call entry: linearizes its operation if the step is legal and the
+    /// configuration is new, else moves the cursor on. `Some` when the memo outgrew
+    /// `states_max`.
+    fn try_lift(&mut self, states_max: usize) -> Option<SearchOutcome> {
+        let entry = self.list.entries[self.cursor];
+        let op = &self.history[self.part[entry.op]];
+        if let Some(after) = self.model.step(&self.state, &op.input, &op.output) {
+            self.linearized.insert(entry.op);
+            // Look the configuration up before cloning anything: most are already known.
+            let key = (std::mem::take(&mut self.linearized), after);
+            let known = self.memo.contains(&key);
+            let (linearized, after) = key;
+            self.linearized = linearized;
+            if !known {
+                self.memo.insert((self.linearized.clone(), after.clone()));
+                if self.memo.len() > states_max {
+                    let reason = format!(
+                        "linearizability search reached search_budget_states_max = {states_max}"
+                    );
+                    return Some(exhausted(reason, self.memo.len()));
+                }
+                self.stack
+                    .push((self.cursor, std::mem::replace(&mut self.state, after)));
+                self.list.lift(self.cursor);
+                if entry.matching_return.is_some() {
+                    self.returns_left -= 1;
+                }
+                if self.stack.len() > self.deepest.0.len() {
+                    let prefix = self.stack.iter().map(|(e, _)| self.list.entries[*e].op);
+                    self.deepest = (prefix.collect(), self.state.clone());
+                }
+                self.cursor = self.list.next[HEAD];
+                return None;
+            }
+            self.linearized.remove(entry.op);
+        }
+        self.cursor = self.list.next[self.cursor];
+        None
     }
 }
 

@@ -164,8 +164,8 @@ pub(crate) fn fault_periods(faults: &[Op], end_ns: u64) -> Vec<FaultData> {
                 start_ns: start.time_ns,
                 end_ns: fault.time_ns,
                 text: format!(
-                    "{} {} (row {}) .. {} (row {})",
-                    start.f, start.value, start.index, fault.f, fault.index
+                    "{} {} (row {}) .. {} {} (row {})",
+                    start.f, start.value, start.index, fault.f, fault.value, fault.index
                 ),
             });
         } else if let Some(end) = ending_verb(&fault.f) {

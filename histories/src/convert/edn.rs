@@ -1,10 +1,11 @@
 //! A reader for the subset of EDN that Jepsen and Porcupine histories use.
 //!
-//! Supported: maps `{}`, vectors `[]` and lists `()`, keywords `:a/b`, strings with the
-//! escapes `\" \\ \n \t \r`, integers (optionally signed), `nil`, `true`, `false`, other
-//! symbols, `;` comments, commas as whitespace, and `#tag` prefixes (Jepsen prints ops as
+//! Supported: maps `{}`, vectors `[]`, lists `()` and sets `#{}` (the last two read as
+//! vectors), keywords `:a/b`, strings with the escapes `\" \\ \n \t \r`, integers
+//! (optionally signed), `nil`, `true`, `false`, other symbols and non-integer numbers (kept
+//! as text), `;` comments, commas as whitespace, and `#tag` prefixes (Jepsen prints ops as
 //! `#jepsen.history.Op{...}`), which are dropped. Not supported, and reported as errors:
-//! floats, sets, characters, `#_` discards. Nesting is bounded by [`DEPTH_MAX`].
+//! characters (`\a`) and `#_` discards. Nesting is bounded by [`DEPTH_MAX`].
 
 use super::{ConvertError, ConvertErrorKind};
 
@@ -34,8 +35,9 @@ pub enum Value {
 
 impl Value {
     /// The value as one CSV cell: `nil` is empty, strings and keywords are their text,
-    /// vectors are their elements' cells joined by spaces (`[1 2]` is `1 2`), maps are
-    /// written back as EDN.
+    /// vectors are their elements joined by spaces (`[1 2]` is `1 2`, `["n1" :n2]` is
+    /// `n1 n2`, a `nil` element is `nil`), nested collections and maps are written back as
+    /// EDN.
     pub fn to_cell(&self) -> String {
         match self {
             Value::Nil => String::new(),
@@ -44,7 +46,10 @@ impl Value {
             Value::Str(s) | Value::Keyword(s) | Value::Symbol(s) => s.clone(),
             Value::Vector(items) => items
                 .iter()
-                .map(Value::to_nested)
+                .map(|item| match item {
+                    Value::Vector(_) | Value::Map(_) | Value::Nil => item.to_nested(),
+                    scalar => scalar.to_cell(),
+                })
                 .collect::<Vec<_>>()
                 .join(" "),
             Value::Map(_) => self.to_nested(),
@@ -170,11 +175,18 @@ impl Parser<'_> {
             '#' => {
                 self.bump();
                 match self.chars.peek() {
+                    Some('{') => {
+                        self.bump();
+                        Ok(Value::Vector(self.items('}', depth)?))
+                    }
                     Some(&c) if c.is_alphabetic() => {
                         self.token();
                         self.value(depth + 1)
                     }
-                    _ => Err(self.error("unsupported `#` form (only `#tag` prefixes)")),
+                    _ => {
+                        Err(self
+                            .error("unsupported `#` form (only `#tag` prefixes and `#{}` sets)"))
+                    }
                 }
             }
             ':' => {
@@ -186,6 +198,7 @@ impl Parser<'_> {
                 Ok(Value::Keyword(name))
             }
             '}' | ']' | ')' => Err(self.error(format!("unexpected `{c}`"))),
+            '\\' => Err(self.error("characters (`\\c`) are not supported")),
             _ => self.atom(),
         }
     }
@@ -249,10 +262,12 @@ impl Parser<'_> {
         let digits = token.strip_prefix(['-', '+']).unwrap_or(&token);
         if digits.starts_with(|c: char| c.is_ascii_digit()) {
             let digits = token.strip_suffix('N').unwrap_or(&token);
-            return digits
-                .parse::<i64>()
-                .map(Value::Int)
-                .map_err(|_| self.error(format!("`{token}` is not a 64-bit integer")));
+            if let Ok(i) = digits.parse::<i64>() {
+                return Ok(Value::Int(i));
+            }
+            // A float, a ratio (`1/10`) or an integer beyond 64 bits: kept as text, so a
+            // field that needs an integer reports it.
+            return Ok(Value::Symbol(token));
         }
         match token.as_str() {
             "" => Err(self.error("unexpected character")),
@@ -261,5 +276,57 @@ impl Parser<'_> {
             "false" => Ok(Value::Bool(false)),
             _ => Ok(Value::Symbol(token)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_subset_jepsen_prints() {
+        // Rule: convert module doc: the EDN subset of Jepsen and Porcupine histories.
+        let text = "#jepsen.history.Op{:a nil, :b [1 -2 \"s\\\"q\"], :c #{:x}, :d 1.5} ; note\n{:e (true)}";
+        let values = parse_all(text).unwrap();
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0].0, 1);
+        assert_eq!(values[1].0, 2);
+        let op = &values[0].1;
+        assert_eq!(op.get("a"), Some(&Value::Nil));
+        assert_eq!(op.get("b").unwrap().to_cell(), "1 -2 s\"q");
+        assert_eq!(
+            op.get("c"),
+            Some(&Value::Vector(vec![Value::Keyword("x".into())]))
+        );
+        assert_eq!(op.get("d"), Some(&Value::Symbol("1.5".into())));
+        assert_eq!(
+            values[1].1.get("e"),
+            Some(&Value::Vector(vec![Value::Bool(true)]))
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_their_line() {
+        // Rule: convert module doc: errors name the source line.
+        for (text, line) in [
+            ("{:a 1}\n{:b", 2),
+            ("{:a \"open\n\n", 3),
+            ("{:a}", 1),
+            ("\n\n]", 3),
+            ("{:a \\c}", 1),
+            ("{:a #_ 1}", 1),
+        ] {
+            let error = parse_all(text).unwrap_err();
+            assert_eq!(error.line, line, "{text:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        // Rule: HELPERS.md "Bound everything": reaching a bound is reported, not a stack
+        // overflow.
+        let text = "[".repeat(10_000);
+        let error = parse_all(&text).unwrap_err();
+        assert!(error.to_string().contains("nested deeper than"), "{error}");
     }
 }

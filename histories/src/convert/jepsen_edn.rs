@@ -108,3 +108,90 @@ pub(crate) fn op_from_map(line: u64, map: &Value, position: u64) -> Result<Op, C
         error: cell("error"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_a_jepsen_mutex_history() {
+        // Rule: DESIGN.md "Histories (CSV)": Jepsen's history.edn converts into schema v1.
+        let text = "\
+{:type :invoke, :f :acquire, :process 0, :time 100, :value nil, :lease-ms 5000, :index 0}
+{:type :ok, :f :acquire, :process 0, :time 250, :token 7, :node \"n1\", :index 1}
+{:type :info, :f :kill, :process :nemesis, :time 260, :value [\"n1\" \"n2\"]}
+{:type :invoke, :f :release, :process 1, :time 300, :index 2}
+{:type :fail, :f :release, :process 1, :time 310, :error :not-held, :index 3}
+";
+        let ops = convert(text).unwrap();
+        assert_eq!(ops.len(), 5);
+        assert_eq!(
+            ops.iter().map(|op| op.index).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert_eq!(
+            (ops[0].f.as_str(), ops[0].value.as_str(), ops[0].time_ns),
+            ("acquire", "5000", 100)
+        );
+        assert_eq!(
+            (ops[1].op_type, ops[1].token, ops[1].node.as_str()),
+            (OpType::Ok, Some(7), "n1")
+        );
+        assert_eq!(
+            (ops[2].process, ops[2].value.as_str()),
+            (Process::Nemesis, "n1 n2")
+        );
+        assert_eq!(
+            (ops[4].op_type, ops[4].error.as_str()),
+            (OpType::Fail, "not-held")
+        );
+    }
+
+    #[test]
+    fn a_vector_of_maps_is_accepted() {
+        // Rule: jepsen.md §3: knossos reads an EDN vector or a sequence of maps.
+        let text = "[{:type :invoke, :f :read, :process 0, :time 1}\n {:type :ok, :f :read, :process 0, :time 2, :value 3}]";
+        let ops = convert(text).unwrap();
+        assert_eq!(ops.len(), 2);
+        assert_eq!(ops[1].value, "3");
+    }
+
+    #[test]
+    fn bad_ops_are_rejected_with_their_line() {
+        // Rule: convert module doc: each converter returns the line and the reason.
+        let cases = [
+            ("{:type :invoke, :f :read}", 1, "missing :process"),
+            (
+                "{:type :begin, :f :read, :process 0}",
+                1,
+                ":type is `begin`",
+            ),
+            (
+                "{:type :invoke, :f :read, :process -1}",
+                1,
+                ":process is `-1`",
+            ),
+            (
+                "{:type :invoke, :f :read, :process 0, :time 1.5}",
+                1,
+                ":time is `1.5`",
+            ),
+            (
+                "{:type :invoke, :f :read, :process 0, :time 5}\n{:type :ok, :f :write, :process 0, :time 6}",
+                2,
+                "differs from its invoke",
+            ),
+            (
+                "{:type :invoke, :f :read, :process 0, :time 5}\n{:type :invoke, :f :read, :process 1, :time 4}",
+                2,
+                "before the previous op",
+            ),
+            ("[1 2]", 1, "op is `1`"),
+        ];
+        for (text, line, reason) in cases {
+            let error = convert(text).unwrap_err();
+            assert_eq!(error.line, line, "{text}: {error}");
+            assert!(error.to_string().contains(reason), "{text}: {error}");
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //!   (`{:process 0, :type :invoke, :f :append, :key "0", :value "x 0 0 y"}`).
 //!
 //! Every converter renumbers the ops 0, 1, 2, ... in file order and checks the result
-//! against the rules of schema v1 (the same [`Validator`] the CSV reader uses), so its
+//! against the rules of schema v1 (with the same validator the CSV reader uses), so its
 //! output always reads back. Errors name the source line.
 
 pub mod edn;

@@ -102,3 +102,76 @@ fn parse_value(value: &str) -> Option<(String, String)> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_porcupine_etcd_lines() {
+        // Rule: histories/README.md "register": read ok value = the value read (empty =
+        // nil); cas value = `OLD NEW`; timed-out completions carry error `timed-out`.
+        let text = "\
+INFO  jepsen.util - 0\t:invoke\t:read\tnil
+INFO  jepsen.util - 1\t:invoke\t:cas\t[1 2]
+INFO  jepsen.util - 0\t:ok\t:read\tnil
+INFO  jepsen.util - 1\t:fail\t:cas\t[1 2]
+INFO  jepsen.util - 2   :invoke :write  3
+
+INFO  jepsen.util - 2\t:info\t:write\t:timed-out
+";
+        let ops = convert(text).unwrap();
+        assert_eq!(ops.len(), 6);
+        assert!(ops.iter().all(|op| op.key == REGISTER_KEY));
+        assert_eq!(
+            ops.iter().map(|op| op.time_ns).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5]
+        );
+        assert_eq!((ops[1].f.as_str(), ops[1].value.as_str()), ("cas", "1 2"));
+        assert_eq!((ops[2].op_type, ops[2].value.as_str()), (OpType::Ok, ""));
+        assert_eq!(ops[3].op_type, OpType::Fail);
+        assert_eq!(ops[4].value, "3");
+        assert_eq!(
+            (ops[5].op_type, ops[5].value.as_str(), ops[5].error.as_str()),
+            (OpType::Info, "", "timed-out")
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_rejected_with_their_line() {
+        // Rule: convert module doc: each converter returns the line and the reason.
+        let cases = [
+            ("hello", 1, "expected `INFO  jepsen.util"),
+            (
+                "INFO  jepsen.util - 0\t:invoke",
+                1,
+                "expected PROCESS TYPE F VALUE",
+            ),
+            (
+                "INFO  jepsen.util - x\t:invoke\t:read\tnil",
+                1,
+                "process is `x`",
+            ),
+            (
+                "INFO  jepsen.util - 0\t:invoke\t:incr\t1",
+                1,
+                "f is `:incr`",
+            ),
+            (
+                "INFO  jepsen.util - 0\t:invoke\t:cas\t[1 2 3]",
+                1,
+                "value is `[1 2 3]`",
+            ),
+            (
+                "\nINFO  jepsen.util - 0\t:ok\t:read\t1",
+                2,
+                "with no open invoke",
+            ),
+        ];
+        for (text, line, reason) in cases {
+            let error = convert(text).unwrap_err();
+            assert_eq!(error.line, line, "{text}: {error}");
+            assert!(error.to_string().contains(reason), "{text}: {error}");
+        }
+    }
+}

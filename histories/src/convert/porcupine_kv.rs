@@ -36,3 +36,52 @@ pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
     }
     finish(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{OpType, Process};
+
+    #[test]
+    fn converts_porcupine_kv_lines() {
+        // Rule: histories/README.md "kv": invoke value = the argument; get ok value = read.
+        let text = "\
+{:process 0, :type :invoke, :f :append, :key \"0\", :value \"x 0 0 y\"}
+{:process 1, :type :invoke, :f :get, :key \"0\", :value nil}
+{:process 0, :type :ok, :f :append, :key \"0\", :value \"x 0 0 y\"}
+{:process 1, :type :ok, :f :get, :key \"0\", :value \"x 0 0 y\"}
+";
+        let ops = convert(text).unwrap();
+        assert_eq!(ops.len(), 4);
+        assert_eq!(
+            ops.iter().map(|op| op.time_ns).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(
+            (
+                ops[0].f.as_str(),
+                ops[0].key.as_str(),
+                ops[0].value.as_str()
+            ),
+            ("append", "0", "x 0 0 y")
+        );
+        assert_eq!(
+            (ops[1].process, ops[1].value.as_str()),
+            (Process::Client(1), "")
+        );
+        assert_eq!(
+            (ops[3].op_type, ops[3].value.as_str()),
+            (OpType::Ok, "x 0 0 y")
+        );
+    }
+
+    #[test]
+    fn rejects_other_functions_and_missing_keys() {
+        // Rule: histories/README.md "kv": f is get, put or append, per key.
+        let error =
+            convert("{:process 0, :type :invoke, :f :cas, :key \"0\", :value nil}").unwrap_err();
+        assert!(error.to_string().contains(":f is `cas`"), "{error}");
+        let error = convert("\n{:process 0, :type :invoke, :f :get, :value nil}").unwrap_err();
+        assert_eq!(error.to_string(), "line 2: missing :key");
+    }
+}
