@@ -125,6 +125,9 @@ struct CheckArgs {
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Keep searching after the first violation, to find one for every safety property.
+    #[arg(long)]
+    keep_going: bool,
     /// Also print the path to each `sometimes` example.
     #[arg(long)]
     examples: bool,
@@ -155,9 +158,14 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let model = cfg.into_model();
     println!("model: {cfg}");
     println!(
-        "search: {} with {} thread(s), stop at the first safety violation, time limit {} s",
+        "search: {} with {} thread(s), {}, time limit {} s",
         if args.dfs { "DFS" } else { "BFS" },
         args.threads,
+        if args.keep_going {
+            "every state within the bounds"
+        } else {
+            "stop at the first safety violation"
+        },
         args.timeout_s
     );
     let builder = model
@@ -165,7 +173,11 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         .threads(args.threads)
         .target_max_depth(cfg.depth_max)
         .timeout(Duration::from_secs(args.timeout_s))
-        .finish_when(HasDiscoveries::AnyFailures);
+        .finish_when(if args.keep_going {
+            HasDiscoveries::AllFailures
+        } else {
+            HasDiscoveries::AnyFailures
+        });
     let start = Instant::now();
     if args.dfs {
         Ok(wait_and_report(builder.spawn_dfs(), &args, start))
@@ -274,7 +286,7 @@ fn report(
         println!("result: a safety property is violated");
         return ExitCode::from(1);
     }
-    if elapsed >= Duration::from_secs(timeout_s) && !checker.is_done() {
+    if elapsed >= Duration::from_secs(timeout_s) {
         println!("result: unknown: the time limit of {timeout_s} s was reached first");
         return ExitCode::from(2);
     }

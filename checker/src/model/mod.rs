@@ -6,7 +6,9 @@
 //! release it when granted; the last [`ModelConfig::give_up_clients`] of them may give up on
 //! an acquire, which sends a cancel that the server turns into `Input::ClientGone`
 //! (phantom-lock release). The network is stateright's unordered network (messages are
-//! reordered freely), lossy unless [`ModelConfig::lossy`] is off, and up to
+//! reordered freely), lossy when [`ModelConfig::lossy`] is on (off by default: a lost message
+//! is the same as one delayed past the depth bound, unless a property reads the network, and
+//! a drop action per message in flight multiplies the states), and up to
 //! [`ModelConfig::max_crashes`] servers may be down at once; a restart is `Node::new` from
 //! the saved [`lockd::raft::Durable`]. Every core timer is a stateright timer, so timeouts
 //! happen in every order (see [`actor`] for the adapter).
@@ -114,9 +116,9 @@ impl Default for ModelConfig {
             max_crashes: 0,
             lossy: false,
             term_max: 2,
-            log_max: 4,
-            messages_in_flight_max: 6,
-            depth_max: 14,
+            log_max: 6,
+            messages_in_flight_max: 8,
+            depth_max: 13,
             snapshot_threshold_entries: 2,
             pre_vote: true,
             check_quorum: true,
