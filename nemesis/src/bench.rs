@@ -66,6 +66,11 @@ impl BenchCluster {
         self.cluster.reap_exited()
     }
 
+    /// Starts a node that is down (killed, or exited on its own) again.
+    pub fn restart(&self, node: NodeId) -> Result<(), Error> {
+        self.cluster.restart(node)
+    }
+
     /// Keeps the directory (data dirs and `node-logs/`) after the bench ends; returns it.
     pub fn keep_dir(&mut self) -> std::path::PathBuf {
         let path = self._dir.path().to_path_buf();

@@ -63,6 +63,26 @@ pub struct BenchArgs {
 struct Figures {
     cycles: Vec<CyclesReport>,
     failover: Option<FailoverReport>,
+    /// Nodes that exited on their own (the bench restarted them), one line each.
+    crashes: Vec<String>,
+}
+
+impl Figures {
+    /// Why these figures do not describe a healthy run, if they do not.
+    fn trouble(&self) -> Option<String> {
+        if !self.crashes.is_empty() {
+            return Some(format!(
+                "nodes exited on their own: {}",
+                self.crashes.join("; ")
+            ));
+        }
+        match &self.failover {
+            Some(failover) if failover.recovery_ms.is_empty() => {
+                Some("no failover round succeeded".into())
+            }
+            _ => None,
+        }
+    }
 }
 
 pub fn run(args: BenchArgs) -> ExitCode {
@@ -81,9 +101,17 @@ pub fn run(args: BenchArgs) -> ExitCode {
     let mut all_ran = true;
     for system in systems {
         let figures = runtime.block_on(measure(system, &args));
-        if let Err(error) = &figures {
-            eprintln!("locksmith bench: {system:?}: {error:#}");
-            all_ran = false;
+        match &figures {
+            Err(error) => {
+                eprintln!("locksmith bench: {system:?}: {error:#}");
+                all_ran = false;
+            }
+            Ok(figures) => {
+                if let Some(trouble) = figures.trouble() {
+                    eprintln!("locksmith bench: {system:?}: {trouble}");
+                    all_ran = false;
+                }
+            }
         }
         results.push((system, figures.ok()));
     }
@@ -111,6 +139,7 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         .await
         .with_context(|| format!("start {name}"))?;
     let mut cycles = Vec::new();
+    let mut crashes = Vec::new();
     for &clients in &args.clients {
         let config = CyclesConfig {
             clients,
@@ -119,7 +148,7 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         };
         eprintln!("{name}: {clients} clients for {} s ...", args.time_s);
         cycles.push(bench::cycles(&cluster, &config).await);
-        report_exits(name, &cluster);
+        crashes.extend(restart_exited(name, &cluster, START_TIMEOUT).await);
     }
     let failover = if args.failover_rounds > 0 {
         eprintln!(
@@ -134,21 +163,39 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
     } else {
         None
     };
-    report_exits(name, &cluster);
+    crashes.extend(restart_exited(name, &cluster, START_TIMEOUT).await);
     if args.keep_logs {
         eprintln!(
             "{name}: cluster directory kept: {}",
             cluster.keep_dir().display()
         );
     }
-    Ok(Figures { cycles, failover })
+    Ok(Figures {
+        cycles,
+        failover,
+        crashes,
+    })
 }
 
-/// Says which nodes exited on their own: the bench only ever kills the leader itself.
-fn report_exits(name: &str, cluster: &BenchCluster) {
+/// Restarts the nodes that exited on their own (the bench kills only the leader, and
+/// restarts it at once), so that the next measurement starts from a whole cluster; returns
+/// one line per such exit.
+async fn restart_exited(name: &str, cluster: &BenchCluster, timeout: Duration) -> Vec<String> {
+    let mut lines = Vec::new();
     for (node, status) in cluster.exited() {
-        eprintln!("{name}: node n{node} exited on its own: {status}");
+        let line = format!("n{node} ({status})");
+        eprintln!("{name}: node {line} exited on its own; restarting it");
+        if let Err(error) = cluster.restart(node) {
+            eprintln!("{name}: restart n{node}: {error}");
+        }
+        lines.push(line);
     }
+    if !lines.is_empty()
+        && let Err(error) = cluster.wait_for_leader(timeout).await
+    {
+        eprintln!("{name}: after the restarts: {error}");
+    }
+    lines
 }
 
 fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {

@@ -145,6 +145,19 @@ async fn a_waiting_acquire_is_granted_on_release_and_busy_at_its_deadline() {
         "gave up early"
     );
 
+    // An op deadline shorter than the wait ends the wait in time for the deciding Txn.
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(1500);
+    let outcome = waiter
+        .acquire_until("w", 5000, Wait::For(Duration::from_secs(10)), deadline)
+        .await;
+    assert_eq!(outcome.unwrap(), Acquired::Busy);
+    assert!(
+        Instant::now() <= deadline,
+        "ran past its deadline: {:?}",
+        started.elapsed()
+    );
+
     let mut waiter_task = tokio::spawn(async move {
         let outcome = waiter
             .acquire("w", 5000, Wait::For(Duration::from_secs(10)))
@@ -378,7 +391,10 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     };
     assert_eq!(
         second.acquire("s", 5000, 0, deadline()).await,
-        Outcome::Fail("busy".into())
+        Outcome::Fail {
+            error: "busy".into(),
+            node: Some(2)
+        }
     );
     assert_eq!(
         first.release("s", token, deadline()).await,
@@ -389,7 +405,10 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     );
     assert_eq!(
         first.release("s", token, deadline()).await,
-        Outcome::Fail("not-holder".into())
+        Outcome::Fail {
+            error: "not-holder".into(),
+            node: Some(1)
+        }
     );
     let leader = bench.leader().await.expect("one node leads");
     assert!((1..=3).contains(&leader));

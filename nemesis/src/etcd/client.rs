@@ -125,6 +125,9 @@ pub struct EtcdLockClient {
     options: ClientOptions,
     connection: Option<Connection>,
     held: HashMap<u64, Held>,
+    /// The deadline of the op in progress (`acquire_until`, `release_until`): no call of
+    /// the op may run past it.
+    op_deadline: Option<Instant>,
 }
 
 impl EtcdLockClient {
@@ -136,6 +139,7 @@ impl EtcdLockClient {
             options,
             connection: None,
             held: HashMap::new(),
+            op_deadline: None,
         }
     }
 
@@ -149,8 +153,55 @@ impl EtcdLockClient {
         self.held.len()
     }
 
-    /// Acquires `key` for `lease_ms`, trying once or waiting (see the module docs).
+    /// Acquires `key` for `lease_ms`, trying once or waiting (see the module docs); each
+    /// call has the client's call timeout, and the op has no overall deadline but the wait.
     pub async fn acquire(
+        &mut self,
+        key: &str,
+        lease_ms: u64,
+        wait: Wait,
+    ) -> Result<Acquired, EtcdError> {
+        self.op_deadline = None;
+        self.acquire_op(key, lease_ms, wait).await
+    }
+
+    /// [`acquire`](Self::acquire) that ends by `deadline`: every call is cut to the time
+    /// left, and a wait ends one call timeout before it, leaving time for the deciding Txn.
+    /// An acquire cut by the deadline is [`EtcdError::Timeout`] (or definite, when only the
+    /// lease grant ran), and its lease is revoked in the background.
+    pub async fn acquire_until(
+        &mut self,
+        key: &str,
+        lease_ms: u64,
+        wait: Wait,
+        deadline: Instant,
+    ) -> Result<Acquired, EtcdError> {
+        self.op_deadline = Some(deadline);
+        let outcome = self.acquire_op(key, lease_ms, wait).await;
+        self.op_deadline = None;
+        outcome
+    }
+
+    /// [`release`](Self::release) whose calls end by `deadline`.
+    pub async fn release_until(
+        &mut self,
+        key: &str,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<Released, EtcdError> {
+        self.op_deadline = Some(deadline);
+        let outcome = self.release_op(key, token).await;
+        self.op_deadline = None;
+        outcome
+    }
+
+    /// Releases the lock on `key` held under `token` by revoking its lease.
+    pub async fn release(&mut self, key: &str, token: u64) -> Result<Released, EtcdError> {
+        self.op_deadline = None;
+        self.release_op(key, token).await
+    }
+
+    async fn acquire_op(
         &mut self,
         key: &str,
         lease_ms: u64,
@@ -169,7 +220,14 @@ impl EtcdLockClient {
         let outcome = match wait {
             Wait::No => self.try_put(&prefix, &owner, lease.id).await,
             Wait::For(wait) => {
-                self.queue_and_wait(&prefix, &owner, &lease, started + wait)
+                let mut wait_until = started + wait;
+                if let Some(deadline) = self.op_deadline {
+                    let decide_by = deadline
+                        .checked_sub(self.options.call_timeout)
+                        .unwrap_or(started);
+                    wait_until = wait_until.min(decide_by.max(started));
+                }
+                self.queue_and_wait(&prefix, &owner, &lease, wait_until)
                     .await
             }
         };
@@ -202,8 +260,7 @@ impl EtcdLockClient {
         }
     }
 
-    /// Releases the lock on `key` held under `token` by revoking its lease.
-    pub async fn release(&mut self, key: &str, token: u64) -> Result<Released, EtcdError> {
+    async fn release_op(&mut self, key: &str, token: u64) -> Result<Released, EtcdError> {
         lockd::lock::validate_key(key)?;
         let lease = match self.held.get(&token) {
             Some(held) if held.key == key => held.lease,
@@ -465,14 +522,14 @@ impl EtcdLockClient {
         request: &Value,
     ) -> Result<T, EtcdError> {
         let body = request.to_string();
-        let timeout = self.options.call_timeout;
+        let timeout = self.call_timeout();
         let mut connection = match self.connection.take() {
             Some(connection) if connection.is_reusable() => connection,
             _ => self.connect().await?,
         };
         let response =
             match tokio::time::timeout(timeout, connection.post(path, body.as_bytes())).await {
-                Err(_) => return Err(self.timeout()),
+                Err(_) => return Err(self.timeout(timeout)),
                 Ok(Err(error)) => return Err(self.indeterminate(&error)),
                 Ok(Ok(response)) => response,
             };
@@ -488,13 +545,9 @@ impl EtcdLockClient {
     ) -> Result<MessageStream, EtcdError> {
         let body = request.to_string();
         let connection = self.connect().await?;
-        match tokio::time::timeout(
-            self.options.call_timeout,
-            connection.post_stream(path, body.as_bytes()),
-        )
-        .await
-        {
-            Err(_) => Err(self.timeout()),
+        let timeout = self.call_timeout();
+        match tokio::time::timeout(timeout, connection.post_stream(path, body.as_bytes())).await {
+            Err(_) => Err(self.timeout(timeout)),
             Ok(Err(error)) => Err(self.indeterminate(&error)),
             Ok(Ok(stream)) => Ok(stream),
         }
@@ -505,12 +558,12 @@ impl EtcdLockClient {
         &self,
         stream: &mut MessageStream,
     ) -> Result<T, EtcdError> {
-        let message =
-            match tokio::time::timeout(self.options.call_timeout, stream.next_message()).await {
-                Err(_) => return Err(self.timeout()),
-                Ok(Err(error)) => return Err(self.indeterminate(&error)),
-                Ok(Ok(message)) => message,
-            };
+        let timeout = self.call_timeout();
+        let message = match tokio::time::timeout(timeout, stream.next_message()).await {
+            Err(_) => return Err(self.timeout(timeout)),
+            Ok(Err(error)) => return Err(self.indeterminate(&error)),
+            Ok(Ok(message)) => message,
+        };
         let streamed: Streamed<T> = serde_json::from_slice(&message)
             .map_err(|error| self.bad_answer(&format!("stream message: {error}")))?;
         match (streamed.result, streamed.error) {
@@ -529,12 +582,8 @@ impl EtcdLockClient {
     }
 
     async fn connect(&self) -> Result<Connection, EtcdError> {
-        match tokio::time::timeout(
-            self.options.call_timeout,
-            Connection::connect(self.endpoint),
-        )
-        .await
-        {
+        let timeout = self.call_timeout();
+        match tokio::time::timeout(timeout, Connection::connect(self.endpoint)).await {
             Ok(Ok(connection)) => Ok(connection),
             // Nothing was sent on a connection that never opened.
             Ok(Err(error)) => Err(EtcdError::Refused {
@@ -546,7 +595,7 @@ impl EtcdLockClient {
                 reason: format!(
                     "connect to {} took more than {} ms",
                     self.endpoint,
-                    self.options.call_timeout.as_millis()
+                    timeout.as_millis()
                 ),
             }),
         }
@@ -602,10 +651,21 @@ impl EtcdLockClient {
         }
     }
 
-    fn timeout(&self) -> EtcdError {
+    /// The timeout of the next call: the client's call timeout, cut to the op's deadline.
+    fn call_timeout(&self) -> Duration {
+        match self.op_deadline {
+            Some(deadline) => self
+                .options
+                .call_timeout
+                .min(deadline.saturating_duration_since(Instant::now())),
+            None => self.options.call_timeout,
+        }
+    }
+
+    fn timeout(&self, after: Duration) -> EtcdError {
         EtcdError::Timeout {
             node: self.node,
-            after_ms: self.options.call_timeout.as_millis() as u64,
+            after_ms: after.as_millis() as u64,
         }
     }
 

@@ -34,6 +34,9 @@ use crate::cluster::{LaunchOptions, Launcher, Layout};
 use crate::system::{LockClient, NodeView, Outcome, System};
 use crate::{Error, NodeId};
 
+/// How long past an op's deadline the backstop timeout waits for the client to give up on
+/// its own (which it does, call by call, at the deadline).
+const DEADLINE_GRACE: Duration = Duration::from_millis(200);
 /// How long one node's status may take.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -97,6 +100,7 @@ struct EtcdProcessClient {
 
 fn failed(error: &EtcdError) -> Outcome {
     if error.is_definite() {
+        // No node is named: a refused connection means no node answered.
         Outcome::Fail {
             error: error.label().to_owned(),
             node: None,
@@ -121,8 +125,12 @@ impl LockClient for EtcdProcessClient {
                 Wait::For(Duration::from_millis(wait_ms))
             };
             let mut client = self.client.lock().await;
-            let call = client.acquire(key, lease_ms, wait);
-            match tokio::time::timeout_at(deadline.into(), call).await {
+            let node = client.node();
+            // The client cuts every call to the deadline and tidies up after itself (revokes
+            // the lease of an acquire it could not finish); the outer timeout is only a
+            // backstop for the lock wait and the grace below.
+            let call = client.acquire_until(key, lease_ms, wait, deadline);
+            match tokio::time::timeout_at((deadline + DEADLINE_GRACE).into(), call).await {
                 Err(_) => Outcome::Info("timeout".into()),
                 Ok(Ok(Acquired::Granted(grant))) => Outcome::Ok {
                     token: Some(grant.token),
@@ -130,7 +138,7 @@ impl LockClient for EtcdProcessClient {
                 },
                 Ok(Ok(Acquired::Busy)) => Outcome::Fail {
                     error: "busy".into(),
-                    node: None,
+                    node: Some(node),
                 },
                 Ok(Err(error)) => failed(&error),
             }
@@ -147,8 +155,8 @@ impl LockClient for EtcdProcessClient {
         async move {
             let mut client = self.client.lock().await;
             let node = client.node();
-            let call = client.release(key, token);
-            match tokio::time::timeout_at(deadline.into(), call).await {
+            let call = client.release_until(key, token, deadline);
+            match tokio::time::timeout_at((deadline + DEADLINE_GRACE).into(), call).await {
                 Err(_) => Outcome::Info("timeout".into()),
                 Ok(Ok(Released::Released)) => Outcome::Ok {
                     token: None,
