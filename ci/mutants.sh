@@ -5,7 +5,9 @@
 # end valid (exit 0). The model (`locksmith model check`, bounded, exhaustive within the
 # bounds) comes first; a seeded chaos run (`locksmith test`) where only real processes show
 # the bug (stale-leader: the model's 3-server search is too deep to bound here; no-fsync:
-# SIGKILL loses a user-space buffer; early-expire: real time).
+# SIGKILL loses a user-space buffer; early-expire: real time). skip-phantom-release is a
+# liveness bug in a history (the lock stays held until its lease ends, which every checker
+# must allow), so only the model's property catches it; see README "Mutants".
 #
 # Prints one row per run (bug, check, verdict, seconds, seeds) and exits non-zero on any miss.
 # Keeps every run's output in $MUTANTS_OUT (default store/mutants/<utc time>/), with
