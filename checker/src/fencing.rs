@@ -39,23 +39,42 @@ pub struct FencingViolation {
 /// Runs the four fencing checks; returns every violation found, the smallest slice first
 /// within each property.
 pub fn check(history: &[Operation]) -> Vec<FencingViolation> {
-    let grants: Vec<&Operation> = history
-        .iter()
-        .filter(|op| op.f == "acquire" && op.is_ok())
-        .filter(|op| granted_token(op).is_some())
-        .collect();
+    // One pass over the history (it is long, and its ops are large): grants, and per key
+    // the writes and the acquires.
+    let mut grants: Vec<&Operation> = Vec::new();
+    let mut by_key: HashMap<&str, KeyOps<'_>, FastBuildHasher> = HashMap::default();
+    for op in history {
+        match op.f.as_str() {
+            "acquire" => {
+                if op.is_ok() && granted_token(op).is_some() {
+                    grants.push(op);
+                }
+                by_key.entry(op.key.as_str()).or_default().acquires.push(op);
+            }
+            "write" => by_key.entry(op.key.as_str()).or_default().writes.push(op),
+            _ => {}
+        }
+    }
     let mut out = Vec::new();
     out.extend(unique_tokens(&grants));
     out.extend(increasing_tokens(&grants));
-    let mut writes_by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-    for op in history.iter().filter(|op| op.f == "write") {
-        writes_by_key.entry(op.key.as_str()).or_default().push(op);
-    }
-    for (key, writes) in writes_by_key {
-        out.extend(accepted_writes_fenced(key, &writes));
-        out.extend(accepted_tokens_granted(key, &writes, history));
+    let mut keys: Vec<(&str, KeyOps<'_>)> = by_key
+        .into_iter()
+        .filter(|(_, ops)| !ops.writes.is_empty())
+        .collect();
+    keys.sort_unstable_by_key(|(key, _)| *key);
+    for (key, ops) in keys {
+        out.extend(accepted_writes_fenced(key, &ops.writes));
+        out.extend(accepted_tokens_granted(key, &ops.writes, &ops.acquires));
     }
     out
+}
+
+/// The acquires and writes of one key.
+#[derive(Default)]
+struct KeyOps<'a> {
+    acquires: Vec<&'a Operation>,
+    writes: Vec<&'a Operation>,
 }
 
 fn granted_token(op: &Operation) -> Option<u64> {
@@ -168,11 +187,9 @@ fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingVio
 fn accepted_tokens_granted(
     key: &str,
     writes: &[&Operation],
-    history: &[Operation],
+    acquires: &[&Operation],
 ) -> Option<FencingViolation> {
-    let acquires = history
-        .iter()
-        .filter(|op| op.f == "acquire" && op.key == key);
+    let acquires = acquires.iter().copied();
     let granted: std::collections::HashSet<u64> = acquires
         .clone()
         .filter(|op| op.is_ok())

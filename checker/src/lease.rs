@@ -49,21 +49,25 @@ pub struct LeaseViolation {
 /// Checks lease safety with drift bound `drift` (a fraction in `[0, 1)`); returns the
 /// first violation per key.
 pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
-    // The earliest invoke of a release of each (key, token) that may have taken effect.
+    // One pass over the history: releases that may have taken effect (the earliest invoke
+    // per key and token), and ok grants.
     let mut released: Released<'_> = HashMap::default();
-    for op in history.iter().filter(|op| op.f == "release") {
-        let Some(token) = op.invoke.token else {
-            continue;
-        };
-        if op.is_ok() || op.is_indeterminate() {
-            let slot = released.entry((op.key.as_str(), token)).or_insert(u64::MAX);
-            *slot = (*slot).min(op.call_ns());
-        }
-    }
     let mut grants: HashMap<&str, Vec<(u64, &Operation)>, FastBuildHasher> = HashMap::default();
-    for op in history.iter().filter(|op| op.f == "acquire" && op.is_ok()) {
-        if let Some(token) = op.completion.as_ref().and_then(|c| c.token) {
-            grants.entry(op.key.as_str()).or_default().push((token, op));
+    for op in history {
+        match op.f.as_str() {
+            "release" if op.is_ok() || op.is_indeterminate() => {
+                let Some(token) = op.invoke.token else {
+                    continue;
+                };
+                let slot = released.entry((op.key.as_str(), token)).or_insert(u64::MAX);
+                *slot = (*slot).min(op.call_ns());
+            }
+            "acquire" if op.is_ok() => {
+                if let Some(token) = op.completion.as_ref().and_then(|c| c.token) {
+                    grants.entry(op.key.as_str()).or_default().push((token, op));
+                }
+            }
+            _ => {}
         }
     }
     // Keys in order, so that the report does not depend on hashing.

@@ -47,6 +47,35 @@
 //! let ops = history::csv::read_str(csv).unwrap();
 //! assert_eq!(checker::check(&ops, &Options::default()).unwrap().verdict, Verdict::Valid);
 //! ```
+//!
+//! # From the harness
+//!
+//! The harness has the recorded `Vec<Op>`; it pairs them once (keeping the nemesis rows
+//! for the reports), runs the checks, and writes the timeline and the latency plot:
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
+//! #            0,1000,0,invoke,acquire,a,10000,,,\n\
+//! #            1,1500,nemesis,info,pause,,n1,,,\n\
+//! #            2,2000,0,ok,acquire,a,,5,n1,\n\
+//! #            3,2500,nemesis,info,resume,,n1,,,\n";
+//! # let ops: Vec<history::Op> = history::csv::read_str(csv)?;
+//! # let dir = std::env::temp_dir();
+//! let paired = history::pair::pair_with_faults(&ops)?;
+//! let options = checker::Options::default().with_drift(0.01);
+//! let check = checker::check_operations(&paired.operations, &options);
+//! let html = checker::report::timeline::render("run 42", &paired, &check);
+//! std::fs::write(dir.join("timeline.html"), html)?;
+//! let svg = checker::report::plot::latency_svg("run 42", &paired.operations, &paired.faults);
+//! std::fs::write(dir.join("latency.svg"), svg)?;
+//! let exit_code = check.verdict.exit_code(); // 0 valid, 1 invalid, 2 unknown
+//! let results_json = serde_json::to_string_pretty(&check)?; // for store/<test>/<ts>/results
+//! assert_eq!(exit_code, 0);
+//! assert!(results_json.contains("\"lease safety\""));
+//! # Ok(())
+//! # }
+//! ```
 #![deny(missing_docs)]
 
 pub mod cli;

@@ -46,12 +46,22 @@ pub fn find_lockd() -> Result<PathBuf, Error> {
             candidates.push(up.join("lockd"));
         }
     }
+    // Last resort: `locksmith node` runs lockd from this very binary (cmd_node.rs), so
+    // `cargo run -p nemesis -- test` works without a separate `cargo build -p lockd`.
+    if runs_lockd_as_subcommand(&exe) {
+        candidates.push(exe.clone());
+    }
     candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
         Error::Cluster(format!(
             "no lockd binary next to {}; run `cargo build` (it builds lockd and locksmith) or set LOCKD_BIN",
             exe.display()
         ))
     })
+}
+
+/// Whether `binary` is `locksmith` itself, which runs a node as `locksmith node ARGS`.
+fn runs_lockd_as_subcommand(binary: &std::path::Path) -> bool {
+    binary.file_stem().is_some_and(|stem| stem == "locksmith")
 }
 
 /// lockd.
@@ -105,6 +115,9 @@ fn node_map(entries: impl Iterator<Item = (NodeId, SocketAddr)>) -> String {
 impl Launcher for LockdLauncher {
     fn command(&self, id: NodeId, options: &LaunchOptions) -> Command {
         let mut c = Command::new(&self.binary);
+        if runs_lockd_as_subcommand(&self.binary) {
+            c.arg("node");
+        }
         c.arg("--id").arg(id.to_string());
         c.arg("--peers")
             .arg(node_map(self.layout.peer.iter().map(|(k, v)| (*k, *v))));

@@ -7,6 +7,7 @@ mod cmd_bench;
 mod cmd_check;
 mod cmd_client;
 mod cmd_model;
+mod cmd_node;
 mod cmd_test;
 
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// Model-check the real Raft core and lock table with stateright.
     Model(cmd_model::ModelArgs),
+    /// Run one lockd node in this process (the same flags as the `lockd` binary).
+    Node(cmd_node::NodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Check(command) => exit_code(cmd_check::check(command)),
         Command::Convert(command) => exit_code(cmd_check::convert(command)),
         Command::Bench(args) => cmd_bench::run(args),
+        Command::Node(args) => cmd_node::run(args),
         Command::Model(args) => match cmd_model::run(args) {
             Ok(code) => code,
             Err(e) => {

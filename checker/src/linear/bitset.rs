@@ -5,11 +5,23 @@
 /// The hash is Zobrist-style: every member contributes a fixed pseudo-random word, XORed
 /// in on insert and out on remove, so updating it is O(1) and equal sets hash equally no
 /// matter the order of inserts (research/linearizability.md §4.3).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Bitset {
     words: Vec<u64>,
     hash: u64,
 }
+
+impl PartialEq for Bitset {
+    fn eq(&self, other: &Self) -> bool {
+        // The hash first: unequal sets almost always differ there. Then the words, in a
+        // plain loop (the sets are a few words; a `memcmp` call costs more than that).
+        self.hash == other.hash
+            && self.words.len() == other.words.len()
+            && self.words.iter().zip(&other.words).all(|(a, b)| a == b)
+    }
+}
+
+impl Eq for Bitset {}
 
 impl std::hash::Hash for Bitset {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {

@@ -126,7 +126,7 @@ enum Holder {
 }
 
 /// One way the key can be, at the current instant of the sweep.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 struct Config {
     holder: Holder,
     last_token: Option<u64>,
@@ -135,6 +135,20 @@ struct Config {
     /// The young `info` acquires (earliest end still ahead) used as hidden grants, sorted.
     used_young: Vec<u32>,
 }
+
+impl PartialEq for Config {
+    fn eq(&self, other: &Self) -> bool {
+        // The lists hold a few ids: plain loops beat a `memcmp` call.
+        let same =
+            |a: &[u32], b: &[u32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y);
+        self.holder == other.holder
+            && self.last_token == other.last_token
+            && same(&self.linearized, &other.linearized)
+            && same(&self.used_young, &other.used_young)
+    }
+}
+
+impl Eq for Config {}
 
 /// What each op of the part is, for the sweep.
 #[derive(Clone, Copy, Debug)]
@@ -457,7 +471,10 @@ impl<'a> Sweep<'a> {
     /// its acquire.
     fn describe(&self, config: &Config) -> String {
         match config.holder {
-            Holder::Free => "free".to_string(),
+            Holder::Free => match config.last_token {
+                Some(t) => format!("free (last token {t})"),
+                None => "free (no token granted yet)".to_string(),
+            },
             Holder::Token(t) => format!("held under token {t}"),
             Holder::Hidden { earliest_end } => {
                 let acquire = config

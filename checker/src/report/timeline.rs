@@ -48,26 +48,58 @@ pub(crate) struct FaultData {
     pub(crate) text: String,
 }
 
+/// The most operations a timeline shows (STYLE practice 13): a longer history is cut to
+/// a window of this many operations around the first marked row, and the title says so.
+pub const TIMELINE_OPS_MAX: usize = 20_000;
+
 /// Renders the timeline of `paired` (from `history::pair::pair_with_faults`) with the
 /// rows that `check` marks.
 pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
     let marked: BTreeSet<u64> = check.marked_rows().into_iter().collect();
-    let end_ns = paired
-        .operations
+    let all = &paired.operations;
+    let window = if all.len() <= TIMELINE_OPS_MAX {
+        0..all.len()
+    } else {
+        let first_marked = marked
+            .first()
+            .map_or(0, |&row| all.partition_point(|op| op.invoke.index < row));
+        let start = first_marked
+            .saturating_sub(TIMELINE_OPS_MAX / 2)
+            .min(all.len() - TIMELINE_OPS_MAX);
+        start..start + TIMELINE_OPS_MAX
+    };
+    let shown = &all[window.clone()];
+    let title = if shown.len() < all.len() {
+        format!(
+            "{title} (operations {}..{} of {}, around the first marked row)",
+            window.start,
+            window.end,
+            all.len()
+        )
+    } else {
+        title.to_string()
+    };
+    let faults: Vec<Op> = match (shown.first(), shown.last()) {
+        (Some(first), Some(last)) if shown.len() < all.len() => {
+            let (from, to) = (first.call_ns(), last.call_ns());
+            let inside = |f: &&Op| f.time_ns >= from && f.time_ns <= to;
+            paired.faults.iter().filter(inside).cloned().collect()
+        }
+        _ => paired.faults.clone(),
+    };
+    let end_ns = shown
         .iter()
         .map(|op| op.completion.as_ref().map_or(op.call_ns(), |c| c.time_ns))
-        .chain(paired.faults.iter().map(|f| f.time_ns))
+        .chain(faults.iter().map(|f| f.time_ns))
         .max()
         .unwrap_or(0);
-    let start_ns = paired
-        .operations
+    let start_ns = shown
         .iter()
         .map(|op| op.call_ns())
-        .chain(paired.faults.iter().map(|f| f.time_ns))
+        .chain(faults.iter().map(|f| f.time_ns))
         .min()
         .unwrap_or(0);
-    let ops: Vec<OpData> = paired
-        .operations
+    let ops: Vec<OpData> = shown
         .iter()
         .map(|op| {
             let completion = op.completion.as_ref();
@@ -120,7 +152,7 @@ pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
         crate::Verdict::Unknown { .. } => "unknown",
     };
     let data = Data {
-        title: title.to_string(),
+        title,
         verdict: check.verdict.to_string(),
         verdict_class,
         explanation: check.explanation(),
@@ -128,7 +160,7 @@ pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
         end_ns,
         processes: processes.into_iter().collect(),
         ops,
-        faults: fault_periods(&paired.faults, end_ns),
+        faults: fault_periods(&faults, end_ns),
     };
     // `</` must not appear inside the script element.
     let json = serde_json::to_string(&data)
@@ -226,5 +258,29 @@ mod tests {
             !html.contains("http://") && !html.contains("https://"),
             "no network assets"
         );
+    }
+
+    #[test]
+    fn a_long_history_is_cut_to_a_bounded_window() {
+        // STYLE practice 13: everything has a limit, and reaching it is reported.
+        let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+        let n = TIMELINE_OPS_MAX + 5000;
+        for i in 0..n {
+            let (a, b) = (2 * i, 2 * i + 1);
+            csv.push_str(&format!("{a},{a},0,invoke,acquire,k{i},1000,,,\n"));
+            csv.push_str(&format!("{b},{b},0,ok,acquire,k{i},,{},n1,\n", i + 1));
+        }
+        let ops = history::csv::read_str(&csv).unwrap();
+        let paired = history::pair::pair_with_faults(&ops).unwrap();
+        let check = crate::compose(vec![crate::CheckResult::invalid(
+            "test",
+            "marked".into(),
+            vec![2 * (n as u64 - 1)],
+        )]);
+        let html = render("long", &paired, &check);
+        let title = format!("operations 5000..{n} of {n}");
+        assert!(html.contains(&title), "the title names the window");
+        assert_eq!(html.matches("\"process\":0,").count(), TIMELINE_OPS_MAX);
+        assert!(html.contains("\"marked\":true"));
     }
 }

@@ -123,6 +123,16 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
 }
 
 fn main() -> ExitCode {
+    run_from(std::env::args_os())
+}
+
+/// Runs one node with `args` (the first is the program name). `locksmith node ARGS` compiles
+/// this file in too and calls this, so the harness can run lockd from its own binary.
+pub fn run_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -130,7 +140,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let args = Args::parse();
+    let args = Args::parse_from(args);
     let id = args.id;
     let config = match server_config(args) {
         Ok(config) => config,

@@ -10,7 +10,7 @@
   const width = Math.max(900, 1400);
   const labelWidth = 110;
   const start = data.start_ns, end = Math.max(data.end_ns, start + 1);
-  const x = (t) => labelWidth + ((t - start) / (end - start)) * width;
+  const x = (t) => labelWidth + 10 + ((t - start) / (end - start)) * width;
   const root = document.getElementById("timeline");
   root.style.width = (labelWidth + width + 20) + "px";
   const tooltip = document.getElementById("tooltip");
