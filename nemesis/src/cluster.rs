@@ -72,6 +72,9 @@ pub struct Layout {
     pub data_dir: BTreeMap<NodeId, PathBuf>,
     /// Where node logs go.
     pub log_dir: PathBuf,
+    /// The user each node runs as, when the net needs one per node ([`crate::net::owner`]);
+    /// empty: nodes run as this process.
+    pub users: BTreeMap<NodeId, crate::net::owner::NodeUser>,
 }
 
 impl Layout {
@@ -88,6 +91,7 @@ impl Layout {
             client: BTreeMap::new(),
             data_dir: BTreeMap::new(),
             log_dir,
+            users: BTreeMap::new(),
         };
         for (i, id) in nodes.iter().enumerate() {
             layout.peer.insert(*id, ports[2 * i]);

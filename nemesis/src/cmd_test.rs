@@ -41,7 +41,7 @@ pub struct TestArgs {
     /// Partition backend: proxy (default) or kernel (root: iptables).
     #[arg(long, default_value = "proxy")]
     net: String,
-    /// The system under test: lockd, or etcd (process faults only: --nemesis kill,pause).
+    /// The system under test: lockd, or etcd (kill, pause; partition with --net kernel as root).
     #[arg(long, default_value = "lockd")]
     system: String,
     /// fenced (default) or unfenced (the control workload, expected to fail).
@@ -77,15 +77,23 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     match args.system.as_str() {
         "lockd" => {}
         "etcd" => {
-            // nemesis::etcd::Etcd: etcd cannot dial its peers through per-link addresses, and
-            // has no lease-clock control, so only process faults apply to it.
-            if let Some(kind) = nemesis
-                .iter()
-                .find(|kind| matches!(kind, FaultKind::Partition | FaultKind::Clock))
-            {
+            // nemesis::etcd::Etcd: etcd has no lease-clock control, and cannot dial its peers
+            // through per-link addresses, so partitions need the owner net (--net kernel, as
+            // root: one user per node, nftables by uid).
+            if nemesis.contains(&FaultKind::Clock) {
                 anyhow::bail!(
-                    "--system etcd: the {kind:?} nemesis does not apply to etcd; use --nemesis kill,pause"
+                    "--system etcd: the clock nemesis does not apply to etcd (no lease-clock control); use --nemesis kill,pause,partition"
                 );
+            }
+            if nemesis.contains(&FaultKind::Partition) {
+                if args.net != "kernel" {
+                    anyhow::bail!(
+                        "--system etcd: partitions need --net kernel (etcd has one peer URL per member, so the per-link proxy cannot cut its links)"
+                    );
+                }
+                if let Err(why) = nemesis::net::owner::Owner::available() {
+                    anyhow::bail!("--system etcd --nemesis partition: {why}");
+                }
             }
             if args.bug.is_some() {
                 anyhow::bail!("--system etcd: --bug names a lockd mutant");
@@ -168,6 +176,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     std::panic::set_hook(Box::new(move |info| {
         nemesis::cluster::kill_registered();
         nemesis::net::kernel::teardown_registered();
+        nemesis::net::owner::teardown_registered();
         default_hook(info);
     }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -180,6 +189,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             _ = tokio::signal::ctrl_c() => {
                 let killed = nemesis::cluster::kill_registered();
                 nemesis::net::kernel::teardown_registered();
+        nemesis::net::owner::teardown_registered();
                 Err(anyhow::anyhow!("interrupted (Ctrl-C); killed {killed} node process(es)"))
             }
         }

@@ -25,6 +25,7 @@ use crate::faults::{
 };
 use crate::nemeses::{self, Targets};
 use crate::net::kernel::Kernel;
+use crate::net::owner::{self, Owner};
 use crate::net::proxy::Proxy;
 use crate::net::{Net, NetKind};
 use crate::recorder::{Recorder, write_file};
@@ -370,7 +371,23 @@ fn run_dir(options: &TestOptions, system: &str) -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
-async fn start_net(kind: NetKind, layout: &Layout) -> Result<Arc<dyn Net>, Error> {
+/// Starts the net of `kind`. For a system that cannot dial per link, `kernel` is the owner
+/// net: it creates one user per node, gives each data dir to its user and records the users
+/// in `layout.users` for the launcher.
+async fn start_net(
+    kind: NetKind,
+    system: &dyn System,
+    layout: &mut Layout,
+) -> Result<Arc<dyn Net>, Error> {
+    if kind == NetKind::Kernel && !system.per_link_dial() {
+        Owner::available().map_err(Error::Unsupported)?;
+        let users = owner::ensure_users(&layout.nodes)?;
+        for (id, user) in &users {
+            owner::give_dir(&layout.data_dir[id], *user)?;
+        }
+        layout.users = users.clone();
+        return Ok(Arc::new(Owner::start(&layout.peer, &users)?));
+    }
     Ok(match kind {
         NetKind::Proxy => Arc::new(Proxy::start(&layout.peer).await?),
         NetKind::Kernel => Arc::new(Kernel::start(&layout.peer).await?),
@@ -427,7 +444,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     let mut layout = Layout::new(options.nodes, data.path())?;
     layout.log_dir = dir.join("node-logs");
     std::fs::create_dir_all(&layout.log_dir).map_err(|e| Error::Io(e.to_string()))?;
-    let net = start_net(options.net, &layout).await?;
+    let net = start_net(options.net, system.as_ref(), &mut layout).await?;
     let mut dial = BTreeMap::new();
     for s in &layout.nodes {
         for t in &layout.nodes {

@@ -80,6 +80,14 @@ pub trait System: Send + Sync {
         dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
     ) -> Result<Box<dyn Launcher>, Error>;
 
+    /// True when the nodes dial each peer through the `dial` address the net gives them, so
+    /// the per-link nets (`proxy`, `kernel`) can cut links. False (etcd: one peer URL per
+    /// member) makes `--net kernel` use [`crate::net::owner`] (one user per node, set in
+    /// [`Layout::users`], which the launcher must honour) and refuses partitions on `proxy`.
+    fn per_link_dial(&self) -> bool {
+        true
+    }
+
     /// A client for client process `client_id`.
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient>;
 

@@ -7,6 +7,7 @@
 //! etcd accepts because `--initial-cluster-state new` is ignored once the data dir exists.
 //! Dropping the cluster SIGKILLs and reaps every node it still runs.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{SocketAddr, TcpListener};
@@ -22,6 +23,7 @@ use serde_json::json;
 use super::client::{ClientOptions, EtcdLockClient};
 use super::error::EtcdError;
 use super::wire;
+use crate::net::owner::NodeUser;
 
 /// How long [`EtcdCluster::leader`] waits for each node's status.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
@@ -55,6 +57,9 @@ pub struct EtcdClusterConfig {
     pub election_ms: u64,
     /// `--pre-vote` (false is etcd 3.4's default and shows disruption after a heal).
     pub pre_vote: bool,
+    /// The user each node runs as (node id -> user; root only), for the owner net
+    /// ([`crate::net::owner`]); its data dir is given to that user. Empty: as this process.
+    pub users: BTreeMap<u64, NodeUser>,
 }
 
 impl Default for EtcdClusterConfig {
@@ -65,6 +70,7 @@ impl Default for EtcdClusterConfig {
             heartbeat_ms: 100,
             election_ms: 1000,
             pre_vote: false,
+            users: BTreeMap::new(),
         }
     }
 }
@@ -83,6 +89,7 @@ pub enum NodeState {
 struct EtcdNode {
     id: u64,
     client_addr: SocketAddr,
+    peer_addr: SocketAddr,
     args: Vec<String>,
     log_path: PathBuf,
     child: Option<Child>,
@@ -122,9 +129,17 @@ impl EtcdCluster {
             let id = i as u64 + 1;
             let client_addr = addr(ports[2 * i]);
             let data_dir = dir.path().join(format!("n{id}.data"));
+            if let Some(user) = config.users.get(&id) {
+                crate::net::owner::give_dir(&data_dir, *user).map_err(|e| {
+                    EtcdError::NotServing {
+                        reason: format!("node {id}: {e}"),
+                    }
+                })?;
+            }
             nodes.push(EtcdNode {
                 id,
                 client_addr,
+                peer_addr: peers[i].1,
                 args: node_args(&config, id, client_addr, &peers, &data_dir, &token),
                 log_path: dir.path().join(format!("n{id}.log")),
                 child: None,
@@ -157,6 +172,11 @@ impl EtcdCluster {
     /// The node's client address (its JSON gateway and gRPC port).
     pub fn client_addr(&self, node: u64) -> Result<SocketAddr, EtcdError> {
         Ok(self.node(node)?.client_addr)
+    }
+
+    /// The node's peer address (its one peer URL for the whole cluster).
+    pub fn peer_addr(&self, node: u64) -> Result<SocketAddr, EtcdError> {
+        Ok(self.node(node)?.peer_addr)
     }
 
     /// The node's process id, while it runs.
@@ -302,6 +322,12 @@ impl EtcdCluster {
         }
     }
 
+    /// True when the node answers a linearizable read (a quorum read through the leader)
+    /// within its status deadline (500 ms).
+    pub async fn serves_read(&self, node: u64) -> Result<bool, EtcdError> {
+        Ok(serves_reads(self.client_addr(node)?).await)
+    }
+
     /// The end of the node's log, for error messages.
     pub fn log_tail(&self, node: u64) -> String {
         let Ok(entry) = self.node(node) else {
@@ -319,6 +345,7 @@ impl EtcdCluster {
 
     fn spawn(&mut self, node: u64) -> Result<(), EtcdError> {
         let binary = self.config.binary.clone();
+        let user = self.config.users.get(&node).copied();
         let entry = self.node_mut(node)?;
         let log = OpenOptions::new()
             .create(true)
@@ -328,7 +355,11 @@ impl EtcdCluster {
         let log_err = log
             .try_clone()
             .map_err(|source| setup("clone a log handle", source))?;
-        let child = Command::new(&binary)
+        let mut command = Command::new(&binary);
+        if let Some(user) = user {
+            command.uid(user.uid).gid(user.gid);
+        }
+        let child = command
             .args(&entry.args)
             .stdin(Stdio::null())
             .stdout(log)

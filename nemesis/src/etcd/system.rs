@@ -3,9 +3,10 @@
 //! - **Launcher**: one `etcd` per node of the run's [`Layout`] (its peer and client ports,
 //!   its data dir), the same command line on every restart. etcd takes one peer URL per
 //!   member for the whole cluster (a member's id is a hash of it), so it cannot dial each
-//!   peer through a per-link address: the `dial` map of the harness's nets is not used, and
-//!   partitions of `--net proxy` or `--net kernel` do not reach etcd (research/etcd-peer.md
-//!   §5 gives two ways that would: network namespaces, or nftables with one uid per node).
+//!   peer through a per-link address: the `dial` map of the harness's nets is not used
+//!   ([`System::per_link_dial`] is false). Partitions need `--net kernel` (root), which for
+//!   etcd is [`crate::net::owner`]: each node runs as its own user (`Layout::users`, the
+//!   uid set here) and nftables drops packets by the sending uid (research/etcd-peer.md §5 (b)).
 //! - **Clients**: an [`EtcdLockClient`] per client process, bound to node
 //!   `nodes[client_id % n]` (Jepsen style: no balancing, so a fault on a node is seen by its
 //!   own clients). Outcomes map as DESIGN says: `Granted` -> ok with the token, `Busy` ->
@@ -18,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
@@ -82,6 +84,10 @@ impl Launcher for EtcdLauncher {
             .map(|(node, addr)| (*node, *addr))
             .collect();
         let mut command = Command::new(&self.config.binary);
+        if let Some(user) = self.layout.users.get(&id) {
+            // The owner net tells nodes apart by uid; the run gave the data dir to this user.
+            command.uid(user.uid).gid(user.gid);
+        }
         command.args(node_args(
             &self.config,
             id,
@@ -193,6 +199,10 @@ impl System for Etcd {
             config: self.config.clone(),
             layout: layout.clone(),
         }))
+    }
+
+    fn per_link_dial(&self) -> bool {
+        false
     }
 
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient> {

@@ -12,10 +12,15 @@
 //!   cuts made by iptables `DROP` rules on those loopback ports in a chain of its own, so the
 //!   kernel silently drops packets as a real partition does (connections stall, not close).
 //!
-//! Both are checked by one test body (`nemesis/tests/net_conformance.rs`).
+//! - [`owner::Owner`] (root only) for systems that cannot dial per link (etcd): every node
+//!   runs as its own user, and nftables drops packets by the sending uid (`--net kernel`
+//!   with `--system etcd`).
+//!
+//! The first two are checked by one test body (`nemesis/tests/net_conformance.rs`).
 
 pub mod grudge;
 pub mod kernel;
+pub mod owner;
 pub mod proxy;
 
 use std::net::SocketAddr;
