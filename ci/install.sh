@@ -9,10 +9,13 @@
 #   data dirs.
 # - iptables: the harness's kernel net backend (`locksmith test --net kernel`) and the
 #   kernel arm of nemesis/tests/net_conformance.rs, both root only.
+# - nftables, passwd: partitions of etcd (`--system etcd --net kernel`, nemesis::net::owner
+#   and nemesis/tests/etcd.rs), root only: each node runs as a system user made by useradd
+#   (passwd), and nft drops packets by the sending uid.
 # - chromium: headless Chromium loads the stateright Explorer in checker/tests/model_check.rs.
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables chromium)
+packages=(etcd-server etcd-client iptables nftables passwd chromium)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -38,7 +38,8 @@ pub struct TestArgs {
     /// Start lockd with this injected bug.
     #[arg(long)]
     bug: Option<String>,
-    /// Partition backend: proxy (default) or kernel (root: iptables).
+    /// Partition backend: proxy (default) or kernel (root: iptables on per-link ports; for
+    /// etcd, one system user per node and nftables rules on the sending uid).
     #[arg(long, default_value = "proxy")]
     net: String,
     /// The system under test: lockd, or etcd (kill, pause; partition with --net kernel as root).

@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn a_cut_link_drops_what_the_source_uid_sends_to_the_target() {
         // research/etcd-peer.md §5 (b): a cut i->j drops i's packets to j's peer port and on
-        // connections whose conntrack mark holds j's bit; nothing else.
+        // connections whose conntrack mark holds j's bit (node 2: bit 9); nothing else.
         let owner = Owner {
             table: "lsmtest".into(),
             peer: BTreeMap::from([
@@ -322,7 +322,7 @@ mod tests {
             script,
             "flush chain inet lsmtest cuts\n\
              add rule inet lsmtest cuts meta skuid 901 tcp dport 7002 drop\n\
-             add rule inet lsmtest cuts meta skuid 901 ct mark and 0x400 == 0x400 drop\n"
+             add rule inet lsmtest cuts meta skuid 901 ct mark and 0x200 == 0x200 drop\n"
         );
         assert_eq!(
             owner.script(&Grudge::none()).unwrap(),
