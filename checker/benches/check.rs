@@ -16,7 +16,6 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -157,22 +156,8 @@ fn breakdown(ops: &[Op], paired: &[history::Operation]) {
     });
 }
 
-fn porcupine_dir() -> Option<PathBuf> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut candidates = Vec::new();
-    if let Ok(shared) = std::env::var("LOCKSMITH_SHARED") {
-        candidates.push(PathBuf::from(shared));
-    }
-    candidates.push(repo.join("../shared"));
-    candidates.push(repo.join("../../shared"));
-    candidates
-        .into_iter()
-        .map(|s| s.join("peer-histories/porcupine"))
-        .find(|d| d.join("verdicts.csv").is_file())
-}
-
 fn porcupine(case: &str) {
-    let Some(dir) = porcupine_dir() else {
+    let Some(dir) = checker::peer_data::porcupine_dir() else {
         println!("{case:<14} skipped: no peer-histories/porcupine (set LOCKSMITH_SHARED)");
         return;
     };

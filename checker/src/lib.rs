@@ -84,6 +84,7 @@ pub mod fencing;
 pub mod lease;
 pub mod linear;
 pub mod model;
+pub mod peer_data;
 pub mod report;
 pub mod verdict;
 

@@ -8,31 +8,14 @@
 //! `$LOCKSMITH_SHARED/peer-histories/porcupine`) and are never copied into it. When the
 //! folder is absent the test says that it skipped.
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use checker::{ModelKind, Options, Verdict};
 
-/// Where the Porcupine files are, if anywhere.
-fn porcupine_dir() -> Option<PathBuf> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut candidates = Vec::new();
-    if let Ok(shared) = std::env::var("LOCKSMITH_SHARED") {
-        candidates.push(PathBuf::from(shared));
-    }
-    candidates.push(repo.join("../shared"));
-    // A worktree under <root>/wt/<name> has the shared folder two levels up.
-    candidates.push(repo.join("../../shared"));
-    candidates
-        .into_iter()
-        .map(|shared| shared.join("peer-histories/porcupine"))
-        .find(|dir| dir.join("verdicts.csv").is_file())
-}
-
 #[test]
 fn every_porcupine_history_gets_porcupines_verdict() {
     // research/linearizability.md §5 goal 1: match every verdict in peer-histories/porcupine.
-    let Some(dir) = porcupine_dir() else {
+    let Some(dir) = checker::peer_data::porcupine_dir() else {
         eprintln!(
             "skipped: no peer-histories/porcupine (set LOCKSMITH_SHARED to the shared folder)"
         );
