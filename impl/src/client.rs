@@ -32,15 +32,16 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tarpc::client::{NewClient, RpcError};
 use tarpc::context;
-use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::lock::{Key, Origin, Token};
 use crate::raft::{NodeId, Response};
 use crate::rpc::{ClockReading, LockServiceClient, NodeStatus};
+use crate::sys::net::TcpStream;
 
 /// An operation's outcome when it is not plain success.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -229,7 +230,7 @@ impl Client {
         key: &str,
         lease_ms: u64,
         wait_ms: u64,
-        deadline: Instant,
+        deadline: impl Into<Instant>,
     ) -> Result<Token, AcquireError> {
         self.acquire_traced(key, lease_ms, wait_ms, deadline)
             .await
@@ -242,8 +243,9 @@ impl Client {
         key: &str,
         lease_ms: u64,
         wait_ms: u64,
-        deadline: Instant,
+        deadline: impl Into<Instant>,
     ) -> Answered<Result<Token, AcquireError>> {
+        let deadline = deadline.into();
         let op = Op::Acquire {
             key: key.to_owned(),
             lease_ms,
@@ -267,7 +269,7 @@ impl Client {
         &self,
         key: &str,
         token: Token,
-        deadline: Instant,
+        deadline: impl Into<Instant>,
     ) -> Result<(), ReleaseError> {
         self.release_traced(key, token, deadline).await.result
     }
@@ -277,8 +279,9 @@ impl Client {
         &self,
         key: &str,
         token: Token,
-        deadline: Instant,
+        deadline: impl Into<Instant>,
     ) -> Answered<Result<(), ReleaseError>> {
+        let deadline = deadline.into();
         let op = Op::Release {
             key: key.to_owned(),
             token,
@@ -410,7 +413,7 @@ impl Client {
             };
             if pause {
                 let until = deadline.min(Instant::now() + Duration::from_millis(backoff_ms));
-                tokio::time::sleep_until(until.into()).await;
+                tokio::time::sleep_until(until).await;
                 backoff_ms = (backoff_ms * 2).min(self.options.backoff_max_ms);
             }
         }
@@ -480,7 +483,6 @@ impl Client {
             Ok(Err(e)) => return Err(format!("node {} ({addr}): connect: {e}", node + 1)),
             Err(_) => return Err(format!("node {} ({addr}): connect timed out", node + 1)),
         };
-        let _ = stream.set_nodelay(true);
         let NewClient { client, dispatch } = LockServiceClient::new(
             tarpc::client::Config::default(),
             crate::server::transport(stream),
@@ -510,20 +512,27 @@ impl Client {
     }
 }
 
+/// A tarpc context for a call that ends at `deadline` on tokio's clock.
+///
+/// tarpc measures deadlines on `std::time::Instant`, which a simulation does not drive, so
+/// the context carries the *remaining* time (plus a little: [`with_backstop`] ends the call
+/// at the deadline itself, on tokio's clock, which is the simulator's when simulated).
 fn context_until(deadline: Instant) -> context::Context {
+    let remaining = deadline.saturating_duration_since(Instant::now());
     let mut ctx = context::current();
-    ctx.deadline = deadline;
+    ctx.deadline = std::time::Instant::now() + remaining + TARPC_DEADLINE_SLACK;
     ctx
 }
 
-/// Awaits `call`, but never past `deadline` plus a little (tarpc enforces the deadline
-/// itself; this only guards against a dispatch task that stopped making progress).
+/// How much later than the tokio deadline tarpc's own deadline is set.
+const TARPC_DEADLINE_SLACK: Duration = Duration::from_millis(100);
+
+/// Awaits `call`, but never past `deadline` on tokio's clock.
 async fn with_backstop<T>(
     deadline: Instant,
     call: impl Future<Output = Result<T, RpcError>>,
 ) -> Result<T, RpcError> {
-    let backstop = tokio::time::Instant::from_std(deadline) + Duration::from_millis(50);
-    tokio::time::timeout_at(backstop, call)
+    tokio::time::timeout_at(deadline, call)
         .await
         .unwrap_or(Err(RpcError::DeadlineExceeded))
 }

@@ -84,5 +84,6 @@ pub mod rng;
 pub mod rpc;
 pub mod server;
 pub mod storage;
+pub mod sys;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -87,13 +87,13 @@
 //! SIGKILL then really loses acknowledged writes; merely skipping fsync would not, since the
 //! kernel's page cache survives `kill -9`.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::raft::{Durable, Entry, HardState, Index, Persist, Snapshot, Term};
+use crate::sys::fs::{self, File};
 
 /// The on-disk format version written to and expected in every file header.
 pub const FORMAT_VERSION: u16 = 1;
@@ -1108,10 +1108,7 @@ fn list_segments(log_dir: &Path) -> Result<Listing, StorageError> {
         tmp_files: Vec::new(),
     };
     let read_dir = fs::read_dir(log_dir).map_err(io_error(log_dir, "list"))?;
-    for item in read_dir {
-        let item = item.map_err(io_error(log_dir, "list"))?;
-        let path = item.path();
-        let name = item.file_name().to_string_lossy().into_owned();
+    for (path, name) in read_dir {
         if name.ends_with(TMP_SUFFIX) {
             listing.tmp_files.push(path);
         } else if let Some(generation) = parse_segment_name(&name) {
@@ -1214,16 +1211,13 @@ fn is_interrupted_creation(log_dir: &Path) -> Result<bool, StorageError> {
     let first_tmp = tmp_name(&first);
     let empty_segment = segment_file(&Durable::default())?;
     let read_dir = fs::read_dir(log_dir).map_err(io_error(log_dir, "list"))?;
-    for item in read_dir {
-        let item = item.map_err(io_error(log_dir, "list"))?;
-        let name = item.file_name();
-        if name.to_str() == Some(first_tmp.as_str()) {
+    for (path, name) in read_dir {
+        if name == first_tmp {
             continue;
         }
-        if name.to_str() != Some(first.as_str()) {
+        if name != first {
             return Ok(false);
         }
-        let path = item.path();
         let bytes = fs::read(&path).map_err(io_error(&path, "read"))?;
         if bytes != empty_segment {
             return Ok(false);
@@ -1267,30 +1261,22 @@ fn write_file_atomic(
 }
 
 fn cut_torn_tail(path: &Path, valid_bytes: u64) -> Result<(), StorageError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(io_error(path, "open to cut the torn tail"))?;
+    let file = File::open_write(path).map_err(io_error(path, "open to cut the torn tail"))?;
     file.set_len(valid_bytes)
         .map_err(io_error(path, "cut the torn tail"))?;
     file.sync_all().map_err(io_error(path, "fsync"))
 }
 
 fn open_append(path: &Path) -> Result<File, StorageError> {
-    OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map_err(io_error(path, "open for append"))
+    File::open_append(path).map_err(io_error(path, "open for append"))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error(dir, "fsync directory"))
+    fs::sync_dir(dir).map_err(io_error(dir, "fsync directory"))
 }
 
 fn exists(path: &Path) -> Result<bool, StorageError> {
-    path.try_exists().map_err(io_error(path, "stat"))
+    fs::exists(path).map_err(io_error(path, "stat"))
 }
 
 fn remove_file_if_exists(path: &Path, recovered: &mut Recovered) -> Result<(), StorageError> {
@@ -1316,6 +1302,8 @@ fn io_error<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> S
 mod tests {
     use super::*;
     use crate::lock::{Command, LockTable, Origin, Proposal};
+    use std::fs::{self, OpenOptions};
+    use std::io::Write;
 
     /// A small seeded generator (splitmix64), so that a failing seed replays exactly.
     struct Rng(u64);

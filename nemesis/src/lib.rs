@@ -32,6 +32,7 @@ pub mod recorder;
 pub mod rng;
 pub mod run;
 pub mod schedule;
+pub mod sim;
 pub mod system;
 pub mod workload;
 

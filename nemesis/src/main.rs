@@ -36,6 +36,8 @@ enum Command {
     Bench(cmd_bench::BenchArgs),
     /// Model-check the real Raft core and lock table with stateright.
     Model(cmd_model::ModelArgs),
+    /// Deterministic simulation of the real lockd: many seeded runs, checked.
+    Sim(nemesis::sim::cmd::SimArgs),
     /// Run one lockd node in this process (the same flags as the `lockd` binary).
     Node(cmd_node::NodeArgs),
 }
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Check(command) => exit_code(cmd_check::check(command)),
         Command::Convert(command) => exit_code(cmd_check::convert(command)),
         Command::Bench(args) => cmd_bench::run(args),
+        Command::Sim(args) => exit_code(nemesis::sim::cmd::run(args)),
         Command::Node(args) => cmd_node::run(args),
         Command::Model(args) => match cmd_model::run(args) {
             Ok(code) => code,

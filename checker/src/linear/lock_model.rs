@@ -361,7 +361,8 @@ fn internal_event(
 }
 
 fn parse_lease(op: &history::pair::Operation) -> Result<Option<u64>, CheckError> {
-    let value = op.invoke.value.trim();
+    // `LEASE_MS`, or `LEASE_MS WAIT_MS` for an acquire that waits: the lease comes first.
+    let value = op.invoke.value.split_whitespace().next().unwrap_or("");
     if value.is_empty() {
         return Ok(None);
     }

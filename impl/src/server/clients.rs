@@ -1,0 +1,337 @@
+//! Client connections: the `LockService`, the EOF-aware transport that tells a handler its
+//! client died, and the guard that reports a departure to the core.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::prelude::*;
+use tarpc::context;
+use tarpc::server::{BaseChannel, Channel};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tracing::{debug, warn};
+
+use super::{
+    CLIENT_CONNECTIONS_MAX, CLIENT_REQUESTS_PER_CONNECTION_MAX, Event, clock_rate_in_range,
+    transport,
+};
+use crate::lock::{Key, Origin, Token};
+use crate::raft::{ClientRequest, RequestId, Response};
+use crate::rpc::{CLOCK_RATE_MAX, CLOCK_RATE_MIN, ClockReading, LockService, NodeStatus};
+use crate::sys::net::TcpListener;
+
+/// A transport that flips `closed` when its read half ends (EOF or error): the only signal
+/// that a client died while its request is still being handled (research/design.md §2.4).
+#[derive(Debug)]
+pub struct EofNotify<T> {
+    inner: T,
+    closed: watch::Sender<bool>,
+}
+
+impl<T> EofNotify<T> {
+    /// Wraps `inner`; the returned receiver turns `true` when the read half ends.
+    pub fn new(inner: T) -> (Self, watch::Receiver<bool>) {
+        let (closed, receiver) = watch::channel(false);
+        (EofNotify { inner, closed }, receiver)
+    }
+}
+
+impl<T, I, E> Stream for EofNotify<T>
+where
+    T: Stream<Item = Result<I, E>> + Unpin,
+{
+    type Item = T::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T::Item>> {
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.closed.send_replace(true);
+        }
+        polled
+    }
+}
+
+impl<T, S> Sink<S> for EofNotify<T>
+where
+    T: Sink<S> + Unpin,
+{
+    type Error = T::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_ready(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: S) -> Result<(), T::Error> {
+        Pin::new(&mut self.inner).start_send(item)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+/// Reports a request whose client left before its answer reached it, when dropped while
+/// armed (the handler was aborted by a cancel or its deadline, or gave up because the
+/// connection closed). It closes the answer channel first, so the answer is either already
+/// in it (a grant then becomes [`Event::Orphaned`]) or can no longer be sent (the core
+/// thread sees the failed send), and otherwise sends [`Event::Gone`].
+struct GoneGuard {
+    id: RequestId,
+    events: mpsc::Sender<Event>,
+    armed: bool,
+    answer: oneshot::Receiver<Response>,
+    key: Option<Key>,
+}
+
+impl GoneGuard {
+    /// The event to report on drop, if any.
+    fn departure(&mut self) -> Option<Event> {
+        if !self.armed {
+            return None;
+        }
+        self.answer.close();
+        match self.answer.try_recv() {
+            Ok(Response::Granted { token }) => Some(Event::Orphaned {
+                key: self.key.take()?,
+                token,
+            }),
+            // Answered but never delivered: nothing was granted, nothing to undo.
+            Ok(_) => None,
+            Err(_) => Some(Event::Gone { id: self.id }),
+        }
+    }
+}
+
+impl Drop for GoneGuard {
+    fn drop(&mut self) {
+        let Some(event) = self.departure() else {
+            return;
+        };
+        debug!(request = self.id.0, ?event, "client gone before its answer");
+        match self.events.try_send(event) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                // Never block in drop; the queue is bounded, so the departure waits in a
+                // task of its own (there is at most one per open request).
+                let events = self.events.clone();
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        let _ = events.send(event).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The `LockService`: forwards each request to the core and waits for its answer.
+#[derive(Clone)]
+struct LockServer {
+    events: mpsc::Sender<Event>,
+    next_id: Arc<AtomicU64>,
+    closed: watch::Receiver<bool>,
+}
+
+impl LockServer {
+    async fn call(self, request: ClientRequest) -> Response {
+        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (reply, answer) = oneshot::channel();
+        let key = match &request {
+            ClientRequest::Acquire { key, .. } => Some(key.clone()),
+            ClientRequest::Release { .. } => None,
+        };
+        let mut guard = GoneGuard {
+            id,
+            events: self.events.clone(),
+            armed: false,
+            answer,
+            key,
+        };
+        let event = Event::Request { id, request, reply };
+        if self.events.send(event).await.is_err() {
+            return unknown("the node is shutting down");
+        }
+        guard.armed = true;
+        let mut closed = self.closed;
+        let answered = tokio::select! {
+            biased;
+            answer = &mut guard.answer => Some(answer),
+            _ = closed.wait_for(|closed| *closed) => None,
+        };
+        match answered {
+            Some(answer) => {
+                guard.armed = false;
+                answer.unwrap_or_else(|_| unknown("the core dropped the request"))
+            }
+            // The guard reports the departure as this returns.
+            None => unknown("the client connection closed"),
+        }
+    }
+
+    async fn ask<T>(&self, event: impl FnOnce(oneshot::Sender<T>) -> Event) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        self.events.send(event(reply)).await.ok()?;
+        answer.await.ok()
+    }
+}
+
+fn unknown(reason: &str) -> Response {
+    Response::Unknown {
+        reason: reason.to_owned(),
+    }
+}
+
+impl LockService for LockServer {
+    async fn acquire(
+        self,
+        _: context::Context,
+        key: Key,
+        lease_ms: u64,
+        wait_ms: u64,
+        origin: Option<Origin>,
+    ) -> Response {
+        self.call(ClientRequest::Acquire {
+            key,
+            lease_ms,
+            wait_ms,
+            origin,
+        })
+        .await
+    }
+
+    async fn release(
+        self,
+        _: context::Context,
+        key: Key,
+        token: Token,
+        origin: Option<Origin>,
+    ) -> Response {
+        self.call(ClientRequest::Release { key, token, origin })
+            .await
+    }
+
+    async fn status(self, _: context::Context) -> NodeStatus {
+        match self.ask(|reply| Event::Status { reply }).await {
+            Some(status) => status,
+            // Only when the core thread is gone, and then the process is exiting.
+            None => future::pending().await,
+        }
+    }
+
+    async fn set_clock(
+        self,
+        _: context::Context,
+        rate: f64,
+        jump_ms: i64,
+    ) -> Result<ClockReading, String> {
+        if !clock_rate_in_range(rate) {
+            return Err(format!(
+                "clock rate {rate} is not within {CLOCK_RATE_MIN}..={CLOCK_RATE_MAX}"
+            ));
+        }
+        self.ask(|reply| Event::SetClock {
+            rate,
+            jump_ms,
+            reply,
+        })
+        .await
+        .ok_or_else(|| "the node is shutting down".to_owned())
+    }
+}
+
+pub(super) async fn serve_clients(listener: TcpListener, events: mpsc::Sender<Event>) {
+    let next_id = Arc::new(AtomicU64::new(1));
+    let slots = Arc::new(Semaphore::new(CLIENT_CONNECTIONS_MAX));
+    loop {
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                warn!(error = %e, "client accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            warn!(
+                bound = CLIENT_CONNECTIONS_MAX,
+                "too many client connections; one closed"
+            );
+            continue;
+        };
+        let (transport, closed) = EofNotify::new(transport(stream));
+        let server = LockServer {
+            events: events.clone(),
+            next_id: next_id.clone(),
+            closed,
+        };
+        tokio::spawn(async move {
+            BaseChannel::with_defaults(transport)
+                .max_concurrent_requests(CLIENT_REQUESTS_PER_CONNECTION_MAX)
+                .execute(server.serve())
+                .for_each(|request| async move {
+                    tokio::spawn(request);
+                })
+                .await;
+            drop(slot);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(events: &mpsc::Sender<Event>) -> (GoneGuard, oneshot::Sender<Response>) {
+        let (reply, answer) = oneshot::channel();
+        let guard = GoneGuard {
+            id: RequestId(7),
+            events: events.clone(),
+            armed: true,
+            answer,
+            key: Some("k".to_owned()),
+        };
+        (guard, reply)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_handler_reports_gone_or_its_undelivered_grant() {
+        // DESIGN.md "Phantom locks": a client gone before it got its answer must not keep
+        // a lock, whether the core had answered yet or not.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (unanswered, reply) = guard(&events);
+        drop(unanswered);
+        assert!(matches!(
+            inbox.try_recv(),
+            Ok(Event::Gone { id: RequestId(7) })
+        ));
+        assert!(
+            reply.send(Response::Granted { token: 3 }).is_err(),
+            "a later answer cannot be sent, so the core thread sees it undelivered"
+        );
+
+        let (granted, reply) = guard(&events);
+        reply.send(Response::Granted { token: 9 }).unwrap();
+        drop(granted);
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 9)),
+            other => panic!("expected Orphaned, got {other:?}"),
+        }
+
+        let (busy, reply) = guard(&events);
+        reply.send(Response::Busy).unwrap();
+        drop(busy);
+        let (mut delivered, _reply) = guard(&events);
+        delivered.armed = false;
+        drop(delivered);
+        assert!(
+            inbox.try_recv().is_err(),
+            "nothing to undo for Busy or a delivered answer"
+        );
+    }
+}

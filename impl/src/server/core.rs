@@ -1,0 +1,299 @@
+//! The core loop: one task owns the [`Node`] and the data dir, steps every input, and
+//! carries out each merged output in the order of the IO contract (see [`Output`]).
+
+use std::collections::HashMap;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use super::clock::Clock;
+use super::peers::{PeerLinks, coalesce_envelopes};
+use super::{BATCH_EVENTS_MAX, Event, PERSIST_CHAIN_MAX, PauseGate, ServerError};
+use crate::bugs::Bug;
+use crate::lock::{Command, Key, Proposal, Token};
+use crate::raft::{
+    ClientRequest, Config, Durable, Input, Node, NodeId, Output, RequestId, Response, Role, Term,
+};
+use crate::rpc::NodeStatus;
+use crate::storage::DataDir;
+
+/// A client request the core has not answered yet.
+#[derive(Debug)]
+struct Pending {
+    reply: oneshot::Sender<Response>,
+    /// The key of an acquire (for the release of a grant nobody received).
+    key: Option<Key>,
+}
+
+/// The core thread's state: the node and everything its outputs act on.
+pub(super) struct Core {
+    node: Node,
+    startup: Output,
+    storage: DataDir,
+    links: PeerLinks,
+    clock: Clock,
+    pending: HashMap<RequestId, Pending>,
+    /// Grants whose client left before they reached it, to release in the next turn.
+    orphans: Vec<(Key, Token)>,
+    persisted_unreported: bool,
+    seen: (Role, Term, Option<NodeId>),
+}
+
+impl Core {
+    pub(super) fn new(
+        config: Config,
+        durable: Durable,
+        storage: DataDir,
+        links: PeerLinks,
+        rate: f64,
+    ) -> Self {
+        let mut clock = Clock::new(rate);
+        let (node, startup) = Node::new(config, durable, clock.now_ms());
+        let status = node.status();
+        Core {
+            node,
+            startup,
+            storage,
+            links,
+            clock,
+            pending: HashMap::new(),
+            orphans: Vec::new(),
+            persisted_unreported: false,
+            seen: (status.role, status.term, status.leader),
+        }
+    }
+
+    pub(super) async fn run(
+        mut self,
+        mut events: mpsc::Receiver<Event>,
+        mut gate: Option<PauseGate>,
+    ) -> Result<(), ServerError> {
+        let startup = std::mem::take(&mut self.startup);
+        self.carry_out(startup)?;
+        loop {
+            if let Some(gate) = &mut gate {
+                gate.pass().await;
+            }
+            let wake = self
+                .node
+                .next_deadline()
+                .map(|at| self.clock.instant_of(at));
+            // Biased: the same inputs give the same order, so a simulated run replays.
+            let first = tokio::select! {
+                biased;
+                event = events.recv() => match event {
+                    Some(event) => Some(event),
+                    None => return Ok(()),
+                },
+                () = sleep_until_some(wake) => None,
+            };
+            // Paused while it waited: what it took in is handled after the pause, as by a
+            // process stopped right after its read returned.
+            if let Some(gate) = &mut gate {
+                gate.pass().await;
+            }
+            let mut output = self.node.step(Input::Tick {
+                now_ms: self.clock.now_ms(),
+            });
+            if self.persisted_unreported {
+                output.extend(self.persisted());
+            }
+            for (key, token) in std::mem::take(&mut self.orphans) {
+                self.release_orphan(key, token, &mut output);
+            }
+            let mut batch = usize::from(first.is_some());
+            if let Some(event) = first {
+                self.handle(event, &mut output);
+            }
+            while batch < BATCH_EVENTS_MAX {
+                match events.try_recv() {
+                    Ok(event) => self.handle(event, &mut output),
+                    Err(_) => break,
+                }
+                batch += 1;
+            }
+            let started = Instant::now();
+            self.carry_out(output)?;
+            debug!(
+                events = batch,
+                carry_out_us = started.elapsed().as_micros(),
+                "turn"
+            );
+            self.log_role_change();
+        }
+    }
+
+    /// Steps the node with `event`'s inputs, merging the outputs into `output`; answers
+    /// queries about the driver itself at once.
+    fn handle(&mut self, event: Event, output: &mut Output) {
+        match event {
+            Event::Peer { from, msgs } => {
+                for msg in msgs {
+                    output.extend(self.node.step(Input::Message { from, msg }));
+                }
+            }
+            Event::Request { id, request, reply } => {
+                let key = match &request {
+                    ClientRequest::Acquire { key, .. } => Some(key.clone()),
+                    ClientRequest::Release { .. } => None,
+                };
+                self.pending.insert(id, Pending { reply, key });
+                output.extend(self.node.step(Input::Request { id, request }));
+            }
+            Event::Orphaned { key, token } => self.release_orphan(key, token, output),
+            Event::Gone { id } => {
+                // An answer the core gives later has nobody to go to.
+                if self.pending.remove(&id).is_some() {
+                    output.extend(self.node.step(Input::ClientGone { id }));
+                }
+            }
+            Event::Status { reply } => {
+                let _ = reply.send(NodeStatus {
+                    raft: self.node.status(),
+                    clock: self.clock.reading(),
+                    pending_requests: self.pending.len(),
+                });
+            }
+            Event::SetClock {
+                rate,
+                jump_ms,
+                reply,
+            } => {
+                let reading = self.clock.set(rate, jump_ms);
+                info!(rate, jump_ms, now_ms = reading.now_ms, "clock set");
+                let _ = reply.send(reading);
+            }
+        }
+    }
+
+    /// Carries out `output` in the order of the IO contract, then feeds back what became
+    /// durable (which may produce more output, carried out the same way, at most
+    /// [`PERSIST_CHAIN_MAX`] times; past that, the next turn reports it).
+    fn carry_out(&mut self, mut output: Output) -> Result<(), ServerError> {
+        for round in 0.. {
+            if !self.carry_out_one(output)? {
+                return Ok(());
+            }
+            if round == PERSIST_CHAIN_MAX {
+                warn!(
+                    bound = PERSIST_CHAIN_MAX,
+                    "the core kept persisting after Persisted; reporting it next turn"
+                );
+                self.persisted_unreported = true;
+                return Ok(());
+            }
+            output = self.persisted();
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Steps the node with `Input::Persisted` for the last durable entry.
+    fn persisted(&mut self) -> Output {
+        self.persisted_unreported = false;
+        let durable = self.storage.durable();
+        let (term, index) = match (durable.entries.last(), &durable.snapshot) {
+            (Some(last), _) => (last.term, last.index),
+            (None, Some(snapshot)) => (snapshot.last_term, snapshot.last_index),
+            (None, None) => (0, 0),
+        };
+        self.node.step(Input::Persisted { term, index })
+    }
+
+    /// Carries out one output in the contract's order; says whether it persisted anything.
+    fn carry_out_one(&mut self, output: Output) -> Result<bool, ServerError> {
+        for envelope in coalesce_envelopes(output.send_now) {
+            self.links.send(envelope);
+        }
+        let persisted = output.persist.is_some();
+        if let Some(persist) = &output.persist {
+            debug!(persist = %describe_persist(persist), "persist");
+            if let Err(e) = self.storage.persist(persist) {
+                error!(
+                    error = %e,
+                    persist = %describe_persist(persist),
+                    durable_last_index = self.storage.durable().last_index(),
+                    "storage failed; stopping without acknowledging"
+                );
+                return Err(e.into());
+            }
+        }
+        for envelope in output.send_after_persist {
+            self.links.send(envelope);
+        }
+        for committed in &output.apply {
+            info!(
+                index = committed.index,
+                term = committed.term,
+                command = ?committed.proposal.command,
+                origin = ?committed.proposal.origin,
+                outcome = ?committed.outcome,
+                "apply"
+            );
+        }
+        for (id, response) in output.respond {
+            if let Some(pending) = self.pending.remove(&id)
+                && let Err(Response::Granted { token }) = pending.reply.send(response)
+                && let Some(key) = pending.key
+            {
+                // The handler is gone: the grant never reached its client.
+                self.orphans.push((key, token));
+            }
+        }
+        Ok(persisted)
+    }
+
+    /// The phantom-lock release of a grant the core answered but whose client left before
+    /// the answer reached it. The core releases grants whose client left while they were
+    /// pending (`Input::ClientGone`); this closes the window after its answer, which only
+    /// the driver sees. Proposed as a system Release of that token (harmless if the key
+    /// moved on: it is then `NotFound`); a follower drops it.
+    fn release_orphan(&mut self, key: Key, token: Token, output: &mut Output) {
+        if self.node.config().bugs.contains(Bug::SkipPhantomRelease) {
+            return;
+        }
+        info!(key = %key, token, "client gone before its grant reached it; releasing");
+        let release = Proposal::system(Command::Release { key, token });
+        output.extend(self.node.step(Input::Propose(release)));
+    }
+
+    fn log_role_change(&mut self) {
+        let status = self.node.status();
+        let now = (status.role, status.term, status.leader);
+        if now != self.seen {
+            info!(
+                role = ?status.role,
+                term = status.term,
+                leader = ?status.leader,
+                commit_index = status.commit_index,
+                "role"
+            );
+            self.seen = now;
+        }
+    }
+}
+
+/// A one-line summary of a persist, for the log.
+fn describe_persist(persist: &crate::raft::Persist) -> String {
+    format!(
+        "snapshot={:?} truncate_from={:?} entries={:?} hard_state={:?}",
+        persist
+            .snapshot
+            .as_ref()
+            .map(|s| (s.last_index, s.last_term)),
+        persist.truncate_from,
+        persist
+            .entries
+            .first()
+            .zip(persist.entries.last())
+            .map(|(first, last)| (first.index, last.index)),
+        persist.hard_state,
+    )
+}
+
+async fn sleep_until_some(wake: Option<Instant>) {
+    match wake {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
+    }
+}

@@ -1,0 +1,384 @@
+//! The tokio driver of a lockd node: it owns a [`Node`], feeds it peer messages, client
+//! requests, departures of clients and clock ticks, and carries out every [`Output`] in the
+//! order of the IO contract (see [`Output`]).
+//!
+//! # Shape
+//!
+//! - **The core thread** owns the `Node` and the data dir. It runs on its own OS thread (a
+//!   current-thread runtime), so the fsync of a persist blocks nothing but the core, never
+//!   the network tasks. Inputs arrive on one bounded mpsc (`Event`). Each turn it takes
+//!   the first ready event (or wakes at the core's `next_deadline`), ticks the clock, drains
+//!   up to [`BATCH_EVENTS_MAX`] more ready events, steps each, and then carries out the
+//!   merged output once (group commit): `send_now`, one `persist` (write + fsync),
+//!   `send_after_persist`, `apply` (logged), `respond`, then `Input::Persisted` with the last
+//!   durable entry. A storage error is fatal: the node stops without answering anything that
+//!   was not durable.
+//! - **Peer links.** One sender task per peer owns a tarpc `Peer` client to that peer's
+//!   `--dial` address (a fault proxy in the harness), fed by a bounded queue that drops when
+//!   full (a lossy network, which Raft tolerates). It connects lazily, reconnects with
+//!   backoff after a broken connection, and gives every call a short deadline, since a
+//!   SIGSTOP'd peer keeps its sockets open and would hang a call forever. Calls on one link
+//!   go one at a time; what queued meanwhile goes out as the next batch, so the link keeps
+//!   TCP order and batches under load. An AppendEntries that a later one in the same output
+//!   or batch supersedes is dropped (see `coalesce_appends`): the core resends every
+//!   unacknowledged entry in each step, and under load that overlap was the bottleneck.
+//!   Incoming peer connections are served in order.
+//! - **Client connections.** Each accepted connection is wrapped in [`EofNotify`], which
+//!   flips a watch flag when the read half ends. tarpc keeps a handler running when its
+//!   client dies abruptly (research/design.md §2.4), so each handler selects on that flag,
+//!   and holds a `GoneGuard` whose drop (connection closed, request cancelled, server-side
+//!   deadline) feeds `Input::ClientGone`: the core then releases a lock granted to nobody.
+//!   When the core had already answered with a grant that never reached the handler's
+//!   client (the answer sat in the handler's channel, or the handler was gone when it was
+//!   sent), the core no longer knows the request, so the driver proposes the release of
+//!   that token itself. What remains is the window after the handler returned and before
+//!   the reply reached a client that then died: the lease is the backstop there.
+//!
+//! # Files
+//!
+//! - `mod.rs`: the configuration, the errors, the core's input events, [`run`].
+//! - `core.rs`: the core loop (group commit, the IO contract, phantom releases).
+//! - `clock.rs`: the node's clock (rate, jumps, never backwards).
+//! - `peers.rs`: the outgoing peer links and the incoming `Peer` service.
+//! - `clients.rs`: the `LockService`, the EOF-aware transport and the departure guard.
+//!
+//! # Under simulation
+//!
+//! Sockets and files come from [`crate::sys`], so the same code runs on turmoil's simulated
+//! network and disk (`locksmith sim`). There the core cannot have an OS thread of its own
+//! (a simulated host is one task set on one thread, driven by the simulator), so it runs as
+//! a task of the host; and every timer and deadline reads tokio's clock, which the
+//! simulator drives, never `std::time::Instant`. A harness-only [`PauseGate`] stops the core
+//! as SIGSTOP stops a process: while closed, the core takes no input and no tick, and when
+//! it opens, the timers that came due meanwhile fire late.
+//!
+//! # The clock
+//!
+//! The core's clock is `offset + elapsed × rate` in milliseconds, from tokio's monotonic
+//! clock. `--clock-rate` and the `set_clock` RPC (the harness's skew and strobe nemesis)
+//! change `rate` and jump `offset`; a backward jump holds the clock still until real time
+//! catches up, since the core requires `Tick` never to go backwards.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tarpc::serde_transport;
+use tarpc::tokio_serde::formats::Json;
+use tarpc::tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{info, warn};
+
+use crate::bugs::Bug;
+use crate::lock::{Key, Token};
+use crate::raft::{ClientRequest, Config, Message, NodeId, RequestId, Response};
+use crate::rpc::{CLOCK_RATE_MAX, CLOCK_RATE_MIN, ClockReading, FRAME_LEN_MAX, NodeStatus};
+use crate::storage::{DataDir, StorageError, SyncMode};
+use crate::sys::net::{TcpListener, TcpStream};
+
+mod clients;
+mod clock;
+mod core;
+mod peers;
+
+pub use clients::EofNotify;
+
+/// At most this many events are stepped before one group commit.
+pub const BATCH_EVENTS_MAX: usize = 512;
+/// Capacity of the core's input queue (peer batches, client requests, departures).
+pub const EVENT_QUEUE_LEN: usize = 4096;
+/// Capacity of each peer link's outgoing queue; a message is dropped when it is full.
+pub const PEER_QUEUE_LEN: usize = 1024;
+/// At most this many messages per `deliver` call.
+pub const PEER_BATCH_MESSAGES_MAX: usize = 256;
+/// The deadline of one `deliver` call.
+pub const PEER_RPC_DEADLINE_MS: u64 = 500;
+/// The deadline of one connection attempt to a peer.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 300;
+/// Reconnect backoff after a failed connection attempt: starts here ...
+pub const PEER_BACKOFF_MIN_MS: u64 = 20;
+/// ... and doubles up to here.
+pub const PEER_BACKOFF_MAX_MS: u64 = 500;
+/// A link whose calls missed this many deadlines in a row is reconnected.
+pub const PEER_DEADLINE_STRIKES_MAX: u32 = 3;
+/// At most this many client connections are served at once; more are closed at accept.
+pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
+/// At most this many peer connections are served at once.
+pub const PEER_CONNECTIONS_MAX: usize = 64;
+/// At most this many requests in flight on one client connection.
+pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
+/// Peer messages with a term above this are dropped: no cluster gets near it (a term per
+/// nanosecond would take 290 years), and the core computes `term + 1`, which must not
+/// overflow on a hostile or corrupted message.
+pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
+/// Steps of `Input::Persisted` chained after one output (each may persist again).
+const PERSIST_CHAIN_MAX: usize = 8;
+
+/// Everything one node needs to run.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// The core's configuration (id, members, timing, seed, bugs).
+    pub raft: Config,
+    /// Where each member listens for peers; this node listens on its own entry.
+    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// Where this node dials each peer (a fault proxy in the harness); defaults to `peers`.
+    pub dial: BTreeMap<NodeId, SocketAddr>,
+    /// Where this node listens for clients.
+    pub client_listen: SocketAddr,
+    /// The data directory (term, vote, log).
+    pub data_dir: PathBuf,
+    /// The initial rate of this node's clock relative to real time.
+    pub clock_rate: f64,
+    /// Harness-only: a gate that stops the core while closed (the simulator's pause).
+    pub pause_gate: Option<PauseGate>,
+}
+
+/// Harness-only control of a node's core, as SIGSTOP and SIGCONT control a process: while
+/// the gate is closed the core takes no input and no tick. The simulator holds the
+/// [`PauseSwitch`]; a real process is paused by a signal instead.
+#[derive(Clone, Debug)]
+pub struct PauseGate(watch::Receiver<bool>);
+
+/// The switch of a [`PauseGate`].
+#[derive(Debug)]
+pub struct PauseSwitch(watch::Sender<bool>);
+
+impl PauseSwitch {
+    /// A new switch, open, and its gate.
+    pub fn new() -> (PauseSwitch, PauseGate) {
+        let (switch, gate) = watch::channel(false);
+        (PauseSwitch(switch), PauseGate(gate))
+    }
+
+    /// Closes (`true`) or opens (`false`) the gate.
+    pub fn set_paused(&self, paused: bool) {
+        self.0.send_replace(paused);
+    }
+
+    /// Whether the gate is closed.
+    pub fn is_paused(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+impl PauseGate {
+    /// Returns at once when open; otherwise when the gate opens (or its switch is gone).
+    async fn pass(&mut self) {
+        let _ = self.0.wait_for(|paused| !*paused).await;
+    }
+}
+
+impl ServerConfig {
+    /// A configuration for `raft.id` of `peers`, dialing the peers directly, clock rate 1.
+    pub fn new(
+        raft: Config,
+        peers: BTreeMap<NodeId, SocketAddr>,
+        client_listen: SocketAddr,
+        data_dir: PathBuf,
+    ) -> Self {
+        ServerConfig {
+            raft,
+            dial: peers.clone(),
+            peers,
+            client_listen,
+            data_dir,
+            clock_rate: 1.0,
+            pause_gate: None,
+        }
+    }
+
+    /// Checks what the core would only assert: the node is a member, every member has an
+    /// address, and the clock rate is in range.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let id = self.raft.id;
+        let invalid = |reason: String| Err(ServerError::Config { reason });
+        if !self.raft.members.contains(&id) {
+            return invalid(format!(
+                "node {id} is not among the members {:?}",
+                self.raft.members
+            ));
+        }
+        for member in &self.raft.members {
+            if !self.peers.contains_key(member) {
+                return invalid(format!("no peer address for member {member}"));
+            }
+        }
+        if let Some(extra) = self.dial.keys().find(|n| !self.raft.members.contains(n)) {
+            return invalid(format!("a dial address for {extra}, which is not a member"));
+        }
+        if !clock_rate_in_range(self.clock_rate) {
+            return invalid(format!(
+                "clock rate {} is not within {CLOCK_RATE_MIN}..={CLOCK_RATE_MAX}",
+                self.clock_rate
+            ));
+        }
+        let (min, max) = (
+            self.raft.election_timeout_min_ms,
+            self.raft.election_timeout_max_ms,
+        );
+        if min == 0 || min >= max {
+            return invalid(format!(
+                "election timeout {min}-{max} ms: need 0 < low < high"
+            ));
+        }
+        if self.raft.heartbeat_ms == 0 || self.raft.heartbeat_ms >= min {
+            return invalid(format!(
+                "heartbeat {} ms: need 0 < heartbeat < election timeout low {min}",
+                self.raft.heartbeat_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn clock_rate_in_range(rate: f64) -> bool {
+    rate.is_finite() && (CLOCK_RATE_MIN..=CLOCK_RATE_MAX).contains(&rate)
+}
+
+/// Why a node could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A flag or configuration value is wrong.
+    #[error("bad configuration: {reason}")]
+    Config {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The data dir could not be opened or written: fatal, nothing undurable is acked.
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    /// The core thread could not be started or ended abnormally.
+    #[error("the core thread: {reason}")]
+    Core {
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// An input to the core thread.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Messages from a peer, in the order they were sent.
+    Peer { from: NodeId, msgs: Vec<Message> },
+    /// A client request; the answer goes to `reply`.
+    Request {
+        id: RequestId,
+        request: ClientRequest,
+        reply: oneshot::Sender<Response>,
+    },
+    /// The client of request `id` left before the core answered it.
+    Gone { id: RequestId },
+    /// The core granted `key` under `token`, but the client left before the grant reached
+    /// it (the answer was still in the handler's channel).
+    Orphaned { key: Key, token: Token },
+    /// A status query.
+    Status { reply: oneshot::Sender<NodeStatus> },
+    /// The clock nemesis.
+    SetClock {
+        rate: f64,
+        jump_ms: i64,
+        reply: oneshot::Sender<ClockReading>,
+    },
+}
+
+/// Runs a node until a fatal error: binds both listeners, opens the data dir, starts the
+/// peer links and the core (an OS thread of its own; a task when simulated).
+pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
+    config.validate()?;
+    let id = config.raft.id;
+    let peer_addr = config.peers[&id];
+    let peer_listener = bind(peer_addr).await?;
+    let client_listener = bind(config.client_listen).await?;
+    let sync = if config.raft.bugs.contains(Bug::NoFsync) {
+        SyncMode::UserBuffer
+    } else {
+        SyncMode::Fsync
+    };
+    let (data_dir, durable) = DataDir::open(&config.data_dir, sync)?;
+    if !data_dir.recovered().is_clean() {
+        warn!(recovered = ?data_dir.recovered(), "the data dir was repaired on open");
+    }
+    info!(
+        node = id,
+        peer_listen = %peer_addr,
+        client_listen = %config.client_listen,
+        last_index = durable.last_index(),
+        term = durable.hard_state.term,
+        "started"
+    );
+
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE_LEN);
+    let links = peers::start_peer_links(&config);
+    tokio::spawn(peers::serve_peers(
+        peer_listener,
+        id,
+        config.raft.members.clone(),
+        events_tx.clone(),
+    ));
+    tokio::spawn(clients::serve_clients(client_listener, events_tx));
+
+    let core = core::Core::new(
+        config.raft.clone(),
+        durable,
+        data_dir,
+        links,
+        config.clock_rate,
+    );
+    let gate = config.pause_gate.clone();
+    if crate::sys::simulated() {
+        // One thread runs every simulated host: the core is a task of this host.
+        return core.run(events_rx, gate).await;
+    }
+    let (done_tx, done_rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("lockd-core-{id}"))
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(|e| ServerError::Core {
+                    reason: format!("cannot build its runtime: {e}"),
+                })
+                .and_then(|runtime| runtime.block_on(core.run(events_rx, gate)));
+            let _ = done_tx.send(result);
+        })
+        .map_err(|e| ServerError::Core {
+            reason: format!("cannot spawn: {e}"),
+        })?;
+    done_rx.await.unwrap_or_else(|_| {
+        Err(ServerError::Core {
+            reason: "it ended without a result (panicked)".to_owned(),
+        })
+    })
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// A tarpc transport over `stream`: JSON in length-delimited frames (Nagle is off on every
+/// stream of [`crate::sys::net`]: each message here is small and latency-bound).
+pub(crate) fn transport<Item, SinkItem>(
+    stream: TcpStream,
+) -> serde_transport::Transport<TcpStream, Item, SinkItem, Json<Item, SinkItem>>
+where
+    Item: for<'de> serde::Deserialize<'de>,
+    SinkItem: serde::Serialize,
+{
+    let codec = LengthDelimitedCodec::builder()
+        .max_frame_length(FRAME_LEN_MAX)
+        .new_codec();
+    serde_transport::new(Framed::new(stream, codec), Json::default())
+}

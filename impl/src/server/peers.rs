@@ -1,0 +1,368 @@
+//! Peer links: one sender task per peer with a bounded, lossy queue (Raft tolerates
+//! loss), reconnecting with backoff, one `deliver` call at a time per link; and the `Peer`
+//! service that queues each incoming batch for the core, in order.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::prelude::*;
+use tarpc::context;
+use tarpc::server::{BaseChannel, Channel};
+use tokio::sync::{Semaphore, mpsc};
+use tracing::{debug, warn};
+
+use super::{
+    Event, PEER_BACKOFF_MAX_MS, PEER_BACKOFF_MIN_MS, PEER_BATCH_MESSAGES_MAX,
+    PEER_CONNECT_TIMEOUT_MS, PEER_CONNECTIONS_MAX, PEER_DEADLINE_STRIKES_MAX, PEER_QUEUE_LEN,
+    PEER_RPC_DEADLINE_MS, PEER_TERM_MAX, ServerConfig, transport,
+};
+use crate::raft::{Envelope, Message, NodeId};
+use crate::rpc::{Peer, PeerClient};
+use crate::sys::net::{TcpListener, TcpStream};
+
+/// The outgoing queues of this node's peer links.
+#[derive(Debug)]
+pub(super) struct PeerLinks {
+    id: NodeId,
+    queues: BTreeMap<NodeId, mpsc::Sender<Message>>,
+    dropped: u64,
+}
+
+impl PeerLinks {
+    /// Queues `envelope` on its link; drops it (a lossy network) when the queue is full.
+    pub(super) fn send(&mut self, envelope: Envelope) {
+        debug_assert_eq!(envelope.source, self.id, "the core sends as itself");
+        let Some(queue) = self.queues.get(&envelope.target) else {
+            warn!(
+                target = envelope.target,
+                "a message to a node that is not a peer; dropped"
+            );
+            return;
+        };
+        if queue.try_send(envelope.msg).is_err() {
+            self.dropped += 1;
+            if self.dropped.is_power_of_two() {
+                warn!(
+                    target = envelope.target,
+                    dropped = self.dropped,
+                    bound = PEER_QUEUE_LEN,
+                    "peer queue full; messages dropped"
+                );
+            }
+        }
+    }
+}
+
+pub(super) fn start_peer_links(config: &ServerConfig) -> PeerLinks {
+    let id = config.raft.id;
+    let mut queues = BTreeMap::new();
+    for &peer in config.raft.members.iter().filter(|m| **m != id) {
+        let addr = config
+            .dial
+            .get(&peer)
+            .copied()
+            .unwrap_or(config.peers[&peer]);
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_LEN);
+        tokio::spawn(peer_link(id, peer, addr, rx));
+        queues.insert(peer, tx);
+    }
+    PeerLinks {
+        id,
+        queues,
+        dropped: 0,
+    }
+}
+
+/// Sends what `queue` yields to `peer` at `addr`, one `deliver` call at a time.
+async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::Receiver<Message>) {
+    let mut client: Option<PeerClient> = None;
+    let mut backoff_ms = PEER_BACKOFF_MIN_MS;
+    let mut strikes = 0;
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < PEER_BATCH_MESSAGES_MAX {
+            match queue.try_recv() {
+                Ok(msg) => batch.push(msg),
+                Err(_) => break,
+            }
+        }
+        coalesce_appends(&mut batch);
+        let link = match &client {
+            Some(link) => link.clone(),
+            None => match connect_peer(addr).await {
+                Ok(link) => {
+                    debug!(peer, %addr, "peer link connected");
+                    backoff_ms = PEER_BACKOFF_MIN_MS;
+                    strikes = 0;
+                    client = Some(link.clone());
+                    link
+                }
+                Err(e) => {
+                    debug!(peer, %addr, error = %e, backoff_ms, "peer link: connect failed");
+                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                    backoff_ms = (backoff_ms * 2).min(PEER_BACKOFF_MAX_MS);
+                    // What queued meanwhile is stale; Raft resends what matters.
+                    while queue.try_recv().is_ok() {}
+                    continue;
+                }
+            },
+        };
+        let deadline = Duration::from_millis(PEER_RPC_DEADLINE_MS);
+        match call_within(deadline, |ctx| link.deliver(ctx, id, batch)).await {
+            Ok(()) => strikes = 0,
+            Err(tarpc::client::RpcError::DeadlineExceeded) => {
+                strikes += 1;
+                if strikes >= PEER_DEADLINE_STRIKES_MAX {
+                    debug!(peer, strikes, "peer link: deadlines missed; reconnecting");
+                    client = None;
+                }
+            }
+            Err(e) => {
+                debug!(peer, error = %e, "peer link broken; reconnecting");
+                client = None;
+            }
+        }
+    }
+}
+
+/// Whether `later` makes `earlier` redundant: both AppendEntries of one term from the same
+/// previous entry, `later` carrying at least as many entries and as new a commit index. A
+/// leader's log only grows within its term, so `later`'s entries extend `earlier`'s, and
+/// delivering only `later` is what a lossy network may do anyway.
+fn supersedes(later: &Message, earlier: &Message) -> bool {
+    match (later, earlier) {
+        (
+            Message::AppendEntries {
+                term: later_term,
+                prev_log_index: later_prev,
+                entries: later_entries,
+                leader_commit: later_commit,
+                ..
+            },
+            Message::AppendEntries {
+                term,
+                prev_log_index,
+                entries,
+                leader_commit,
+                ..
+            },
+        ) => {
+            later_term == term
+                && later_prev == prev_log_index
+                && later_entries.len() >= entries.len()
+                && later_commit >= leader_commit
+        }
+        _ => false,
+    }
+}
+
+/// Drops the AppendEntries of `batch` (messages to one peer, in order) that a later one
+/// supersedes. The core resends every unacknowledged entry in each step's AppendEntries, so
+/// under load a link's queue holds many overlapping ones; sending only the last saves
+/// bytes and the follower's work.
+pub(super) fn coalesce_appends(batch: &mut Vec<Message>) {
+    let mut kept: Vec<Message> = Vec::with_capacity(batch.len());
+    for msg in batch.drain(..).rev() {
+        if kept.iter().any(|later| supersedes(later, &msg)) {
+            continue;
+        }
+        kept.push(msg);
+    }
+    kept.reverse();
+    *batch = kept;
+}
+
+/// [`coalesce_appends`] for the envelopes of one output, per target, keeping the order of
+/// each target's messages.
+pub(super) fn coalesce_envelopes(envelopes: Vec<Envelope>) -> Vec<Envelope> {
+    if envelopes.len() < 2 {
+        return envelopes;
+    }
+    let mut by_target: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
+    let mut source = None;
+    for envelope in envelopes {
+        source = Some(envelope.source);
+        by_target
+            .entry(envelope.target)
+            .or_default()
+            .push(envelope.msg);
+    }
+    let source = source.expect("at least two envelopes");
+    by_target
+        .into_iter()
+        .flat_map(|(target, mut msgs)| {
+            coalesce_appends(&mut msgs);
+            msgs.into_iter().map(move |msg| Envelope {
+                source,
+                target,
+                msg,
+            })
+        })
+        .collect()
+}
+
+/// Calls `call` with a context whose deadline is `within` from now, and ends it at that
+/// deadline on tokio's clock.
+///
+/// tarpc measures deadlines on `std::time::Instant`, which a simulation does not drive: the
+/// tokio timeout here is the deadline that counts (the simulator's clock when simulated),
+/// and tarpc's own, set a little later from the remaining time, only backs it up (and tells
+/// the server how long the caller waits).
+pub(crate) async fn call_within<T, F, Fut>(
+    within: Duration,
+    call: F,
+) -> Result<T, tarpc::client::RpcError>
+where
+    F: FnOnce(context::Context) -> Fut,
+    Fut: Future<Output = Result<T, tarpc::client::RpcError>>,
+{
+    let mut ctx = context::current();
+    ctx.deadline = std::time::Instant::now() + within + TARPC_DEADLINE_SLACK;
+    match tokio::time::timeout(within, call(ctx)).await {
+        Ok(result) => result,
+        Err(_) => Err(tarpc::client::RpcError::DeadlineExceeded),
+    }
+}
+
+/// How much later than the tokio deadline tarpc's own deadline is set (see [`call_within`]).
+pub(crate) const TARPC_DEADLINE_SLACK: Duration = Duration::from_millis(100);
+
+async fn connect_peer(addr: SocketAddr) -> io::Result<PeerClient> {
+    let connect = TcpStream::connect(addr);
+    let stream = tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), connect)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    Ok(PeerClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
+}
+
+/// The `Peer` service: queues each batch for the core, in order.
+#[derive(Clone)]
+struct PeerServer {
+    id: NodeId,
+    members: Arc<Vec<NodeId>>,
+    events: mpsc::Sender<Event>,
+}
+
+impl Peer for PeerServer {
+    async fn deliver(self, _: context::Context, from: NodeId, msgs: Vec<Message>) {
+        if from == self.id || !self.members.contains(&from) {
+            warn!(
+                from,
+                "peer messages from a node that is not a peer; ignored"
+            );
+            return;
+        }
+        let before = msgs.len();
+        let msgs: Vec<Message> = msgs
+            .into_iter()
+            .filter(|msg| msg.term() <= PEER_TERM_MAX)
+            .collect();
+        if msgs.len() < before {
+            warn!(
+                from,
+                dropped = before - msgs.len(),
+                bound = PEER_TERM_MAX,
+                "peer messages with an absurd term; ignored"
+            );
+        }
+        if !msgs.is_empty() {
+            let _ = self.events.send(Event::Peer { from, msgs }).await;
+        }
+    }
+}
+
+pub(super) async fn serve_peers(
+    listener: TcpListener,
+    id: NodeId,
+    members: Vec<NodeId>,
+    events: mpsc::Sender<Event>,
+) {
+    let server = PeerServer {
+        id,
+        members: Arc::new(members),
+        events,
+    };
+    let slots = Arc::new(Semaphore::new(PEER_CONNECTIONS_MAX));
+    loop {
+        let stream = match listener.accept().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                warn!(error = %e, "peer accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            warn!(
+                bound = PEER_CONNECTIONS_MAX,
+                "too many peer connections; one closed"
+            );
+            continue;
+        };
+        let server = server.clone();
+        tokio::spawn(async move {
+            // In order, one request at a time: keeps each link's TCP order into the core.
+            BaseChannel::with_defaults(transport(stream))
+                .execute(server.serve())
+                .for_each(|request| request)
+                .await;
+            drop(slot);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append(term: u64, prev: u64, entries: u64, commit: u64) -> Message {
+        use crate::lock::{Command, Proposal};
+        Message::AppendEntries {
+            term,
+            prev_log_index: prev,
+            prev_log_term: term,
+            entries: (prev + 1..=prev + entries)
+                .map(|index| crate::raft::Entry {
+                    term,
+                    index,
+                    proposal: Proposal::system(Command::Noop),
+                })
+                .collect(),
+            leader_commit: commit,
+        }
+    }
+
+    #[test]
+    fn only_appends_that_a_later_one_covers_are_dropped() {
+        // Raft paper §5.3: an AppendEntries with the same prev entry and more entries of the
+        // same term carries everything the earlier one did; dropping a message is loss.
+        let vote = Message::RequestVoteResponse {
+            term: 3,
+            granted: true,
+        };
+        let mut batch = vec![
+            append(3, 10, 1, 9),
+            vote.clone(),
+            append(3, 10, 3, 10),
+            append(3, 12, 1, 10),
+            append(4, 12, 2, 10),
+            append(3, 10, 2, 11),
+        ];
+        coalesce_appends(&mut batch);
+        assert_eq!(
+            batch,
+            vec![
+                vote,
+                append(3, 10, 3, 10),
+                append(3, 12, 1, 10),
+                append(4, 12, 2, 10),
+                append(3, 10, 2, 11),
+            ],
+            "the first is covered by the third; the third is not covered by the last (fewer \
+             entries), and other prev indexes or terms are kept"
+        );
+    }
+}

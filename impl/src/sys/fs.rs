@@ -1,0 +1,199 @@
+//! Files: `std::fs`, or turmoil's per-host simulated disk inside a simulation.
+//!
+//! The simulated disk keeps writes pending until `sync_all`/`sync_data`, and a crash of the
+//! host drops what was never synced (and new directory entries whose directory was never
+//! synced): exactly the failures the data dir's fsync discipline is there to survive.
+//! Only the calls `crate::storage` makes are here.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+#[cfg(feature = "sim")]
+use turmoil::fs::shim::std::fs as sim;
+
+use super::simulated;
+
+/// An open file.
+#[derive(Debug)]
+pub enum File {
+    /// A real file.
+    Std(std::fs::File),
+    /// A file on the simulated disk.
+    #[cfg(feature = "sim")]
+    Sim(sim::File),
+}
+
+impl File {
+    /// Creates (or truncates) `path` for writing.
+    pub fn create(path: &Path) -> io::Result<File> {
+        #[cfg(feature = "sim")]
+        if simulated() {
+            return sim::File::create(path).map(File::Sim);
+        }
+        std::fs::File::create(path).map(File::Std)
+    }
+
+    /// Opens an existing `path` for appending.
+    pub fn open_append(path: &Path) -> io::Result<File> {
+        #[cfg(feature = "sim")]
+        if simulated() {
+            return sim::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .map(File::Sim);
+        }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(File::Std)
+    }
+
+    /// Opens an existing `path` for writing (no truncation).
+    pub fn open_write(path: &Path) -> io::Result<File> {
+        #[cfg(feature = "sim")]
+        if simulated() {
+            return sim::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map(File::Sim);
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map(File::Std)
+    }
+
+    /// Writes all of `bytes` at the file's position.
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            File::Std(file) => file.write_all(bytes),
+            #[cfg(feature = "sim")]
+            File::Sim(file) => file.write_all(bytes),
+        }
+    }
+
+    /// fdatasync.
+    pub fn sync_data(&self) -> io::Result<()> {
+        match self {
+            File::Std(file) => file.sync_data(),
+            #[cfg(feature = "sim")]
+            File::Sim(file) => file.sync_data(),
+        }
+    }
+
+    /// fsync.
+    pub fn sync_all(&self) -> io::Result<()> {
+        match self {
+            File::Std(file) => file.sync_all(),
+            #[cfg(feature = "sim")]
+            File::Sim(file) => file.sync_all(),
+        }
+    }
+
+    /// Truncates or extends the file to `bytes`.
+    pub fn set_len(&self, bytes: u64) -> io::Result<()> {
+        match self {
+            File::Std(file) => file.set_len(bytes),
+            #[cfg(feature = "sim")]
+            File::Sim(file) => file.set_len(bytes),
+        }
+    }
+}
+
+/// Creates `path` and its missing parents.
+pub fn create_dir_all(path: &Path) -> io::Result<()> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::create_dir_all(path);
+    }
+    std::fs::create_dir_all(path)
+}
+
+/// Creates the directory `path`.
+pub fn create_dir(path: &Path) -> io::Result<()> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::create_dir(path);
+    }
+    std::fs::create_dir(path)
+}
+
+/// Removes `path` and everything under it.
+pub fn remove_dir_all(path: &Path) -> io::Result<()> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::remove_dir_all(path);
+    }
+    std::fs::remove_dir_all(path)
+}
+
+/// Removes the file `path`.
+pub fn remove_file(path: &Path) -> io::Result<()> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::remove_file(path);
+    }
+    std::fs::remove_file(path)
+}
+
+/// Renames `from` to `to`, replacing `to`.
+pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::rename(from, to);
+    }
+    std::fs::rename(from, to)
+}
+
+/// The whole contents of `path`.
+pub fn read(path: &Path) -> io::Result<Vec<u8>> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::read(path);
+    }
+    std::fs::read(path)
+}
+
+/// Whether `path` exists.
+pub fn exists(path: &Path) -> io::Result<bool> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return Ok(sim::exists(path));
+    }
+    path.try_exists()
+}
+
+/// The entries of the directory `path`: each one's path and file name.
+pub fn read_dir(path: &Path) -> io::Result<Vec<(PathBuf, String)>> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        let mut entries = Vec::new();
+        for entry in sim::read_dir(path)? {
+            let entry = entry?;
+            entries.push((
+                entry.path(),
+                entry.file_name().to_string_lossy().into_owned(),
+            ));
+        }
+        return Ok(entries);
+    }
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        entries.push((
+            entry.path(),
+            entry.file_name().to_string_lossy().into_owned(),
+        ));
+    }
+    Ok(entries)
+}
+
+/// fsyncs the directory `path`, so that the entries created or renamed in it survive a
+/// crash.
+pub fn sync_dir(path: &Path) -> io::Result<()> {
+    #[cfg(feature = "sim")]
+    if simulated() {
+        return sim::sync_dir(path);
+    }
+    std::fs::File::open(path).and_then(|dir| dir.sync_all())
+}
