@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::checks;
 use crate::cluster::{Cluster, Layout};
 use crate::faults::{
-    self, FaultKind, FaultOp, FaultOutcome, FaultValue, Nemesis, ResolveContext, Verb,
+    self, FaultKind, FaultOp, FaultOutcome, FaultValue, Nemesis, ResolveContext, Verb, VerbExt,
 };
 use crate::nemeses::{self, Targets};
 use crate::net::kernel::Kernel;
@@ -279,7 +279,7 @@ impl FaultDriver {
             &mut Rng::derive(self.seed, RESOLVE_STREAM, step),
         );
         let value = op.describe(&self.nodes);
-        let verb = op.f.name();
+        let verb = op.f;
         self.recorder.nemesis(verb, &value, "");
         let outcome = if op.acts_on_nothing() {
             FaultOutcome::done("no targets")
@@ -311,11 +311,8 @@ impl FaultDriver {
             return;
         }
         let acted = !op.acts_on_nothing();
-        if op.f.starts_fault() && acted {
-            *counts
-                .by_kind
-                .entry(op.f.kind().name().to_owned())
-                .or_default() += 1;
+        if let Some(kind) = op.f.kind().filter(|_| op.f.starts_fault() && acted) {
+            *counts.by_kind.entry(kind.name().to_owned()).or_default() += 1;
             let detail = match &op.value {
                 FaultValue::Grudge(shape, _) => format!("partition:{}", shape.name()),
                 FaultValue::Clients(c) => format!("pause-clients:{}", c.len()),

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::faults::{self, FaultKind, FaultOp};
+use crate::faults::{self, FaultKind, FaultOp, VerbExt as _};
 use crate::rng::Rng;
 
 /// Stream ids for [`Rng::derive`], so the client and fault streams never share draws.

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+use history::ErrorWord;
 
 use crate::cluster::{Launcher, Layout};
 use crate::{Error, NodeId};
@@ -28,12 +29,12 @@ pub enum Outcome {
     /// `unavailable`, ...) and the node that answered, when known.
     Fail {
         /// The error word.
-        error: String,
+        error: ErrorWord,
         /// The node that answered.
         node: Option<NodeId>,
     },
-    /// Unknown; the error word (`timeout`, ...) and detail.
-    Info(String),
+    /// Unknown; the error word (`timeout`, `gave-up`, `disconnected`, ...).
+    Info(ErrorWord),
 }
 
 /// A lock client of the system, one per client process.

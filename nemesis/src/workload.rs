@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use history::{OpType, Process};
+use history::{AcquireValue, ErrorWord, OpName, OpType, Process};
 
 use crate::recorder::{Recorder, Row};
 use crate::schedule::{ClientGen, ClientOp, Completion};
@@ -266,12 +266,23 @@ impl Worker {
     /// an `info`.
     async fn perform(&mut self, op: &ClientOp) -> Done {
         let (f, key, value, token) = match op {
-            ClientOp::Acquire { key, lease_ms, .. } => ("acquire", key, lease_ms.to_string(), None),
-            ClientOp::Write { key, value, token } => ("write", key, value.clone(), Some(*token)),
-            ClientOp::Release { key, token } => ("release", key, String::new(), Some(*token)),
+            ClientOp::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+            } => (
+                OpName::Acquire,
+                key,
+                AcquireValue::new(*lease_ms, *wait_ms).to_string(),
+                None,
+            ),
+            ClientOp::Write { key, value, token } => {
+                (OpName::Write, key, value.clone(), Some(*token))
+            }
+            ClientOp::Release { key, token } => (OpName::Release, key, String::new(), Some(*token)),
         };
         let invoke = Row {
-            f: f.into(),
+            f: f.as_str().into(),
             key: key.clone(),
             value,
             token,
@@ -299,7 +310,7 @@ impl Worker {
                     node: None,
                 },
                 Err(_) => Outcome::Fail {
-                    error: "stale-token".into(),
+                    error: ErrorWord::StaleToken,
                     node: None,
                 },
             },
@@ -315,12 +326,12 @@ impl Worker {
                 OpType::Fail,
                 None,
                 node.map(|n| format!("n{n}")).unwrap_or_default(),
-                error.clone(),
+                error.as_str().to_owned(),
             ),
-            Outcome::Info(e) => (OpType::Info, None, String::new(), e.clone()),
+            Outcome::Info(e) => (OpType::Info, None, String::new(), e.as_str().to_owned()),
         };
         let complete = Row {
-            f: f.into(),
+            f: f.as_str().into(),
             key: key.clone(),
             token: row_token,
             node,
