@@ -230,6 +230,10 @@ fn role_name(role: Role) -> String {
 }
 
 impl System for Lockd {
+    fn releases_phantom_locks(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "lockd"
     }

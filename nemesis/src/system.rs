@@ -89,6 +89,14 @@ pub trait System: Send + Sync {
         true
     }
 
+    /// True when the system releases the lock of a client that left mid-acquire (lockd's
+    /// phantom-lock release, DESIGN "Phantom locks"). Only then does the workload include
+    /// clients that leave, and the phantom probe run: a system without it keeps such locks
+    /// until their lease ends, which the liveness check would report.
+    fn releases_phantom_locks(&self) -> bool {
+        false
+    }
+
     /// A client for client process `client_id`.
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient>;
 
