@@ -96,7 +96,7 @@ pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
 }
 
 fn lease_ms(op: &Operation) -> Option<u64> {
-    op.invoke.value.split_whitespace().next()?.parse().ok()
+    history::AcquireValue::parse(op.invoke.value.trim()).map(|v| v.lease_ms)
 }
 
 /// The instant until which a grant certainly holds the key: its safe lease end, or just

@@ -11,6 +11,8 @@
 //! - [`fencing`]: tokens unique, strictly increasing in real time, fenced writes never
 //!   stale.
 //! - [`lease`]: no two holders of one key within the drift bound.
+//! - [`liveness`]: recovery after the final heal, phantom-lock release, waiters answered
+//!   (chaos and simulation histories; "not checked" when a history has nothing to judge).
 //! - [`report`]: explanations, the HTML timeline, the latency plot.
 //! - [`cli`]: `locksmith check` and `locksmith convert`, minus the argument parsing.
 //!
@@ -83,6 +85,7 @@ pub mod error;
 pub mod fencing;
 pub mod lease;
 pub mod linear;
+pub mod liveness;
 pub mod model;
 pub mod peer_data;
 pub mod report;
@@ -166,6 +169,8 @@ pub struct Options {
     /// without it, a correct lockd could be reported invalid. Off, hidden grants end only by
     /// their lease.
     pub phantom_release: bool,
+    /// The bounds of the liveness rules ([`liveness`]), run by [`check`] on lock histories.
+    pub liveness: liveness::LivenessOptions,
 }
 
 impl Default for Options {
@@ -176,6 +181,7 @@ impl Default for Options {
             budget: Budget::default(),
             lock_search: LockSearch::Fast,
             phantom_release: true,
+            liveness: liveness::LivenessOptions::default(),
         }
     }
 }
@@ -207,6 +213,11 @@ impl Options {
         }
     }
 
+    /// These options with other liveness bounds.
+    pub fn with_liveness(self, liveness: liveness::LivenessOptions) -> Options {
+        Options { liveness, ..self }
+    }
+
     /// These options with another lock search.
     pub fn with_lock_search(self, lock_search: LockSearch) -> Options {
         Options {
@@ -229,6 +240,9 @@ pub struct CheckResult {
     pub explanation: Option<String>,
     /// The history rows the explanation names (marked on the timeline).
     pub rows: Vec<u64>,
+    /// False when the check had nothing to judge ("not checked"): its verdict is then
+    /// `Unknown` with the reason, and it does not take part in the merged verdict.
+    pub checked: bool,
 }
 
 impl CheckResult {
@@ -239,6 +253,19 @@ impl CheckResult {
             verdict,
             explanation: None,
             rows: Vec::new(),
+            checked: true,
+        }
+    }
+
+    /// A check that had nothing to judge: "not checked", never "valid"; left out of the
+    /// merged verdict.
+    pub fn not_checked(name: &str, reason: String) -> CheckResult {
+        CheckResult {
+            name: name.to_string(),
+            verdict: Verdict::unknown(format!("not checked: {reason}")),
+            explanation: None,
+            rows: Vec::new(),
+            checked: false,
         }
     }
 
@@ -249,6 +276,7 @@ impl CheckResult {
             verdict: Verdict::Invalid,
             explanation: Some(explanation),
             rows,
+            checked: true,
         }
     }
 }
@@ -266,7 +294,12 @@ pub struct Check {
 
 /// Merges named results into one [`Check`] (STYLE practice 7).
 pub fn compose(results: Vec<CheckResult>) -> Check {
-    let verdict = Verdict::merge_all(results.iter().map(|r| r.verdict.clone()));
+    let verdict = Verdict::merge_all(
+        results
+            .iter()
+            .filter(|r| r.checked)
+            .map(|r| r.verdict.clone()),
+    );
     Check { verdict, results }
 }
 
@@ -280,7 +313,11 @@ impl Check {
     /// name and verdict; empty when all passed.
     pub fn explanation(&self) -> String {
         let mut out = String::new();
-        for result in self.results.iter().filter(|r| !r.verdict.is_valid()) {
+        for result in self
+            .results
+            .iter()
+            .filter(|r| r.checked && !r.verdict.is_valid())
+        {
             out.push_str(&format!("{}: {}\n", result.name, result.verdict));
             if let Some(text) = &result.explanation {
                 out.push_str(text);
@@ -301,15 +338,34 @@ impl Check {
     }
 }
 
-/// Runs the checks of `options.model` on a history: for `lock`, linearizability, fencing
-/// and lease safety; for `register` and `kv`, linearizability.
+/// Runs the checks of `options.model` on a history: for `lock`, linearizability, fencing,
+/// lease safety and liveness (which reads the nemesis rows; "not checked" when the history
+/// has nothing it can judge); for `register` and `kv`, linearizability.
 ///
 /// Returns `Err` only when the history breaks a rule of schema v1 (as `history::pair`
 /// checks). A check that cannot read an operation, runs out of budget or panics gives
 /// `Unknown` with the reason.
 pub fn check(ops: &[Op], options: &Options) -> Result<Check, CheckError> {
-    let history = history::pair(ops)?;
-    Ok(check_operations(&history, options))
+    let paired = history::pair::pair_with_faults(ops)?;
+    Ok(check_paired(&paired, options))
+}
+
+/// [`check`] on a history already paired with its faults.
+pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check {
+    let mut check = check_operations(&paired.operations, options);
+    if options.model == ModelKind::Lock {
+        let liveness = guarded(liveness::NAME, || {
+            Ok(liveness::check_result(
+                paired,
+                &options.liveness,
+                options.drift,
+            ))
+        });
+        let mut results = std::mem::take(&mut check.results);
+        results.push(liveness);
+        check = compose(results);
+    }
+    check
 }
 
 /// [`check`] on already paired operations.

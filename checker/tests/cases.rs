@@ -4,7 +4,7 @@
 //! Which checks apply, by area: `lock/` runs linearizability (the lock model), fencing
 //! and lease safety; `fencing/` fencing; `lease/` lease safety and linearizability (the
 //! lock spec holds DESIGN's expiry bound); `register/` linearizability
-//! against the register model. `malformed/` cases must fail to parse, with the message in
+//! against the register model; `liveness/` the liveness rules. `malformed/` cases must fail to parse, with the message in
 //! their `.expect`.
 //!
 //! `LOCKSMITH_REWRITE=1 cargo test -p checker --test cases` rewrites the `.expect` files of
@@ -47,6 +47,14 @@ fn run(area: &str, path: &Path) -> Check {
             let options = Options::for_model(ModelKind::Register);
             checker::check_operations(&paired, &options)
         }
+        // Liveness cases: only the liveness result of the one entry point, which must have
+        // judged something (a "not checked" result would not be valid).
+        "liveness" => {
+            let check = checker::check(&ops, &options).unwrap();
+            let liveness = check.result("liveness").expect("a liveness result").clone();
+            assert!(liveness.checked, "{}: {}", path.display(), liveness.verdict);
+            checker::compose(vec![liveness])
+        }
         other => panic!("no checks for area {other}"),
     }
 }
@@ -57,7 +65,7 @@ fn every_case_has_the_verdict_of_its_folder_and_its_golden_explanation() {
     let rewrite = std::env::var("LOCKSMITH_REWRITE").is_ok_and(|v| v == "1");
     let mut checked = 0;
     let mut failures = Vec::new();
-    for area in ["lock", "fencing", "lease", "register"] {
+    for area in ["lock", "fencing", "lease", "register", "liveness"] {
         for folder in ["valid", "invalid"] {
             let dir = cases_dir().join(area).join(folder);
             for path in csv_files(&dir) {

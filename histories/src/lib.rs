@@ -4,6 +4,8 @@
 //! - [`csv`]: read ([`csv::read_path`], [`csv::read_str`], [`csv::Reader`]) and write
 //!   ([`csv::Writer`]) CSV schema v1, documented in `histories/README.md`.
 //! - [`mod@pair`]: invokes paired with completions, [`pair::Operation`], for the checkers.
+//! - [`vocab`]: the vocabulary, defined once: op names, error words, fault verbs and their
+//!   pairs, fault spans.
 //! - [`convert`]: Jepsen and Porcupine histories into [`Op`]s.
 //! - [`error`]: [`ParseError`] (`line:column: reason`), [`PairError`], [`Violation`].
 //!
@@ -53,7 +55,9 @@ pub mod csv;
 pub mod error;
 pub mod op;
 pub mod pair;
+pub mod vocab;
 
 pub use error::{PairError, ParseError, ParseErrorKind, Violation};
 pub use op::{Op, OpType, Process};
 pub use pair::{Operation, pair};
+pub use vocab::{AcquireValue, ErrorWord, FaultSpan, FaultVerb, OpName, fault_spans};

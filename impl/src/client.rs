@@ -74,17 +74,6 @@ impl ClientError {
     pub fn is_definite(&self) -> bool {
         !matches!(self, ClientError::Unknown(_))
     }
-
-    /// The history's `error` column for this outcome (DESIGN.md, "Histories").
-    pub fn history_error(&self) -> &'static str {
-        match self {
-            ClientError::Busy => "busy",
-            ClientError::NotHolder => "not-holder",
-            ClientError::Invalid(_) => "invalid",
-            ClientError::Unavailable(_) => "unavailable",
-            ClientError::Unknown(_) => "timeout",
-        }
-    }
 }
 
 /// Bounds and timing of a [`Client`]. Every field with a unit has it last.
@@ -572,8 +561,6 @@ mod tests {
         }
         let unknown = ClientError::Unknown("x".into());
         assert!(!unknown.is_definite());
-        assert_eq!(unknown.history_error(), "timeout");
-        assert_eq!(ClientError::Busy.history_error(), "busy");
     }
 
     #[tokio::test]

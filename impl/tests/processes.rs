@@ -182,7 +182,18 @@ mod basics {
     fn bad_flags_exit_2_with_a_clear_error() {
         // Issue 4: bad flags -> a clear error, exit 2.
         let dir = tempfile::tempdir().unwrap();
-        let cases: [(&[&str], &str); 3] = [
+        let cases: [(&[&str], &str); 4] = [
+            (
+                &[
+                    "--id",
+                    "1",
+                    "--peers",
+                    "1=127.0.0.1:1,2=127.0.0.1:1",
+                    "--client-listen",
+                    "127.0.0.1:2",
+                ],
+                "is given to node 1 and node 2",
+            ),
             (&["--id", "1", "--peers", "1=nope"], "address"),
             (
                 &[
@@ -220,6 +231,49 @@ mod basics {
             assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
             assert!(stderr.contains(needle), "{args:?}: {stderr}");
         }
+    }
+
+    #[test]
+    fn a_second_lockd_on_a_data_dir_in_use_is_refused() {
+        // Issue 13: lockd flocks its data dir before it binds a port; a second process
+        // with other ports on the same dir exits 1 with a clear error.
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<u16> = (0..4)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let start = |peer: u16, client: u16| {
+            std::process::Command::new(lockd())
+                .args(["--id", "1", "--peers", &format!("1=127.0.0.1:{peer}")])
+                .args(["--client-listen", &format!("127.0.0.1:{client}")])
+                .arg("--data-dir")
+                .arg(dir.path())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let mut first = start(ports[0], ports[1]);
+        // The first holds the lock once it has written its pid into the lock file.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(dir.path().join("lock")).is_ok_and(|t| t.contains("pid")) {
+            assert!(
+                Instant::now() < deadline,
+                "the first lockd never took the lock"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let second = start(ports[2], ports[3]).wait_with_output().unwrap();
+        let _ = first.kill();
+        let _ = first.wait();
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("is in use by another process")
+                && stderr.contains(&format!("pid {}", first.id())),
+            "{stderr}"
+        );
     }
 }
 

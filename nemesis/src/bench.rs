@@ -499,7 +499,7 @@ mod tests {
                 let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 if call % self.fail_every == 0 {
-                    Outcome::Info(format!("call {call}"))
+                    Outcome::Info(history::ErrorWord::Timeout)
                 } else {
                     Outcome::Ok {
                         token: Some(call),

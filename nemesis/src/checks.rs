@@ -1,44 +1,41 @@
-//! Runs every check on a recorded history and writes the reports (`timeline.html`, and
-//! `latency.svg`: latency over time with nemesis periods shaded).
+//! Runs every check on a recorded history through the checker's one entry point
+//! (`checker::check_paired`, as `locksmith check` does) and writes the reports
+//! (`timeline.html`, and `latency.svg`: latency over time with nemesis periods shaded).
 //!
 //! The history is read back from `history.csv`, so the checks see exactly the file a user
-//! would give `locksmith check`. This is the one place that calls the `checker` crate.
+//! would give `locksmith check`. The verdict stays a typed [`Verdict`] until it is printed.
 
 use std::path::Path;
 
-use checker::{Options, Verdict};
+use checker::{Check, Options, Verdict};
 
 use crate::recorder::write_file;
 
 /// The checks' result, ready for results.json and the exit code.
 #[derive(Clone, Debug)]
 pub struct CheckOutput {
-    /// `valid`, `invalid` or `unknown`.
-    pub verdict: String,
-    /// 0, 1 or 2.
-    pub exit_code: i32,
+    /// The merged verdict of every check (unknown when the history could not be read).
+    pub verdict: Verdict,
     /// The explanation in words (empty when valid).
     pub explanation: String,
-    /// Per-check results.
-    pub json: serde_json::Value,
+    /// Per-check results; `None` when the history could not be read.
+    pub check: Option<Check>,
+    /// Reports that could not be written.
+    pub report_errors: Vec<String>,
 }
 
 fn unknown(reason: String) -> CheckOutput {
     CheckOutput {
-        verdict: Verdict::Unknown {
-            reason: reason.clone(),
-        }
-        .as_str()
-        .to_owned(),
-        exit_code: 2,
-        explanation: reason.clone(),
-        json: serde_json::json!({ "error": reason }),
+        verdict: Verdict::unknown(reason.clone()),
+        explanation: reason,
+        check: None,
+        report_errors: Vec::new(),
     }
 }
 
-/// Checks `dir/history.csv` (lock model, default drift) and writes `timeline.html` and
-/// `latency.svg` into `dir`.
-pub fn check_history(dir: &Path) -> CheckOutput {
+/// Checks `dir/history.csv` (lock model, default drift, default liveness bounds) and
+/// writes `timeline.html` and `latency.svg` into `dir`.
+pub fn check_history(dir: &Path, options: &Options) -> CheckOutput {
     let path = dir.join("history.csv");
     let ops = match history::csv::read_path(&path) {
         Ok(ops) => ops,
@@ -48,7 +45,7 @@ pub fn check_history(dir: &Path) -> CheckOutput {
         Ok(p) => p,
         Err(e) => return unknown(format!("{}: {e}", path.display())),
     };
-    let check = checker::check_operations(&paired.operations, &Options::default());
+    let check = checker::check_paired(&paired, options);
     let title = dir.display().to_string();
     let mut report_errors = Vec::new();
     let timeline = checker::report::timeline::render(&title, &paired, &check);
@@ -59,14 +56,10 @@ pub fn check_history(dir: &Path) -> CheckOutput {
     if let Err(e) = write_file(&dir.join("latency.svg"), &plot) {
         report_errors.push(e.to_string());
     }
-    let mut json = serde_json::to_value(&check).unwrap_or_default();
-    if !report_errors.is_empty() {
-        json["report_errors"] = serde_json::json!(report_errors);
-    }
     CheckOutput {
-        verdict: check.verdict.as_str().to_owned(),
-        exit_code: check.verdict.exit_code(),
+        verdict: check.verdict.clone(),
         explanation: check.explanation(),
-        json,
+        check: Some(check),
+        report_errors,
     }
 }

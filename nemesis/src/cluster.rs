@@ -104,9 +104,42 @@ impl Layout {
         Ok(layout)
     }
 
+    /// As [`Layout::new`], but the ports stay bound until the reservation is released, so
+    /// that listeners bound meanwhile on port 0 (the fault proxy's) cannot take them. Release
+    /// it right before the nodes start.
+    pub fn reserve(n: u64, dir: &Path) -> Result<(Layout, PortReservation), Error> {
+        let listeners: Vec<TcpListener> = (0..2 * n)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::Io(format!("free port: {e}")))?;
+        let ports: Vec<SocketAddr> = listeners
+            .iter()
+            .map(|l| l.local_addr().map_err(|e| Error::Io(e.to_string())))
+            .collect::<Result<_, _>>()?;
+        let mut layout = Layout::new(n, dir)?;
+        for (i, id) in layout.nodes.clone().iter().enumerate() {
+            layout.peer.insert(*id, ports[2 * i]);
+            layout.client.insert(*id, ports[2 * i + 1]);
+        }
+        Ok((layout, PortReservation { listeners }))
+    }
+
     /// The client addresses in node order (node i+1 is the i-th).
     pub fn client_addrs(&self) -> Vec<SocketAddr> {
         self.client.values().copied().collect()
+    }
+}
+
+/// Ports held for a [`Layout`] until the nodes start (see [`Layout::reserve`]).
+#[derive(Debug)]
+pub struct PortReservation {
+    listeners: Vec<TcpListener>,
+}
+
+impl PortReservation {
+    /// Frees the ports for the nodes.
+    pub fn release(self) {
+        drop(self.listeners);
     }
 }
 
@@ -126,7 +159,39 @@ struct NodeProcess {
     child: Option<Child>,
     paused: bool,
     starts: u32,
+    kills: u32,
+    pauses: u32,
+    /// Exits the nemesis did not cause (crashes, a port already in use, ...).
+    exits: u32,
+    /// Time running before the current start, and when the current start began.
+    up: Duration,
+    since: Option<Instant>,
     options: LaunchOptions,
+}
+
+impl NodeProcess {
+    fn stopped(&mut self) {
+        if let Some(since) = self.since.take() {
+            self.up += since.elapsed();
+        }
+    }
+}
+
+/// What happened to one node during a run (results.json `nodes`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NodeStats {
+    /// The node.
+    pub node: NodeId,
+    /// Times started (1 + restarts).
+    pub starts: u32,
+    /// SIGKILLs by the nemesis.
+    pub kills: u32,
+    /// SIGSTOPs by the nemesis.
+    pub pauses: u32,
+    /// Exits the nemesis did not cause.
+    pub exits: u32,
+    /// Time its process existed (paused time included), ms.
+    pub uptime_ms: u64,
 }
 
 /// Node processes and their state.
@@ -151,6 +216,11 @@ impl Cluster {
                     child: None,
                     paused: false,
                     starts: 0,
+                    kills: 0,
+                    pauses: 0,
+                    exits: 0,
+                    up: Duration::ZERO,
+                    since: None,
                     options: LaunchOptions::default(),
                 };
                 (*id, p)
@@ -212,6 +282,7 @@ impl Cluster {
         node.child = Some(child);
         node.paused = false;
         node.starts += 1;
+        node.since = Some(Instant::now());
         Ok(())
     }
 
@@ -225,6 +296,30 @@ impl Cluster {
     /// How many times a node was started.
     pub fn starts(&self, id: NodeId) -> u32 {
         self.lock().get(&id).map_or(0, |n| n.starts)
+    }
+
+    /// Per node: starts, kills, pauses, exits and uptime so far.
+    pub fn stats(&self) -> Vec<NodeStats> {
+        self.lock()
+            .iter()
+            .map(|(id, n)| NodeStats {
+                node: *id,
+                starts: n.starts,
+                kills: n.kills,
+                pauses: n.pauses,
+                exits: n.exits,
+                uptime_ms: (n.up + n.since.map_or(Duration::ZERO, |s| s.elapsed())).as_millis()
+                    as u64,
+            })
+            .collect()
+    }
+
+    /// The last `lines` lines of node `id`'s log (for an error message).
+    pub fn log_tail(&self, id: NodeId, lines: usize) -> String {
+        let path = self.log_dir.join(format!("n{id}.log"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// Nodes not running (killed, or exited on their own).
@@ -255,6 +350,8 @@ impl Cluster {
             return Ok(());
         };
         node.paused = false;
+        node.kills += 1;
+        node.stopped();
         drop(procs);
         let pgid = Pid::from_raw(child.id() as i32);
         let _ = killpg(pgid, Signal::SIGCONT);
@@ -288,6 +385,9 @@ impl Cluster {
         };
         killpg(Pid::from_raw(child.id() as i32), signal)
             .map_err(|e| Error::Cluster(format!("node {id}: {signal}: {e}")))?;
+        if paused && !node.paused {
+            node.pauses += 1;
+        }
         node.paused = paused;
         Ok(())
     }
@@ -319,6 +419,8 @@ impl Cluster {
             {
                 registry().remove(&(child.id() as i32));
                 node.paused = false;
+                node.exits += 1;
+                node.stopped();
                 out.push((*id, status));
             }
         }

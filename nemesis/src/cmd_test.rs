@@ -24,8 +24,10 @@ pub struct TestArgs {
     #[arg(long, default_value_t = 60)]
     time_s: u64,
     /// Fault kinds: kill, pause, partition, clock (comma-separated; `none` for none).
-    #[arg(long, default_value = "kill,pause,partition,clock")]
-    nemesis: String,
+    /// Default: the system's own (lockd: all four; etcd: kill,pause, plus partition with
+    /// --net kernel as root).
+    #[arg(long)]
+    nemesis: Option<String>,
     /// Client slots.
     #[arg(long, default_value_t = 10)]
     concurrency: u64,
@@ -63,14 +65,39 @@ pub struct TestArgs {
     store: PathBuf,
 }
 
+/// The fault kinds a system applies when `--nemesis` is not given, and what it leaves out
+/// (said on stderr).
+fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
+    if args.system != "etcd" {
+        return FaultKind::ALL.to_vec();
+    }
+    let mut kinds = vec![FaultKind::Kill, FaultKind::Pause];
+    let mut left_out = vec!["clock (etcd has no lease-clock control)".to_owned()];
+    match (args.net.as_str(), nemesis::net::owner::Owner::available()) {
+        ("kernel", Ok(())) => kinds.push(FaultKind::Partition),
+        ("kernel", Err(why)) => left_out.push(format!("partition ({why})")),
+        _ => left_out.push(
+            "partition (etcd has one peer URL per member: it needs --net kernel as root)"
+                .to_owned(),
+        ),
+    }
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    eprintln!(
+        "locksmith test: --system etcd: faults {}; left out: {}",
+        names.join(","),
+        left_out.join("; ")
+    );
+    kinds
+}
+
 fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
-    let nemesis = if args.nemesis == "none" || args.nemesis.is_empty() {
-        Vec::new()
-    } else {
-        args.nemesis
+    let nemesis = match args.nemesis.as_deref() {
+        None => default_nemesis(args),
+        Some("none") | Some("") => Vec::new(),
+        Some(list) => list
             .split(',')
             .map(|s| s.trim().parse::<FaultKind>())
-            .collect::<Result<_, _>>()?
+            .collect::<Result<_, _>>()?,
     };
     if args.nodes == 0 || args.concurrency == 0 || args.keys == 0 {
         anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
@@ -217,6 +244,28 @@ fn print_summary(options: &TestOptions, system: &str, outcome: &run::RunOutcome)
     println!("store: {}", outcome.dir.display());
     println!("ops: {}", r["ops"]);
     println!("faults: {}", r["faults"]["by_kind"]);
+    if outcome.fault_notes.is_empty() {
+        println!("fault notes: every fault acted, every node was targeted");
+    } else {
+        println!("fault notes: {}", outcome.fault_notes.join("; "));
+    }
+    println!("nodes: {}", r["nodes"]);
+    if let Some(liveness) = r["checks"]["results"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["name"] == "liveness"))
+    {
+        let counts = liveness["explanation"].as_str().unwrap_or("");
+        let first = counts.lines().last().unwrap_or("");
+        println!(
+            "liveness: {}{} {first}",
+            liveness["verdict"].as_str().unwrap_or("?"),
+            if liveness["checked"] == false {
+                " (not checked)"
+            } else {
+                ""
+            }
+        );
+    }
     println!("recovery: {}", r["recovery"]);
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());

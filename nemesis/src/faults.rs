@@ -15,7 +15,6 @@
 //! skew or strobe/reset-clock.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
@@ -74,80 +73,42 @@ impl FromStr for FaultKind {
     }
 }
 
-/// A fault verb: the `f` column of a nemesis row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Verb {
-    /// SIGKILL nodes.
-    Kill,
-    /// Start killed nodes again from their data dirs.
-    Restart,
-    /// SIGSTOP nodes.
-    Pause,
-    /// SIGCONT paused nodes.
-    Resume,
-    /// Stall client processes (a GC pause of a lock holder): they start no op until resumed.
-    PauseClients,
-    /// Let stalled clients go on.
-    ResumeClients,
-    /// Apply a grudge.
-    Partition,
-    /// Cut nothing.
-    Heal,
-    /// Run nodes' lease clocks at another rate and/or jump them.
-    Skew,
-    /// Jump nodes' lease clocks back and forth.
-    Strobe,
-    /// Run the lease clocks at the normal rate again.
-    ResetClock,
-}
+/// A fault verb: the `f` column of a nemesis row, from the history's one vocabulary.
+pub use history::FaultVerb as Verb;
 
-impl Verb {
+/// What the harness adds to a vocabulary verb: its spelling under the old name, and the
+/// family whose nemesis performs it.
+pub trait VerbExt {
     /// The history's spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Verb::Kill => "kill",
-            Verb::Restart => "restart",
-            Verb::Pause => "pause",
-            Verb::Resume => "resume",
-            Verb::PauseClients => "pause-clients",
-            Verb::ResumeClients => "resume-clients",
-            Verb::Partition => "partition",
-            Verb::Heal => "heal",
-            Verb::Skew => "skew",
-            Verb::Strobe => "strobe",
-            Verb::ResetClock => "reset-clock",
-        }
-    }
-
-    /// The family the verb belongs to.
-    pub fn kind(self) -> FaultKind {
-        match self {
-            Verb::Kill | Verb::Restart => FaultKind::Kill,
-            Verb::Pause | Verb::Resume | Verb::PauseClients | Verb::ResumeClients => {
-                FaultKind::Pause
-            }
-            Verb::Partition | Verb::Heal => FaultKind::Partition,
-            Verb::Skew | Verb::Strobe | Verb::ResetClock => FaultKind::Clock,
-        }
-    }
-
-    /// True for verbs that start a fault (as opposed to undoing one).
-    pub fn starts_fault(self) -> bool {
-        matches!(
-            self,
-            Verb::Kill
-                | Verb::Pause
-                | Verb::PauseClients
-                | Verb::Partition
-                | Verb::Skew
-                | Verb::Strobe
-        )
-    }
+    fn name(self) -> &'static str;
+    /// The family the verb belongs to; `None` for the `recover` marker, which no nemesis
+    /// performs.
+    fn kind(self) -> Option<FaultKind>;
 }
 
-impl fmt::Display for Verb {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+impl VerbExt for Verb {
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+
+    fn kind(self) -> Option<FaultKind> {
+        match self {
+            Verb::Kill | Verb::Restart => Some(FaultKind::Kill),
+            Verb::Pause | Verb::Resume | Verb::PauseClients | Verb::ResumeClients => {
+                Some(FaultKind::Pause)
+            }
+            // The link faults (hold, slow, flaky) are the net's, as partitions are.
+            Verb::Partition
+            | Verb::Heal
+            | Verb::Hold
+            | Verb::Release
+            | Verb::Slow
+            | Verb::Unslow
+            | Verb::Flaky
+            | Verb::Unflaky => Some(FaultKind::Partition),
+            Verb::Skew | Verb::Strobe | Verb::ResetClock => Some(FaultKind::Clock),
+            Verb::Recover => None,
+        }
     }
 }
 
@@ -625,7 +586,7 @@ impl Nemesis for Composed {
     }
 
     fn invoke(&mut self, op: &FaultOp) -> FaultOutcome {
-        match self.route.get(&op.f.kind()) {
+        match op.f.kind().and_then(|kind| self.route.get(&kind)) {
             Some(i) => self.children[*i].invoke(op),
             None => FaultOutcome::failed(format!("no nemesis handles {}", op.f.name())),
         }

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
+use history::ErrorWord;
 use lockd::client::{Client, ClientError};
 use lockd::raft::Role;
 
@@ -163,14 +164,26 @@ fn outcome<T>(
             node,
         },
         Err(ClientError::Unavailable(_)) => Outcome::Fail {
-            error: "unavailable".into(),
+            error: ErrorWord::Unavailable,
             node: None,
         },
         Err(e) if e.is_definite() => Outcome::Fail {
-            error: e.history_error().to_owned(),
+            error: error_word(&e),
             node,
         },
-        Err(e) => Outcome::Info(e.history_error().to_owned()),
+        Err(e) => Outcome::Info(error_word(&e)),
+    }
+}
+
+/// The history's word for a lockd client error. lockd's client knows nothing of the
+/// history (DESIGN: lockd knows nothing of the harness), so the mapping lives here.
+pub fn error_word(error: &ClientError) -> ErrorWord {
+    match error {
+        ClientError::Busy => ErrorWord::Busy,
+        ClientError::NotHolder => ErrorWord::NotHolder,
+        ClientError::Invalid(_) => ErrorWord::Invalid,
+        ClientError::Unavailable(_) => ErrorWord::Unavailable,
+        ClientError::Unknown(_) => ErrorWord::Timeout,
     }
 }
 
@@ -217,6 +230,10 @@ fn role_name(role: Role) -> String {
 }
 
 impl System for Lockd {
+    fn releases_phantom_locks(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "lockd"
     }

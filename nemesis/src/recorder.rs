@@ -106,9 +106,9 @@ impl Recorder {
 
     /// Records a nemesis row. Nemesis rows are always `info` (histories/README.md): one
     /// before the fault acts and one, with the same `f` and `value`, after it.
-    pub fn nemesis(&self, f: &str, value: &str, error: &str) -> Op {
+    pub fn nemesis(&self, f: history::FaultVerb, value: &str, error: &str) -> Op {
         let row = Row {
-            f: f.to_owned(),
+            f: f.as_str().to_owned(),
             value: value.to_owned(),
             error: error.to_owned(),
             ..Row::default()
@@ -222,7 +222,7 @@ mod tests {
                 ..row
             },
         );
-        rec.nemesis("partition", "n1 n2 | n3 n4 n5", "");
+        rec.nemesis(history::FaultVerb::Partition, "n1 n2 | n3 n4 n5", "");
         let text = std::fs::read_to_string(&path).expect("read");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], HEADER.join(","));

@@ -16,12 +16,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
+use checker::Verdict;
 
 use crate::checks;
 use crate::cluster::{Cluster, Layout};
 use crate::faults::{
-    self, FaultKind, FaultOp, FaultOutcome, FaultValue, Nemesis, ResolveContext, Verb,
+    self, FaultKind, FaultOp, FaultOutcome, FaultValue, Nemesis, ResolveContext, Verb, VerbExt,
 };
 use crate::nemeses::{self, Targets};
 use crate::net::kernel::Kernel;
@@ -129,10 +129,12 @@ pub struct RunOutcome {
     pub dir: PathBuf,
     /// 0 valid, 1 invalid, 2 unknown.
     pub exit_code: i32,
-    /// `valid`, `invalid` or `unknown`.
-    pub verdict: String,
-    /// The results, as written to results.json.
+    /// The merged verdict: the checks' and the run's own (node health, recovery).
+    pub verdict: Verdict,
+    /// The results, as written to results.json (from [`Results`]).
     pub results: serde_json::Value,
+    /// Faults that failed or did nothing, and nodes the nemesis never acted on, in words.
+    pub fault_notes: Vec<String>,
     /// The checks' explanation in words.
     pub explanation: String,
 }
@@ -144,6 +146,12 @@ struct FaultCounts {
     by_detail: BTreeMap<String, u64>,
     failed: u64,
     total: AtomicU64,
+    /// Fault ops that failed, with why.
+    failures: Vec<String>,
+    /// Fault ops that had no target.
+    no_targets: Vec<String>,
+    /// Nodes some fault targeted.
+    touched: BTreeSet<NodeId>,
 }
 
 /// Messages to the nemesis thread.
@@ -278,8 +286,16 @@ impl FaultDriver {
             &context,
             &mut Rng::derive(self.seed, RESOLVE_STREAM, step),
         );
-        let value = op.describe(&self.nodes);
-        let verb = op.f.name();
+        let mut value = op.describe(&self.nodes);
+        if planned.needs_leader() {
+            // The leader the op was aimed at, so the run replays from its seed and a reader
+            // sees whether the fault hit the leader.
+            let leader = context
+                .leader
+                .map_or("none".to_owned(), |l| format!("n{l}"));
+            value.push_str(&format!(" leader={leader}"));
+        }
+        let verb = op.f;
         self.recorder.nemesis(verb, &value, "");
         let outcome = if op.acts_on_nothing() {
             FaultOutcome::done("no targets")
@@ -292,10 +308,10 @@ impl FaultDriver {
             outcome.detail.clone()
         };
         self.recorder.nemesis(verb, &value, &error);
-        self.note(planned, &op, &outcome);
+        self.note(planned, &op, &outcome, &value);
     }
 
-    fn note(&self, planned: &FaultOp, op: &FaultOp, outcome: &FaultOutcome) {
+    fn note(&self, planned: &FaultOp, op: &FaultOp, outcome: &FaultOutcome, value: &str) {
         {
             let mut skewed = self.skewed.lock().unwrap_or_else(|p| p.into_inner());
             match op.f {
@@ -306,16 +322,31 @@ impl FaultDriver {
         }
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         counts.total.fetch_add(1, Ordering::Relaxed);
+        let at_s = self.recorder.now_ns() as f64 / 1e9;
         if !outcome.ok {
             counts.failed += 1;
+            counts.failures.push(format!(
+                "{} {} at {at_s:.1} s failed: {}",
+                op.f, value, outcome.detail
+            ));
             return;
         }
         let acted = !op.acts_on_nothing();
-        if op.f.starts_fault() && acted {
-            *counts
-                .by_kind
-                .entry(op.f.kind().name().to_owned())
-                .or_default() += 1;
+        if op.f.starts_fault() && !acted {
+            counts
+                .no_targets
+                .push(format!("{} at {at_s:.1} s did nothing (no target)", op.f));
+        }
+        if acted {
+            counts.touched.extend(op.targets().iter().copied());
+            if let FaultValue::Grudge(_, g) = &op.value {
+                counts
+                    .touched
+                    .extend(g.links().flat_map(|(source, target)| [source, target]));
+            }
+        }
+        if let Some(kind) = op.f.kind().filter(|_| op.f.starts_fault() && acted) {
+            *counts.by_kind.entry(kind.name().to_owned()).or_default() += 1;
             let detail = match &op.value {
                 FaultValue::Grudge(shape, _) => format!("partition:{}", shape.name()),
                 FaultValue::Clients(c) => format!("pause-clients:{}", c.len()),
@@ -414,6 +445,59 @@ async fn wait_for_leader(system: &dyn System, layout: &Layout) -> Result<NodeId,
     )))
 }
 
+/// Every node must answer a status call before the workload starts; a node that does not
+/// (it exited, or never bound its ports) makes the run fail with the tail of its log.
+async fn all_nodes_answer(
+    system: &dyn System,
+    layout: &Layout,
+    cluster: &Cluster,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
+    loop {
+        let views = tokio::time::timeout(
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+            system.status(layout),
+        )
+        .await
+        .unwrap_or_default();
+        let silent: Vec<NodeId> = layout
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| !views.iter().any(|v| v.node == *n))
+            .collect();
+        let Some(first) = silent.first() else {
+            return Ok(());
+        };
+        if Instant::now() >= deadline {
+            let crashed = cluster.reap_exited();
+            return Err(Error::Cluster(format!(
+                "node(s) {} answered no status call within {START_TIMEOUT_MS} ms{}; the tail of \
+                 node-logs/n{first}.log:\n{}",
+                silent
+                    .iter()
+                    .map(|n| format!("n{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if crashed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (exited: {})",
+                        crashed
+                            .iter()
+                            .map(|(n, status)| format!("n{n} {status}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                cluster.log_tail(*first, 8)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs one complete test (see the module docs). `Err` means the run could not be done
 /// (exit 2); an anomaly is `Ok` with exit code 1.
 pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOutcome, Error> {
@@ -441,7 +525,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         .prefix("data-")
         .tempdir_in(&dir)
         .map_err(|e| Error::Io(format!("data dir: {e}")))?;
-    let mut layout = Layout::new(options.nodes, data.path())?;
+    let (mut layout, reservation) = Layout::reserve(options.nodes, data.path())?;
     layout.log_dir = dir.join("node-logs");
     std::fs::create_dir_all(&layout.log_dir).map_err(|e| Error::Io(e.to_string()))?;
     let net = start_net(options.net, system.as_ref(), &mut layout).await?;
@@ -454,10 +538,13 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         }
     }
     let launcher = system.launcher(&layout, dial)?;
+    // The net's listeners are bound: the nodes' ports can be let go now.
+    reservation.release();
     let cluster = Arc::new(Cluster::start(launcher, &layout.nodes, &layout.log_dir)?);
     let first_leader = wait_for_leader(system.as_ref(), &layout).await?;
+    all_nodes_answer(system.as_ref(), &layout, &cluster).await?;
     eprintln!(
-        "locksmith test: {} nodes up, leader n{first_leader} after {:?}",
+        "locksmith test: {} nodes up (each answered a status call), leader n{first_leader} after {:?}",
         options.nodes,
         started.elapsed()
     );
@@ -509,6 +596,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     )
     .await;
     driver.reap_crashed();
+    let node_stats = cluster.stats();
     let teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
     recorder.finish()?;
     let exited = driver
@@ -518,65 +606,182 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         .clone();
     drop(data);
 
-    let ops = recorder.ops();
-    let check = checks::check_history(&dir);
+    let check = checks::check_history(&dir, &checker::Options::default());
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
-    let mut verdict = check.verdict.clone();
-    let mut exit_code = check.exit_code;
     let recovered = phase.recovered_slots.len() as u64 == options.concurrency;
-    if !recovered && exit_code == 0 {
-        // A cluster that never served every client again is not a pass (jepsen: unknown).
-        verdict = "unknown".into();
-        exit_code = 2;
+    // The run's own verdicts merge with the checks' (Invalid > Unknown > Valid): a run
+    // whose cluster was not whole, or never served every client again, is not a pass.
+    let mut verdict = check.verdict.clone();
+    if !recovered {
+        verdict = verdict.merge(Verdict::unknown(format!(
+            "only {} of {} client slots recovered within {} s after the heal",
+            phase.recovered_slots.len(),
+            options.concurrency,
+            options.recovery_s
+        )));
     }
-    let results = json!({
-        "seed": options.seed,
-        "system": system.name(),
-        "test": options.test_name(system.name()),
-        "options": options,
-        "verdict": verdict,
-        "exit_code": exit_code,
-        "checks": check.json,
-        "ops": {
-            "rows": ops.len(),
-            "completed": phase.counters.ops.load(Ordering::Relaxed),
-            "ok": phase.counters.ok.load(Ordering::Relaxed),
-            "fail": phase.counters.fail.load(Ordering::Relaxed),
-            "info": phase.counters.info.load(Ordering::Relaxed),
+    if !exited.is_empty() {
+        verdict = verdict.merge(Verdict::unknown(format!(
+            "node(s) exited without a nemesis kill: {}",
+            exited.join("; ")
+        )));
+    }
+    let mut fault_notes: Vec<String> = counts
+        .failures
+        .iter()
+        .chain(counts.no_targets.iter())
+        .cloned()
+        .collect();
+    if !options.nemesis.is_empty() {
+        let untouched: Vec<String> = layout
+            .nodes
+            .iter()
+            .filter(|n| !counts.touched.contains(n))
+            .map(|n| format!("n{n}"))
+            .collect();
+        if !untouched.is_empty() {
+            fault_notes.push(format!(
+                "the nemesis never acted on {}",
+                untouched.join(", ")
+            ));
+        }
+    }
+    let results = Results {
+        seed: options.seed,
+        system: system.name().to_owned(),
+        test: options.test_name(system.name()),
+        options: options.clone(),
+        verdict: verdict.clone(),
+        exit_code: verdict.exit_code(),
+        checks: check.check.clone(),
+        report_errors: check.report_errors.clone(),
+        ops: OpCounts {
+            rows: recorder.len() as u64,
+            completed: phase.counters.ops.load(Ordering::Relaxed),
+            ok: phase.counters.ok.load(Ordering::Relaxed),
+            fail: phase.counters.fail.load(Ordering::Relaxed),
+            info: phase.counters.info.load(Ordering::Relaxed),
         },
-        "faults": {
-            "by_kind": counts.by_kind,
-            "by_detail": counts.by_detail,
-            "ops": counts.total.load(Ordering::Relaxed),
-            "failed": counts.failed,
+        faults: FaultSummary {
+            by_kind: counts.by_kind.clone(),
+            by_detail: counts.by_detail.clone(),
+            ops: counts.total.load(Ordering::Relaxed),
+            failed: counts.failed,
+            notes: fault_notes.clone(),
         },
-        "recovery": {
-            "recovered": recovered,
-            "slots_recovered": phase.recovered_slots,
-            "slots": options.concurrency,
-            "duration_ms": phase.recovery_ms,
+        recovery: RecoverySummary {
+            recovered,
+            slots_recovered: phase.recovered_slots.clone(),
+            slots: options.concurrency,
+            duration_ms: phase.recovery_ms,
+            phantom_probe_keys: phase.probe_keys,
         },
-        "nodes_exited_on_their_own": exited,
-        "teardown_error": teardown_error,
-        "duration_ms": started.elapsed().as_millis() as u64,
-    });
+        nodes: node_stats,
+        nodes_exited_on_their_own: exited,
+        teardown_error,
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    let json = serde_json::to_value(&results).unwrap_or_default();
     write_file(
         &dir.join("results.json"),
-        &serde_json::to_string_pretty(&results).unwrap_or_default(),
+        &serde_json::to_string_pretty(&json).unwrap_or_default(),
     )?;
     Ok(RunOutcome {
         dir,
-        exit_code,
+        exit_code: verdict.exit_code(),
         verdict,
-        results,
+        results: json,
         explanation: check.explanation,
+        fault_notes,
     })
+}
+
+/// results.json: everything a run produced, written from this struct.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Results {
+    /// The seed.
+    pub seed: u64,
+    /// `lockd`, `etcd`.
+    pub system: String,
+    /// The test's name.
+    pub test: String,
+    /// The options.
+    pub options: TestOptions,
+    /// The merged verdict (`"verdict": "valid"`, and `"reason"` when unknown).
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// 0, 1 or 2.
+    pub exit_code: i32,
+    /// Every check's result; `null` when the history could not be read.
+    pub checks: Option<checker::Check>,
+    /// Reports (timeline, plot) that could not be written.
+    pub report_errors: Vec<String>,
+    /// Op counts.
+    pub ops: OpCounts,
+    /// Fault counts and notes.
+    pub faults: FaultSummary,
+    /// The recovery phase.
+    pub recovery: RecoverySummary,
+    /// Per node: starts, kills, pauses, exits, uptime.
+    pub nodes: Vec<crate::cluster::NodeStats>,
+    /// Nodes that exited without a nemesis kill, with their status.
+    pub nodes_exited_on_their_own: Vec<String>,
+    /// What went wrong tearing down, if anything.
+    pub teardown_error: Option<String>,
+    /// Wall time of the run, ms.
+    pub duration_ms: u64,
+}
+
+/// Op counts of a run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OpCounts {
+    /// History rows.
+    pub rows: u64,
+    /// Completed client ops.
+    pub completed: u64,
+    /// ok completions.
+    pub ok: u64,
+    /// fail completions.
+    pub fail: u64,
+    /// info completions.
+    pub info: u64,
+}
+
+/// Fault counts of a run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FaultSummary {
+    /// Faults that acted, by kind.
+    pub by_kind: BTreeMap<String, u64>,
+    /// Faults that acted, by verb and target spec or shape.
+    pub by_detail: BTreeMap<String, u64>,
+    /// Fault ops performed (starts and ends).
+    pub ops: u64,
+    /// Fault ops that failed.
+    pub failed: u64,
+    /// Faults that failed or did nothing, and nodes never acted on, in words.
+    pub notes: Vec<String>,
+}
+
+/// The recovery phase of a run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RecoverySummary {
+    /// Every slot succeeded again.
+    pub recovered: bool,
+    /// The slots that did.
+    pub slots_recovered: Vec<u64>,
+    /// All slots.
+    pub slots: u64,
+    /// How long the phase took, ms.
+    pub duration_ms: u64,
+    /// Keys the phantom-lock probe ran on (0 when the system has no phantom release).
+    pub phantom_probe_keys: u64,
 }
 
 struct PhaseOutcome {
     counters: Arc<Counters>,
     recovered_slots: Vec<u64>,
     recovery_ms: u64,
+    probe_keys: u64,
 }
 
 async fn run_phases(
@@ -600,6 +805,9 @@ async fn run_phases(
     let mut config = WorkloadConfig::new(options.seed, options.keys);
     config.think_ms = options.think_ms;
     config.overhold_percent = options.overhold_percent;
+    if !system.releases_phantom_locks() {
+        config.leaver_percent = 0;
+    }
     let shared = Shared {
         factory,
         recorder: recorder.clone(),
@@ -653,6 +861,8 @@ async fn run_phases(
     for op in &final_schedule {
         driver.perform(op).await;
     }
+    // The liveness check's marker: every fault is undone, the recovery phase starts.
+    recorder.nemesis(Verb::Recover, "", "");
 
     eprintln!(
         "locksmith test: recovery: every client must succeed again (at most {} s)",
@@ -676,10 +886,19 @@ async fn run_phases(
         }
     }
     recovered_slots.sort_unstable();
+    let recovery_ms = recovery_start.elapsed().as_millis() as u64;
+    let probe_keys = if system.releases_phantom_locks() {
+        eprintln!("locksmith test: phantom-lock probe (clients that leave mid-acquire)");
+        let keys: Vec<String> = (0..options.keys.min(4)).map(|k| format!("k{k}")).collect();
+        crate::workload::phantom_probe(&shared, &keys).await
+    } else {
+        0
+    };
     PhaseOutcome {
         counters,
         recovered_slots,
-        recovery_ms: recovery_start.elapsed().as_millis() as u64,
+        recovery_ms,
+        probe_keys,
     }
 }
 

@@ -9,12 +9,31 @@
 
 use serde::Serialize;
 
-use crate::faults::{self, FaultKind, FaultOp};
+use crate::faults::{self, FaultKind, FaultOp, VerbExt as _};
 use crate::rng::Rng;
 
 /// Stream ids for [`Rng::derive`], so the client and fault streams never share draws.
 const CLIENT_STREAM: u64 = 1 << 32;
 const FAULT_STREAM: u64 = 2 << 32;
+/// The stream of the free-key and leaver draws (kept apart so that adding them left the
+/// normal ops' draws unchanged).
+const EXTRA_STREAM: u64 = 4 << 32;
+/// The stream that picks the leader-targeted partition shape.
+const LEADER_STREAM: u64 = 5 << 32;
+
+/// The key that clients touch briefly and rarely, so that it is free most of the time: a
+/// leader cut off while a key is free at it is what shows a leader that grants from its
+/// own uncommitted log (`--bug stale-leader`).
+pub const FREE_KEY: &str = "kf";
+/// Lease of a free-key grant, ms: long enough that a stale grant at a deposed leader still
+/// runs when the new leader grants the key again.
+pub const FREE_KEY_LEASE_MS: (u64, u64) = (3_000, 5_000);
+/// Lease of a leaver's acquire, ms: longer than the phantom-release bound (3 s), shorter
+/// than the recovery bound (10 s), so a leaver's lock kept by the lease backstop after a
+/// fault (a legal end) cannot hold up recovery.
+pub const LEAVER_LEASE_MS: u64 = 6_000;
+/// How long a leaver waits for its key (it leaves well before).
+pub const LEAVER_WAIT_MS: u64 = 5_000;
 
 /// What the workload asks of its clients.
 #[derive(Clone, Debug, Serialize)]
@@ -32,6 +51,11 @@ pub struct WorkloadConfig {
     /// Percent of grants a client holds past its lease (110-160% of it), as a client that
     /// stalls (a GC pause) would: the fenced resource must then reject its late writes.
     pub overhold_percent: u64,
+    /// Percent of idle steps that try the free key ([`FREE_KEY`]) instead of the slot's key.
+    pub free_key_percent: u64,
+    /// Percent of idle steps that leave mid-acquire (0 for systems that do not release the
+    /// locks of clients that left, which the liveness check would rightly flag).
+    pub leaver_percent: u64,
 }
 
 impl WorkloadConfig {
@@ -44,6 +68,8 @@ impl WorkloadConfig {
             wait_ms_max: 1000,
             think_ms: (10, 100),
             overhold_percent: 0,
+            free_key_percent: 15,
+            leaver_percent: 4,
         }
     }
 }
@@ -59,6 +85,8 @@ pub enum ClientOp {
         lease_ms: u64,
         /// How long to wait for a held key.
         wait_ms: u64,
+        /// Leave mid-acquire (a client that gives up or dies), or stay for the answer.
+        leave: Option<Leave>,
     },
     /// Write `value` to the fenced resource `key`, carrying `token`.
     Write {
@@ -86,9 +114,45 @@ impl ClientOp {
                 key,
                 lease_ms,
                 wait_ms,
-            } => format!("acquire {key} lease={lease_ms} wait={wait_ms}"),
+                leave,
+            } => {
+                let leave = leave.map_or(String::new(), |l| {
+                    format!(" leave={}@{}ms", l.how.error_word(), l.after_ms)
+                });
+                format!("acquire {key} lease={lease_ms} wait={wait_ms}{leave}")
+            }
             ClientOp::Write { key, value, token } => format!("write {key} {value} token={token}"),
             ClientOp::Release { key, token } => format!("release {key} token={token}"),
+        }
+    }
+}
+
+/// How a client leaves mid-acquire (recorded as the `info` error `gave-up` or
+/// `disconnected`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaveHow {
+    /// Cancel the request (drop its future): error `gave-up`.
+    GiveUp,
+    /// Close the connection: error `disconnected`.
+    Disconnect,
+}
+
+/// A planned departure mid-acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Leave {
+    /// How long after the invoke the client leaves, ms.
+    pub after_ms: u64,
+    /// How.
+    pub how: LeaveHow,
+}
+
+impl LeaveHow {
+    /// The error word of the `info` row.
+    pub fn error_word(self) -> history::ErrorWord {
+        match self {
+            LeaveHow::GiveUp => history::ErrorWord::GaveUp,
+            LeaveHow::Disconnect => history::ErrorWord::Disconnected,
         }
     }
 }
@@ -117,6 +181,7 @@ pub struct Step {
 enum Phase {
     Idle,
     Holding {
+        key: String,
         token: u64,
         writes_left: u32,
         gap_ms: u64,
@@ -133,6 +198,7 @@ pub struct ClientGen {
     step: u64,
     phase: Phase,
     last_lease_ms: u64,
+    last_key: String,
 }
 
 impl ClientGen {
@@ -144,6 +210,7 @@ impl ClientGen {
             step: 0,
             phase: Phase::Idle,
             last_lease_ms: 0,
+            last_key: String::new(),
         }
     }
 
@@ -168,20 +235,25 @@ impl ClientGen {
             let hold_ms = lease * percent / 100;
             let writes = rng.range(1, 3) as u32;
             let gap_ms = hold_ms / (u64::from(writes) + 1);
+            // The free key is held only for a moment: no writes, released at once.
+            let free = self.last_key == FREE_KEY;
             self.phase = Phase::Holding {
+                key: self.last_key.clone(),
                 token,
-                writes_left: writes,
-                gap_ms,
+                writes_left: if free { 0 } else { writes },
+                gap_ms: if free { 0 } else { gap_ms },
             };
         }
         match self.phase.clone() {
             Phase::Idle => self.acquire(&mut rng),
             Phase::Holding {
+                key,
                 token,
                 writes_left,
                 gap_ms,
             } if writes_left > 0 => {
                 self.phase = Phase::Holding {
+                    key: key.clone(),
                     token,
                     writes_left: writes_left - 1,
                     gap_ms,
@@ -189,21 +261,16 @@ impl ClientGen {
                 let value = format!("{}.{}", self.slot, self.step);
                 Step {
                     think_ms: gap_ms,
-                    op: ClientOp::Write {
-                        key: self.key(),
-                        value,
-                        token,
-                    },
+                    op: ClientOp::Write { key, value, token },
                 }
             }
-            Phase::Holding { token, gap_ms, .. } => {
+            Phase::Holding {
+                key, token, gap_ms, ..
+            } => {
                 self.phase = Phase::Idle;
                 Step {
                     think_ms: gap_ms,
-                    op: ClientOp::Release {
-                        key: self.key(),
-                        token,
-                    },
+                    op: ClientOp::Release { key, token },
                 }
             }
         }
@@ -217,17 +284,46 @@ impl ClientGen {
         } else {
             rng.range(50, self.config.wait_ms_max.max(50))
         };
-        self.last_lease_ms = lease_ms;
         let (think_low, think_high) = self.config.think_ms;
         let think_ms = rng.range(think_low, think_high.max(think_low));
-        Step {
-            think_ms,
-            op: ClientOp::Acquire {
+        let mut op = ClientOp::Acquire {
+            key: self.key(),
+            lease_ms,
+            wait_ms,
+            leave: None,
+        };
+        // Extra draws from their own stream: a try of the free key, or a leaver.
+        let mut extra = Rng::derive(self.config.seed, EXTRA_STREAM + self.slot, self.step);
+        let roll = extra.range(0, 99);
+        if roll < self.config.free_key_percent {
+            let (low, high) = FREE_KEY_LEASE_MS;
+            op = ClientOp::Acquire {
+                key: FREE_KEY.to_owned(),
+                lease_ms: extra.range(low, high),
+                wait_ms: 0,
+                leave: None,
+            };
+        } else if roll < self.config.free_key_percent + self.config.leaver_percent {
+            let how = if extra.chance(1, 2) {
+                LeaveHow::GiveUp
+            } else {
+                LeaveHow::Disconnect
+            };
+            op = ClientOp::Acquire {
                 key: self.key(),
-                lease_ms,
-                wait_ms,
-            },
+                lease_ms: LEAVER_LEASE_MS,
+                wait_ms: LEAVER_WAIT_MS,
+                leave: Some(Leave {
+                    after_ms: extra.range(100, 700),
+                    how,
+                }),
+            };
         }
+        if let ClientOp::Acquire { key, lease_ms, .. } = &op {
+            self.last_lease_ms = *lease_ms;
+            self.last_key = key.clone();
+        }
+        Step { think_ms, op }
     }
 }
 
@@ -306,7 +402,23 @@ pub fn fault_plan(config: &FaultPlanConfig) -> Vec<Planned> {
         t += active + rng.range(interval * 8 / 10, interval * 12 / 10);
     }
     plan.sort_by_key(|p| p.at_ms);
+    target_the_leader(&mut plan, config.seed);
     plan
+}
+
+/// The first partition of every plan cuts the leader off (`isolate-leader`) or mutes it
+/// (`leader-mute`), so every run has a fault that deposes the leader while the free key is
+/// free at it; later partitions draw from every shape. Which of the two: seeded.
+fn target_the_leader(plan: &mut [Planned], seed: u64) {
+    let first = plan.iter_mut().find(|p| {
+        p.op.f == faults::Verb::Partition && matches!(p.op.value, faults::FaultValue::Shape(_))
+    });
+    if let Some(planned) = first {
+        let shapes = [faults::Shape::IsolateLeader, faults::Shape::LeaderMute];
+        let mut rng = Rng::derive(seed, LEADER_STREAM, 0);
+        let shape = *rng.pick(&shapes).unwrap_or(&shapes[0]);
+        planned.op.value = faults::FaultValue::Shape(shape);
+    }
 }
 
 /// The plan as text, one op per line (`at_ms verb value`), for `plan.txt` and golden tests.

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+use history::ErrorWord;
 
 use crate::cluster::{Launcher, Layout};
 use crate::{Error, NodeId};
@@ -28,12 +29,12 @@ pub enum Outcome {
     /// `unavailable`, ...) and the node that answered, when known.
     Fail {
         /// The error word.
-        error: String,
+        error: ErrorWord,
         /// The node that answered.
         node: Option<NodeId>,
     },
-    /// Unknown; the error word (`timeout`, ...) and detail.
-    Info(String),
+    /// Unknown; the error word (`timeout`, `gave-up`, `disconnected`, ...).
+    Info(ErrorWord),
 }
 
 /// A lock client of the system, one per client process.
@@ -86,6 +87,14 @@ pub trait System: Send + Sync {
     /// [`Layout::users`], which the launcher must honour) and refuses partitions on `proxy`.
     fn per_link_dial(&self) -> bool {
         true
+    }
+
+    /// True when the system releases the lock of a client that left mid-acquire (lockd's
+    /// phantom-lock release, DESIGN "Phantom locks"). Only then does the workload include
+    /// clients that leave, and the phantom probe run: a system without it keeps such locks
+    /// until their lease ends, which the liveness check would report.
+    fn releases_phantom_locks(&self) -> bool {
+        false
     }
 
     /// A client for client process `client_id`.

@@ -14,10 +14,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use history::{OpType, Process};
+use history::{AcquireValue, ErrorWord, OpName, OpType, Process};
 
 use crate::recorder::{Recorder, Row};
-use crate::schedule::{ClientGen, ClientOp, Completion};
+use crate::schedule::{ClientGen, ClientOp, Completion, Leave, LeaveHow};
 use crate::system::{LockClient, Outcome};
 
 /// An op's RPC deadline beyond its wait, ms. An answer not back by then is `info`.
@@ -233,6 +233,7 @@ impl Worker {
                 key: key.clone(),
                 lease_ms: 2_000,
                 wait_ms: 1_000,
+                leave: None,
             };
             let Completion::Acquired(token) = self.perform(&acquire).await.completion else {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -262,16 +263,58 @@ impl Worker {
         Process::Client(self.process)
     }
 
+    /// An acquire whose client leaves after `leave.after_ms` unless it was answered: it
+    /// cancels the request (drops the call: `gave-up`) or closes its connection (the call
+    /// runs on a client of its own, dropped with it: `disconnected`). Either way the
+    /// outcome is unknown (`info`): the grant may have happened just before.
+    async fn acquire_then_leave(
+        &mut self,
+        key: &str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: Instant,
+        leave: Leave,
+    ) -> Outcome {
+        let after = Duration::from_millis(leave.after_ms);
+        match leave.how {
+            LeaveHow::GiveUp => {
+                let call = self.client.acquire(key, lease_ms, wait_ms, deadline);
+                tokio::time::timeout(after, call)
+                    .await
+                    .unwrap_or(Outcome::Info(ErrorWord::GaveUp))
+            }
+            LeaveHow::Disconnect => {
+                let own = (self.factory)(self.process);
+                let call = own.acquire(key, lease_ms, wait_ms, deadline);
+                let outcome = tokio::time::timeout(after, call).await;
+                drop(own);
+                outcome.unwrap_or(Outcome::Info(ErrorWord::Disconnected))
+            }
+        }
+    }
+
     /// Records the invoke, runs the op, records its completion; retires the process after
     /// an `info`.
     async fn perform(&mut self, op: &ClientOp) -> Done {
         let (f, key, value, token) = match op {
-            ClientOp::Acquire { key, lease_ms, .. } => ("acquire", key, lease_ms.to_string(), None),
-            ClientOp::Write { key, value, token } => ("write", key, value.clone(), Some(*token)),
-            ClientOp::Release { key, token } => ("release", key, String::new(), Some(*token)),
+            ClientOp::Acquire {
+                key,
+                lease_ms,
+                wait_ms,
+                ..
+            } => (
+                OpName::Acquire,
+                key,
+                AcquireValue::new(*lease_ms, *wait_ms).to_string(),
+                None,
+            ),
+            ClientOp::Write { key, value, token } => {
+                (OpName::Write, key, value.clone(), Some(*token))
+            }
+            ClientOp::Release { key, token } => (OpName::Release, key, String::new(), Some(*token)),
         };
         let invoke = Row {
-            f: f.into(),
+            f: f.as_str().into(),
             key: key.clone(),
             value,
             token,
@@ -283,11 +326,20 @@ impl Worker {
                 key,
                 lease_ms,
                 wait_ms,
+                leave,
             } => {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms + OP_TIMEOUT_MS);
-                self.client
-                    .acquire(key, *lease_ms, *wait_ms, deadline)
-                    .await
+                match leave {
+                    None => {
+                        self.client
+                            .acquire(key, *lease_ms, *wait_ms, deadline)
+                            .await
+                    }
+                    Some(leave) => {
+                        self.acquire_then_leave(key, *lease_ms, *wait_ms, deadline, *leave)
+                            .await
+                    }
+                }
             }
             ClientOp::Release { key, token } => {
                 let deadline = Instant::now() + Duration::from_millis(OP_TIMEOUT_MS);
@@ -299,7 +351,7 @@ impl Worker {
                     node: None,
                 },
                 Err(_) => Outcome::Fail {
-                    error: "stale-token".into(),
+                    error: ErrorWord::StaleToken,
                     node: None,
                 },
             },
@@ -315,12 +367,12 @@ impl Worker {
                 OpType::Fail,
                 None,
                 node.map(|n| format!("n{n}")).unwrap_or_default(),
-                error.clone(),
+                error.as_str().to_owned(),
             ),
-            Outcome::Info(e) => (OpType::Info, None, String::new(), e.clone()),
+            Outcome::Info(e) => (OpType::Info, None, String::new(), e.as_str().to_owned()),
         };
         let complete = Row {
-            f: f.into(),
+            f: f.as_str().into(),
             key: key.clone(),
             token: row_token,
             node,
@@ -345,6 +397,97 @@ impl Worker {
             completion,
         }
     }
+}
+
+/// The phantom-lock probe's lease, ms: far longer than the phantom-release bound, so only a
+/// release of the gone client's grant (not its lease) frees the key in time.
+pub const PROBE_LEASE_MS: u64 = 20_000;
+/// How long the probe waits after the leaver left before it tries the key, ms: the
+/// phantom-release bound of the liveness check (3 s) plus a margin.
+pub const PROBE_DELAY_MS: u64 = 3_500;
+/// First process id of the probe's clients (far above the workers' ids).
+pub const PROBE_PROCESS_BASE: u64 = 1_000_000;
+
+/// The phantom-lock probe, after recovery with no fault active: per key, a holder takes the
+/// key, a waiter queues for it with a 20 s lease and leaves (gives up on even keys,
+/// disconnects on odd ones), the holder releases, and [`PROBE_DELAY_MS`] after the waiter
+/// left a third client tries the key. A lock service that keeps the gone waiter's lock
+/// (`--bug skip-phantom-release`) answers it `busy`, which the liveness check's rule P
+/// reports. Returns how many keys the probe ran on (a key whose holder got no grant is
+/// skipped).
+pub async fn phantom_probe(shared: &Shared, keys: &[String]) -> u64 {
+    let probes = keys.iter().enumerate().map(|(i, key)| {
+        let shared = shared.clone();
+        let key = key.clone();
+        async move { probe_key(&shared, &key, i as u64).await }
+    });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .filter(|ran| *ran)
+        .count() as u64
+}
+
+async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
+    let base = PROBE_PROCESS_BASE + 10 * i;
+    let worker = |process: u64| {
+        let mut w = Worker::new(
+            0,
+            1,
+            ClientGen::new(&crate::schedule::WorkloadConfig::new(0, 1), 0),
+            shared.clone(),
+        );
+        w.process = process;
+        w.client = (shared.factory)(process);
+        w
+    };
+    let (mut holder, mut leaver, mut prober) = (worker(base), worker(base + 1), worker(base + 2));
+    let acquire = |lease_ms, wait_ms, leave| ClientOp::Acquire {
+        key: key.to_owned(),
+        lease_ms,
+        wait_ms,
+        leave,
+    };
+    let Completion::Acquired(token) = holder
+        .perform(&acquire(PROBE_LEASE_MS, 2_000, None))
+        .await
+        .completion
+    else {
+        return false;
+    };
+    let how = if i % 2 == 0 {
+        LeaveHow::GiveUp
+    } else {
+        LeaveHow::Disconnect
+    };
+    let leave = Leave { after_ms: 300, how };
+    let left = leaver
+        .perform(&acquire(PROBE_LEASE_MS, 10_000, Some(leave)))
+        .await;
+    let release = ClientOp::Release {
+        key: key.to_owned(),
+        token,
+    };
+    holder.perform(&release).await;
+    if let Completion::Acquired(token) = left.completion {
+        // The waiter was answered before it could leave: it releases like anyone.
+        leaver
+            .perform(&ClientOp::Release {
+                key: key.to_owned(),
+                token,
+            })
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(PROBE_DELAY_MS)).await;
+    if let Completion::Acquired(token) = prober.perform(&acquire(1_000, 0, None)).await.completion {
+        prober
+            .perform(&ClientOp::Release {
+                key: key.to_owned(),
+                token,
+            })
+            .await;
+    }
+    true
 }
 
 #[cfg(test)]

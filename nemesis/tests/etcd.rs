@@ -392,7 +392,7 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     assert_eq!(
         second.acquire("s", 5000, 0, deadline()).await,
         Outcome::Fail {
-            error: "busy".into(),
+            error: history::ErrorWord::Busy,
             node: Some(2)
         }
     );
@@ -406,7 +406,7 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     assert_eq!(
         first.release("s", token, deadline()).await,
         Outcome::Fail {
-            error: "not-holder".into(),
+            error: history::ErrorWord::NotHolder,
             node: Some(1)
         }
     );

@@ -361,17 +361,22 @@ fn internal_event(
 }
 
 fn parse_lease(op: &history::pair::Operation) -> Result<Option<u64>, CheckError> {
-    // `LEASE_MS`, or `LEASE_MS WAIT_MS` for an acquire that waits: the lease comes first.
-    let value = op.invoke.value.split_whitespace().next().unwrap_or("");
+    let value = op.invoke.value.trim();
     if value.is_empty() {
         return Ok(None);
     }
-    value.parse::<u64>().map(Some).map_err(|_| {
-        CheckError::bad(
-            op.invoke.index,
-            format!("acquire value `{value}` is not a lease in milliseconds"),
-        )
-    })
+    // Schema v1: `LEASE_MS` or `LEASE_MS WAIT_MS`; the lease is the first number.
+    history::AcquireValue::parse(value)
+        .map(|v| Some(v.lease_ms))
+        .ok_or_else(|| {
+            CheckError::bad(
+                op.invoke.index,
+                format!(
+                    "acquire value `{value}` is not a lease in milliseconds \
+                     (`LEASE_MS` or `LEASE_MS WAIT_MS`)"
+                ),
+            )
+        })
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ struct OpData {
     marked: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Debug, Serialize)]
 pub(crate) struct FaultData {
     pub(crate) start_ns: u64,
     pub(crate) end_ns: u64,
@@ -171,63 +171,36 @@ pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
         .replace("/*DATA*/", &json)
 }
 
-/// The verb that ends a fault begun by `verb`, if it is one of DESIGN's pairs.
-fn ending_verb(verb: &str) -> Option<&'static str> {
-    match verb {
-        "kill" => Some("restart"),
-        "pause" => Some("resume"),
-        "partition" => Some("heal"),
-        "hold" => Some("release"),
-        "skew" => Some("unskew"),
-        "strobe" => Some("unstrobe"),
-        _ => None,
-    }
-}
-
 /// Fault periods: from a starting verb to its paired ending verb (or the end of the
-/// history); a lone verb is a short mark.
+/// history), paired by the vocabulary ([`history::fault_spans`]); a lone verb is a short mark.
 pub(crate) fn fault_periods(faults: &[Op], end_ns: u64) -> Vec<FaultData> {
-    let mut out = Vec::new();
-    let mut open: Vec<(&'static str, &Op)> = Vec::new();
-    for fault in faults {
-        if let Some(at) = open.iter().position(|(end, _)| *end == fault.f) {
-            let (_, start) = open.remove(at);
-            out.push(FaultData {
-                start_ns: start.time_ns,
-                end_ns: fault.time_ns,
-                text: format!(
-                    "{} {} (row {}) .. {} {} (row {})",
-                    start.f, start.value, start.index, fault.f, fault.value, fault.index
+    history::fault_spans(faults)
+        .into_iter()
+        .map(|span| {
+            let start = &faults[span.start];
+            let text = match span.end {
+                Some(at) if at == span.start => {
+                    format!("{} {} (row {})", start.f, start.value, start.index)
+                }
+                Some(at) => {
+                    let stop = &faults[at];
+                    format!(
+                        "{} {} (row {}) .. {} {} (row {})",
+                        start.f, start.value, start.index, stop.f, stop.value, stop.index
+                    )
+                }
+                None => format!(
+                    "{} {} (row {}), never ended",
+                    start.f, start.value, start.index
                 ),
-            });
-        } else if let Some(end) = ending_verb(&fault.f) {
-            // A fault recorded as two rows (before and after it was applied) repeats its
-            // verb: keep the first.
-            if !open
-                .iter()
-                .any(|(_, s)| s.f == fault.f && s.value == fault.value)
-            {
-                open.push((end, fault));
+            };
+            FaultData {
+                start_ns: span.start_ns,
+                end_ns: span.end_ns.unwrap_or(end_ns),
+                text,
             }
-        } else {
-            out.push(FaultData {
-                start_ns: fault.time_ns,
-                end_ns: fault.time_ns,
-                text: format!("{} {} (row {})", fault.f, fault.value, fault.index),
-            });
-        }
-    }
-    for (_, start) in open {
-        out.push(FaultData {
-            start_ns: start.time_ns,
-            end_ns,
-            text: format!(
-                "{} {} (row {}), never ended",
-                start.f, start.value, start.index
-            ),
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -258,6 +231,33 @@ mod tests {
             !html.contains("http://") && !html.contains("https://"),
             "no network assets"
         );
+    }
+
+    #[test]
+    fn every_fault_kind_is_drawn_as_a_span_that_ends_at_its_pair() {
+        // Issue 13: the timeline and the plot draw every fault's span (skew and strobe end
+        // with reset-clock; pause-clients with resume-clients), one case per starting verb.
+        for start in history::FaultVerb::ALL.iter().filter(|v| v.starts_fault()) {
+            let end = start.ending().unwrap();
+            let csv = format!(
+                "index,time_ns,process,type,f,key,value,token,node,error\n\
+                 0,1000,nemesis,info,{start},,n1,,,\n\
+                 1,1500,nemesis,info,{start},,n1,,,\n\
+                 2,9000,nemesis,info,{end},,n1,,,\n\
+                 3,9500,nemesis,info,{end},,n1,,,\n"
+            );
+            let ops = history::csv::read_str(&csv).unwrap();
+            let paired = history::pair::pair_with_faults(&ops).unwrap();
+            let periods = fault_periods(&paired.faults, 20_000);
+            assert_eq!(periods.len(), 1, "{start}: {periods:?}");
+            assert_eq!((periods[0].start_ns, periods[0].end_ns), (1000, 9500));
+            assert_eq!(
+                periods[0].text,
+                format!("{start} n1 (row 0) .. {end} n1 (row 3)")
+            );
+            let svg = crate::report::plot::latency_svg("run", &paired.operations, &paired.faults);
+            assert!(svg.contains(&format!("{start} n1 (row 0) .. {end} n1 (row 3)")));
+        }
     }
 
     #[test]

@@ -8,8 +8,13 @@
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change,
-//! applied entry and error. Exit status: 2 for bad flags, 1 for a fatal error at run time
-//! (a listener that cannot bind, a data dir that fails its checks or a failed write).
+//! applied entry and error. Exit status: 2 for bad flags (an id not among the peers, one
+//! address given to two ids), 1 for a fatal error at run time (a data dir another process
+//! holds, a listener that cannot bind, a data dir that fails its checks or a failed write).
+//!
+//! Before it binds any port, lockd takes an exclusive `flock(2)` on `DATA_DIR/lock` and
+//! holds it until it exits: two processes writing one Raft log would break every guarantee,
+//! and a second lockd started on a data dir in use (with other ports) is refused.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -77,6 +82,11 @@ fn parse_node_map(text: &str) -> Result<NodeMap, String> {
             .trim()
             .parse()
             .map_err(|e| format!("{item:?}: address {addr:?}: {e}"))?;
+        if let Some((other, _)) = map.iter().find(|(_, a)| **a == addr) {
+            return Err(format!(
+                "address {addr} is given to node {other} and node {id}"
+            ));
+        }
         if map.insert(id, addr).is_some() {
             return Err(format!("node {id} is given twice"));
         }
@@ -122,6 +132,43 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
+/// The lock file inside a data dir.
+const LOCK_FILE: &str = "lock";
+
+/// Takes the exclusive lock of `dir` (created when missing), or says who holds it. The
+/// returned guard holds the lock until it is dropped (or the process ends).
+fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("data dir {}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("lock file {}", path.display()))?;
+    let mut locked =
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => locked,
+            Err((file, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                drop(file);
+                bail!(
+                    "data dir {} is in use by another process ({}); one lockd per data dir",
+                    dir.display(),
+                    holder.trim()
+                );
+            }
+            Err((_, errno)) => bail!("flock {}: {errno}", path.display()),
+        };
+    // Who holds it, for the next one's error message (best effort).
+    use std::io::{Seek as _, Write as _};
+    let _ = locked.set_len(0);
+    let _ = locked.rewind();
+    let _ = write!(locked, "pid {}", std::process::id());
+    Ok(locked)
+}
+
 fn main() -> ExitCode {
     run_from(std::env::args_os())
 }
@@ -142,11 +189,21 @@ where
         .init();
     let args = Args::parse_from(args);
     let id = args.id;
+    let data_dir = args.data_dir.clone();
     let config = match server_config(args) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("lockd: {e:#}");
             return ExitCode::from(2);
+        }
+    };
+    // Held until this function returns, i.e. while the node runs; taken before any port
+    // is bound.
+    let _data_dir_lock = match lock_data_dir(&data_dir) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("lockd: {e:#}");
+            return ExitCode::from(1);
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -199,8 +256,28 @@ mod tests {
                 .contains("node id")
         );
         assert!(parse_node_map("").is_err());
+        assert_eq!(
+            parse_node_map("1=127.0.0.1:1,2=127.0.0.1:1").unwrap_err(),
+            "address 127.0.0.1:1 is given to node 1 and node 2"
+        );
         assert_eq!(parse_range("300-600"), Ok((300, 600)));
         assert!(parse_range("300").is_err());
+    }
+
+    #[test]
+    fn a_second_holder_of_the_data_dir_is_refused_until_the_first_lets_go() {
+        // Issue 13: one lockd per data dir; the lock is taken before any port is bound.
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock_data_dir(dir.path()).unwrap();
+        let second = lock_data_dir(dir.path()).unwrap_err();
+        let text = format!("{second:#}");
+        assert!(text.contains("is in use by another process"), "{text}");
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        drop(first);
+        lock_data_dir(dir.path()).expect("free again once the first let go");
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use history::ErrorWord;
+
 /// An error of the etcd adapter.
 ///
 /// For a client call, the variant says what the harness may record:
@@ -119,14 +121,16 @@ impl EtcdError {
     }
 
     /// The history's `error` cell for this error (DESIGN: `timeout`, `unavailable`, ...).
-    pub fn label(&self) -> &'static str {
+    pub fn label(&self) -> ErrorWord {
         match self {
-            EtcdError::Refused { reason, .. } if reason.contains("no leader") => "no-leader",
-            EtcdError::Refused { .. } => "unavailable",
-            EtcdError::Timeout { .. } => "timeout",
-            EtcdError::Indeterminate { .. } => "indeterminate",
-            EtcdError::BadKey(_) => "bad-key",
-            _ => "harness",
+            EtcdError::Refused { reason, .. } if reason.contains("no leader") => {
+                ErrorWord::NoLeader
+            }
+            EtcdError::Refused { .. } => ErrorWord::Unavailable,
+            EtcdError::Timeout { .. } => ErrorWord::Timeout,
+            EtcdError::Indeterminate { .. } => ErrorWord::Indeterminate,
+            EtcdError::BadKey(_) => ErrorWord::Invalid,
+            _ => ErrorWord::Harness,
         }
     }
 
@@ -158,10 +162,10 @@ mod tests {
         // DESIGN: an answer that never came, or may have taken effect, is `info`, never guessed.
         let no_leader = EtcdError::from_server(1, 503, "etcdserver: no leader".into());
         assert!(no_leader.is_definite());
-        assert_eq!(no_leader.label(), "no-leader");
+        assert_eq!(no_leader.label().as_str(), "no-leader");
         let timed_out = EtcdError::from_server(1, 503, "etcdserver: request timed out".into());
         assert!(!timed_out.is_definite());
-        assert_eq!(timed_out.label(), "indeterminate");
+        assert_eq!(timed_out.label().as_str(), "indeterminate");
         let lease = EtcdError::from_server(1, 404, "etcdserver: requested lease not found".into());
         assert!(lease.is_lease_not_found());
         assert!(

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
+use history::ErrorWord;
 
 use super::client::{Acquired, ClientOptions, EtcdLockClient, Released, Wait};
 use super::cluster::{EtcdClusterConfig, etcd_binary, node_args};
@@ -108,11 +109,11 @@ fn failed(error: &EtcdError) -> Outcome {
     if error.is_definite() {
         // No node is named: a refused connection means no node answered.
         Outcome::Fail {
-            error: error.label().to_owned(),
+            error: error.label(),
             node: None,
         }
     } else {
-        Outcome::Info(error.label().to_owned())
+        Outcome::Info(error.label())
     }
 }
 
@@ -137,13 +138,13 @@ impl LockClient for EtcdProcessClient {
             // backstop for the lock wait and the grace below.
             let call = client.acquire_until(key, lease_ms, wait, deadline);
             match tokio::time::timeout_at((deadline + DEADLINE_GRACE).into(), call).await {
-                Err(_) => Outcome::Info("timeout".into()),
+                Err(_) => Outcome::Info(ErrorWord::Timeout),
                 Ok(Ok(Acquired::Granted(grant))) => Outcome::Ok {
                     token: Some(grant.token),
                     node: Some(grant.node),
                 },
                 Ok(Ok(Acquired::Busy)) => Outcome::Fail {
-                    error: "busy".into(),
+                    error: ErrorWord::Busy,
                     node: Some(node),
                 },
                 Ok(Err(error)) => failed(&error),
@@ -163,13 +164,13 @@ impl LockClient for EtcdProcessClient {
             let node = client.node();
             let call = client.release_until(key, token, deadline);
             match tokio::time::timeout_at((deadline + DEADLINE_GRACE).into(), call).await {
-                Err(_) => Outcome::Info("timeout".into()),
+                Err(_) => Outcome::Info(ErrorWord::Timeout),
                 Ok(Ok(Released::Released)) => Outcome::Ok {
                     token: None,
                     node: Some(node),
                 },
                 Ok(Ok(Released::NotHolder)) => Outcome::Fail {
-                    error: "not-holder".into(),
+                    error: ErrorWord::NotHolder,
                     node: Some(node),
                 },
                 Ok(Err(error)) => failed(&error),
