@@ -421,6 +421,9 @@ impl Client {
             Err(reason) => return Attempt::NotSent(reason),
         };
         let ctx = context_until(deadline);
+        let timeout_ms = deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis() as u64;
         let origin = Some(origin);
         let result = match op.clone() {
             Op::Acquire {
@@ -430,12 +433,17 @@ impl Client {
             } => {
                 with_backstop(
                     deadline,
-                    conn.rpc.acquire(ctx, key, lease_ms, wait_ms, origin),
+                    conn.rpc
+                        .acquire(ctx, key, lease_ms, wait_ms, origin, timeout_ms),
                 )
                 .await
             }
             Op::Release { key, token } => {
-                with_backstop(deadline, conn.rpc.release(ctx, key, token, origin)).await
+                with_backstop(
+                    deadline,
+                    conn.rpc.release(ctx, key, token, origin, timeout_ms),
+                )
+                .await
             }
         };
         match result {
@@ -514,7 +522,7 @@ fn context_until(deadline: Instant) -> context::Context {
 }
 
 /// How much later than the tokio deadline tarpc's own deadline is set.
-const TARPC_DEADLINE_SLACK: Duration = Duration::from_millis(100);
+const TARPC_DEADLINE_SLACK: Duration = Duration::from_millis(1_000);
 
 /// Awaits `call`, but never past `deadline` on tokio's clock.
 async fn with_backstop<T>(

@@ -28,9 +28,19 @@ pub trait Peer {
 pub trait LockService {
     /// Acquires `key` for `lease_ms`, waiting up to `wait_ms` when it is held (0 = try once).
     /// `origin` (client id, request sequence) makes a retry return the same token.
-    async fn acquire(key: Key, lease_ms: u64, wait_ms: u64, origin: Option<Origin>) -> Response;
-    /// Releases `key` held under `token`.
-    async fn release(key: Key, token: Token, origin: Option<Origin>) -> Response;
+    /// `timeout_ms`: how long the caller waits for the answer, from when the node receives
+    /// the request, on the node's own clock; then the node treats the caller as gone (a grant
+    /// made later is released as a phantom lock). tarpc's own deadline is measured on
+    /// `std::time::Instant`, which a simulation does not drive, so it is only a backstop.
+    async fn acquire(
+        key: Key,
+        lease_ms: u64,
+        wait_ms: u64,
+        origin: Option<Origin>,
+        timeout_ms: u64,
+    ) -> Response;
+    /// Releases `key` held under `token` (`timeout_ms` as for `acquire`).
+    async fn release(key: Key, token: Token, origin: Option<Origin>, timeout_ms: u64) -> Response;
     /// This node's view of the cluster.
     async fn status() -> NodeStatus;
     /// The harness's clock nemesis: from now on this node's clock runs at `rate` times real

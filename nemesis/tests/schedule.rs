@@ -113,7 +113,11 @@ fn clients_try_the_free_key_and_some_leave_mid_acquire() {
     let mut generator = ClientGen::new(&config, 1);
     for _ in 0..400 {
         let step = generator.next(Some(Completion::NotAcquired));
-        assert!(!step.op.describe().contains("leave="), "{}", step.op.describe());
+        assert!(
+            !step.op.describe().contains("leave="),
+            "{}",
+            step.op.describe()
+        );
     }
 }
 

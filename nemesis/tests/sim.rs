@@ -10,7 +10,14 @@ fn short(seed: u64, time_s: u64) -> SimCase {
     case
 }
 
+// One test function: simulations running at once in one process can disturb each other
+// (see `locksmith sim --jobs`), and cargo runs test functions on parallel threads.
 #[test]
+fn the_simulator_replays_each_seed_and_tells_seeds_apart() {
+    the_same_seed_gives_a_byte_identical_history_with_faults_on();
+    different_seeds_give_different_runs();
+}
+
 fn the_same_seed_gives_a_byte_identical_history_with_faults_on() {
     for seed in [1, 2, 3] {
         let case = short(seed, 8);
@@ -32,7 +39,6 @@ fn the_same_seed_gives_a_byte_identical_history_with_faults_on() {
     }
 }
 
-#[test]
 fn different_seeds_give_different_runs() {
     let a = run_case(&short(11, 5));
     let b = run_case(&short(12, 5));

@@ -22,6 +22,9 @@ use crate::raft::{ClientRequest, RequestId, Response};
 use crate::rpc::{CLOCK_RATE_MAX, CLOCK_RATE_MIN, ClockReading, LockService, NodeStatus};
 use crate::sys::net::TcpListener;
 
+/// The longest a client may ask a node to work on one request, ms.
+const CLIENT_TIMEOUT_MS_MAX: u64 = 600_000;
+
 /// A transport that flips `closed` when its read half ends (EOF or error): the only signal
 /// that a client died while its request is still being handled (research/design.md §2.4).
 #[derive(Debug)]
@@ -174,6 +177,17 @@ impl LockServer {
         }
     }
 
+    /// [`LockServer::call`], given up after `timeout_ms` on this node's clock (tokio's, the
+    /// simulator's when simulated): dropping the call reports the departure, as when the
+    /// client cancels.
+    async fn call_within(self, timeout_ms: u64, request: ClientRequest) -> Response {
+        let timeout = Duration::from_millis(timeout_ms.min(CLIENT_TIMEOUT_MS_MAX));
+        match tokio::time::timeout(timeout, self.call(request)).await {
+            Ok(response) => response,
+            Err(_) => unknown("the caller's timeout passed before an answer"),
+        }
+    }
+
     async fn ask<T>(&self, event: impl FnOnce(oneshot::Sender<T>) -> Event) -> Option<T> {
         let (reply, answer) = oneshot::channel();
         self.events.send(event(reply)).await.ok()?;
@@ -195,14 +209,15 @@ impl LockService for LockServer {
         lease_ms: u64,
         wait_ms: u64,
         origin: Option<Origin>,
+        timeout_ms: u64,
     ) -> Response {
-        self.call(ClientRequest::Acquire {
+        let request = ClientRequest::Acquire {
             key,
             lease_ms,
             wait_ms,
             origin,
-        })
-        .await
+        };
+        self.call_within(timeout_ms, request).await
     }
 
     async fn release(
@@ -211,9 +226,10 @@ impl LockService for LockServer {
         key: Key,
         token: Token,
         origin: Option<Origin>,
+        timeout_ms: u64,
     ) -> Response {
-        self.call(ClientRequest::Release { key, token, origin })
-            .await
+        let request = ClientRequest::Release { key, token, origin };
+        self.call_within(timeout_ms, request).await
     }
 
     async fn status(self, _: context::Context) -> NodeStatus {

@@ -115,6 +115,11 @@ impl Core {
             }
             let started = Instant::now();
             self.carry_out(output)?;
+            if crate::sys::simulated() {
+                // Under simulation the core's invariants run after every turn, also in a
+                // release build, so that `locksmith sim` catches a broken core at once.
+                self.node.check_invariants();
+            }
             debug!(
                 events = batch,
                 carry_out_us = started.elapsed().as_micros(),

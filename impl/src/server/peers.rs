@@ -228,7 +228,7 @@ where
 }
 
 /// How much later than the tokio deadline tarpc's own deadline is set (see [`call_within`]).
-pub(crate) const TARPC_DEADLINE_SLACK: Duration = Duration::from_millis(100);
+pub(crate) const TARPC_DEADLINE_SLACK: Duration = Duration::from_millis(1_000);
 
 async fn connect_peer(addr: SocketAddr) -> io::Result<PeerClient> {
     let connect = TcpStream::connect(addr);

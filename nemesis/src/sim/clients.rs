@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use history::{Op, OpType, Process};
+use history::{AcquireValue, ErrorWord, Op, OpName, OpType, Process};
 use lockd::client::{Client, ClientError, ClientOptions};
 use lockd::raft::{NodeId, Role};
 use tokio::time::Instant;
@@ -311,7 +311,7 @@ impl Worker {
             self.process(),
             OpType::Invoke,
             Row {
-                f: "acquire",
+                f: OpName::Acquire.as_str(),
                 key: key.to_owned(),
                 value: acquire_value(lease_ms, wait_ms),
                 ..Row::default()
@@ -322,7 +322,7 @@ impl Worker {
             .acquire_traced(key, lease_ms, wait_ms, deadline)
             .await;
         let mut row = Row {
-            f: "acquire",
+            f: OpName::Acquire.as_str(),
             key: key.to_owned(),
             node: answered.node,
             ..Row::default()
@@ -388,7 +388,7 @@ impl Worker {
             self.process(),
             OpType::Invoke,
             Row {
-                f: "write",
+                f: OpName::Write.as_str(),
                 key: key.to_owned(),
                 value,
                 token: Some(token),
@@ -406,9 +406,13 @@ impl Worker {
             }
         };
         let row = Row {
-            f: "write",
+            f: OpName::Write.as_str(),
             key: key.to_owned(),
-            error: if accepted { "" } else { "stale-token" },
+            error: if accepted {
+                ""
+            } else {
+                ErrorWord::StaleToken.as_str()
+            },
             ..Row::default()
         };
         let op_type = if accepted { OpType::Ok } else { OpType::Fail };
@@ -420,7 +424,7 @@ impl Worker {
             self.process(),
             OpType::Invoke,
             Row {
-                f: "release",
+                f: OpName::Release.as_str(),
                 key: key.to_owned(),
                 token: Some(token),
                 ..Row::default()
@@ -429,7 +433,7 @@ impl Worker {
         let deadline = Instant::now() + Duration::from_millis(OP_TIMEOUT_MS);
         let answered = client.release_traced(key, token, deadline).await;
         let row = Row {
-            f: "release",
+            f: OpName::Release.as_str(),
             key: key.to_owned(),
             node: answered.node,
             ..Row::default()
@@ -456,7 +460,7 @@ impl Worker {
             self.process(),
             OpType::Invoke,
             Row {
-                f: "acquire",
+                f: OpName::Acquire.as_str(),
                 key: key.to_owned(),
                 value: acquire_value(LEAVER_LEASE_MS, 0),
                 ..Row::default()
@@ -474,7 +478,7 @@ impl Worker {
         };
         let Some(answered) = outcome else {
             let row = Row {
-                f: "acquire",
+                f: OpName::Acquire.as_str(),
                 key: key.to_owned(),
                 error: if disconnect {
                     "disconnected"
@@ -496,7 +500,7 @@ impl Worker {
         };
         // The answer came before the client meant to leave: an ordinary acquire.
         let mut row = Row {
-            f: "acquire",
+            f: OpName::Acquire.as_str(),
             key: key.to_owned(),
             node: answered.node,
             ..Row::default()
@@ -534,20 +538,10 @@ impl Worker {
 
 /// The acquire invoke's value: `LEASE_MS`, or `LEASE_MS WAIT_MS` for one that waits.
 fn acquire_value(lease_ms: u64, wait_ms: u64) -> String {
-    if wait_ms == 0 {
-        lease_ms.to_string()
-    } else {
-        format!("{lease_ms} {wait_ms}")
-    }
+    AcquireValue::new(lease_ms, wait_ms).to_string()
 }
 
-/// The history's error word for a client error.
+/// The history's error word for a client error (the harness's mapping).
 fn error_word(error: &ClientError) -> &'static str {
-    match error {
-        ClientError::Busy => "busy",
-        ClientError::NotHolder => "not-holder",
-        ClientError::Invalid(_) => "invalid",
-        ClientError::Unavailable(_) => "unavailable",
-        ClientError::Unknown(_) => "timeout",
-    }
+    crate::lockd_system::error_word(error).as_str()
 }

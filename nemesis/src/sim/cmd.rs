@@ -26,9 +26,12 @@ pub struct SimArgs {
     /// Seeds: `A..B` (B excluded), `A..=B`, `S`, or a comma list.
     #[arg(long, default_value = "1..1000")]
     pub seeds: String,
-    /// Worker threads (default: every core).
-    #[arg(long)]
-    pub jobs: Option<usize>,
+    /// Worker threads (default 1). Each seed replays exactly when seeds run one at a time;
+    /// two simulations running at once in one process were seen to disturb each other
+    /// (the digest check, `LOCKSMITH_SIM_DIGESTS=1`), so more than one job is faster but a
+    /// failing seed must then be rerun alone. Across machines or processes use `--shard`.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
     /// Run only shard I of N (0-based): the seeds whose position in the list is I mod N.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
@@ -79,10 +82,7 @@ pub fn run(args: SimArgs) -> i32 {
 fn run_inner(args: &SimArgs) -> Result<i32, String> {
     let seeds = select_shard(parse_seeds(&args.seeds)?, args.shard.as_deref())?;
     let template = template(args)?;
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let jobs = args.jobs.max(1);
     eprintln!(
         "locksmith sim: {} seeds ({}..), {} simulated s each, {} nodes, {} clients, {} jobs{}",
         seeds.len(),
@@ -275,6 +275,13 @@ fn run_seeds(seeds: &[u64], template: &SimCase, jobs: usize, stop_early: bool) -
                         ..template.clone()
                     };
                     let result = run_case(&case);
+                    if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
+                        eprintln!(
+                            "seed {seed}: {} ops, history digest {:016x}",
+                            result.ops.len(),
+                            super::history_digest(&result.ops)
+                        );
+                    }
                     outcome.sim_ms.fetch_add(result.sim_ms, Ordering::Relaxed);
                     outcome.done.fetch_add(1, Ordering::Relaxed);
                     match result.verdict() {

@@ -51,7 +51,38 @@ struct FaultState {
 
 /// Runs one case to its verdict. Never panics on a lockd failure: a node that exits is part
 /// of the verdict, and a run the simulator could not finish is `unknown`.
+///
+/// Each case runs on a thread of its own: something in the stack keeps per-thread state
+/// from one simulation to the next on the same thread (two seeds run one after the other on
+/// one thread gave another history than each alone), and a fresh thread replays exactly.
 pub fn run_case(case: &SimCase) -> CaseResult {
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name(format!("sim-seed-{}", case.seed))
+            .spawn_scoped(scope, || run_case_on_this_thread(case));
+        match handle.map(|h| h.join()) {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) | Err(_) => {
+                // The simulator itself panicked (lockd's panics are caught per node).
+                let check = checker::compose(vec![CheckResult::new(
+                    "node health",
+                    Verdict::unknown("the simulation thread panicked (see stderr)"),
+                )]);
+                CaseResult {
+                    case: case.clone(),
+                    ops: Vec::new(),
+                    check,
+                    plan: Vec::new(),
+                    faults: Vec::new(),
+                    logs: None,
+                    sim_ms: 0,
+                }
+            }
+        }
+    })
+}
+
+fn run_case_on_this_thread(case: &SimCase) -> CaseResult {
     let logs = case.logs.then(|| Arc::new(Mutex::new(Vec::new())));
     let run = || run_inner(case);
     let (ops, faults_log, plan, node_exits, sim_error, sim_ms) = match &logs {
@@ -157,10 +188,18 @@ fn run_inner(case: &SimCase) -> Inner {
                 let listen = SocketAddr::new(turmoil::lookup(node_name(id)), CLIENT_PORT);
                 let mut config = ServerConfig::new(raft, peers, listen, "/data".into());
                 config.pause_gate = Some(gate);
-                if let Err(e) = lockd::server::run(config).await {
-                    exits
+                let at = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
+                let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
+                match futures::FutureExt::catch_unwind(run).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => exits
                         .borrow_mut()
-                        .push(format!("n{id} at {:?}: {e}", turmoil::sim_elapsed()));
+                        .push(format!("n{id} at {} ms: {e}", at())),
+                    Err(panic) => exits.borrow_mut().push(format!(
+                        "n{id} panicked at {} ms: {}",
+                        at(),
+                        panic_message(&panic)
+                    )),
                 }
                 Ok(())
             }
@@ -209,7 +248,7 @@ fn run_inner(case: &SimCase) -> Inner {
         driver.strobe(now_ms);
         if shared.phase.get() == Phase::Faults && now_ms >= fault_end_ms {
             driver.heal_all(&mut sim, now_ms);
-            driver.record_nemesis(now_ms, "recover", "", "");
+            driver.record_nemesis(now_ms, Verb::Recover.as_str(), "", "");
             shared.phase.set(Phase::Recovery);
         }
         match sim.step() {
@@ -275,9 +314,9 @@ impl Driver<'_> {
         } else {
             String::new()
         };
-        self.record_nemesis(now_ms, op.f.name(), &value, &outcome);
+        self.record_nemesis(now_ms, op.f.as_str(), &value, &outcome);
         self.log
-            .push(format!("{now_ms:>6} {} {value} {outcome}", op.f.name()));
+            .push(format!("{now_ms:>6} {} {value} {outcome}", op.f.as_str()));
         if op.acts_on_nothing() {
             return;
         }
@@ -375,7 +414,7 @@ impl Driver<'_> {
             (verb, value) => {
                 self.log.push(format!(
                     "{now_ms:>6} {}: not applied in the simulator ({value:?})",
-                    verb.name()
+                    verb.as_str()
                 ));
             }
         }
@@ -459,17 +498,22 @@ impl Driver<'_> {
                 .join(" ")
         };
         if !self.state.cut.is_empty() {
-            self.record_nemesis(now_ms, Verb::Heal.name(), "", "");
+            self.record_nemesis(now_ms, Verb::Heal.as_str(), "", "");
             self.heal_links(sim);
         }
         if !self.state.paused.is_empty() {
-            self.record_nemesis(now_ms, Verb::Resume.name(), &list(&self.state.paused), "");
+            self.record_nemesis(now_ms, Verb::Resume.as_str(), &list(&self.state.paused), "");
             for n in self.state.paused.clone() {
                 self.resume_node(sim, n);
             }
         }
         if !self.state.killed.is_empty() {
-            self.record_nemesis(now_ms, Verb::Restart.name(), &list(&self.state.killed), "");
+            self.record_nemesis(
+                now_ms,
+                Verb::Restart.as_str(),
+                &list(&self.state.killed),
+                "",
+            );
             for n in std::mem::take(&mut self.state.killed) {
                 sim.bounce(node_name(n));
             }
@@ -477,7 +521,7 @@ impl Driver<'_> {
         if !self.state.skewed.is_empty() {
             self.record_nemesis(
                 now_ms,
-                Verb::ResetClock.name(),
+                Verb::ResetClock.as_str(),
                 &list(&self.state.skewed),
                 "",
             );
@@ -487,15 +531,27 @@ impl Driver<'_> {
             }
         }
         if !self.state.paused_clients.is_empty() {
-            self.record_nemesis(now_ms, Verb::ResumeClients.name(), "", "");
+            self.record_nemesis(now_ms, Verb::ResumeClients.as_str(), "", "");
             self.shared.paused_clients.borrow_mut().clear();
             self.state.paused_clients.clear();
         }
     }
 }
 
+/// The text of a panic's payload.
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
 /// A subscriber that writes the nodes' log into `buffer`, each line starting with the
-/// simulated time (the host's name is in the `node` span turmoil opens).
+/// simulated time (the host's name is in the `node` span turmoil opens). `LOCKSMITH_SIM_LOG`
+/// sets the filter (default `info,tarpc=warn`).
 fn log_subscriber(buffer: Arc<Mutex<Vec<u8>>>) -> impl tracing::Subscriber + Send + Sync {
     use tracing_subscriber::fmt::format::Writer;
     use tracing_subscriber::fmt::time::FormatTime;

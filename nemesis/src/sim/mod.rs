@@ -150,3 +150,12 @@ pub fn history_csv(ops: &[Op]) -> Vec<u8> {
     }
     writer.into_inner().unwrap_or_default()
 }
+
+/// A digest of the history's bytes (`LOCKSMITH_SIM_DIGESTS=1 locksmith sim` prints it per
+/// seed, to compare two runs of the same seeds).
+pub fn history_digest(ops: &[Op]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    history_csv(ops).hash(&mut hasher);
+    hasher.finish()
+}
