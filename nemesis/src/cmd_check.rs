@@ -5,16 +5,24 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-/// `locksmith check HISTORY.csv [--model lock|register|kv] [--drift 0.01] [--json]
-/// [--timeline OUT.html]`
+/// `locksmith check HISTORY.csv|FOLDER... [--model auto|lock|mutex|...] [--init V]
+/// [--drift 0.01] [--json] [--timeline OUT.html]`
 #[derive(Debug, Args)]
 pub struct CheckCommand {
-    /// The CSV history (schema v1).
-    pub history: PathBuf,
-    /// The model: lock (acquire/release/write; also fencing and lease safety), register
-    /// (read/write/cas per key) or kv (get/put/append per key).
-    #[arg(long, default_value = "lock", value_parser = ["lock", "register", "kv"])]
+    /// CSV histories (schema v1), and folders searched for *.csv; several give one verdict
+    /// line each and the worst exit code.
+    #[arg(required = true, num_args = 1..)]
+    pub histories: Vec<PathBuf>,
+    /// The model: auto (inferred from the ops), lock (acquire/release/write; also fencing
+    /// and lease safety), mutex (Jepsen's, no tokens), owner-mutex (a release must come
+    /// from the holder), register (read/write/cas per key), kv (get/put/append per key),
+    /// multi-register (txn).
+    #[arg(long, default_value = "auto", value_parser = checker::MODEL_NAMES)]
     pub model: String,
+    /// The registers' initial value (register, multi-register): knossos checks Jepsen
+    /// histories with 0. With it, an ok read of nil means the value read is unknown.
+    #[arg(long, value_name = "V")]
+    pub init: Option<String>,
     /// The declared clock-drift bound, a fraction in [0, 1).
     #[arg(long, default_value_t = 0.01)]
     pub drift: f64,
@@ -54,8 +62,9 @@ pub fn check(command: CheckCommand) -> i32 {
             return checker::cli::EXIT_COULD_NOT_RUN;
         }
     };
-    let mut args = checker::cli::CheckArgs::new(command.history);
+    let mut args = checker::cli::CheckArgs::batch(command.histories);
     args.model = model;
+    args.init = command.init;
     args.drift = command.drift;
     args.json = command.json;
     args.timeline = command.timeline;

@@ -337,7 +337,14 @@ pub fn lock_operations(
                     _ => {}
                 }
             }
-            _ => {}
+            // The fenced resource's ops: fencing checks them.
+            "write" | "read" => {}
+            other => {
+                return Err(CheckError::bad(
+                    op.invoke.index,
+                    format!("op `{other}` is not a lock op (acquire, release, read, write)"),
+                ));
+            }
         }
     }
     out.extend(internal);

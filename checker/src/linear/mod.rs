@@ -11,14 +11,18 @@
 //! - [`brute_force`] tries every order of every subset; it is the oracle the search is
 //!   tested against on histories of at most [`BRUTE_FORCE_OPS_MAX`] operations.
 //!
-//! The models: [`lock_model`] (acquire/release with tokens and leases), [`register_model`]
-//! (read/write/cas, Porcupine's etcd semantics) and [`kv_model`] (get/put/append).
+//! The models: [`lock_model`] (acquire/release with tokens and leases), [`mutex_model`]
+//! (Jepsen's mutex, and an owner-aware one), [`register_model`] (read/write/cas, with
+//! Porcupine's or Jepsen's reading), [`multi_register_model`] (knossos's txns) and
+//! [`kv_model`] (get/put/append).
 
 pub mod bitset;
 pub mod kv_model;
 pub mod lock_fast;
 pub mod lock_model;
 pub mod model;
+pub mod multi_register_model;
+pub mod mutex_model;
 pub mod register_model;
 pub mod wgl;
 
