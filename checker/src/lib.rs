@@ -81,6 +81,7 @@
 pub mod cli;
 pub mod error;
 pub mod fencing;
+pub mod generate;
 pub mod lease;
 pub mod linear;
 pub mod model;

@@ -82,3 +82,72 @@ pub fn convert(command: ConvertCommand) -> i32 {
         &mut std::io::stderr(),
     )
 }
+
+/// `locksmith gen lock --ops N --keys K --clients C --crash-rate P --seed S
+/// [--inject double-grant|stale-write] [--out FILE.csv]`
+#[derive(Debug, Args)]
+pub struct GenCommand {
+    /// What to generate: `lock` (the only kind so far).
+    #[arg(value_parser = ["lock"])]
+    pub kind: String,
+    /// Client operations (each an invoke and, mostly, a completion row).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub ops: usize,
+    /// Lock keys.
+    #[arg(long, default_value_t = 100)]
+    pub keys: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 20)]
+    pub clients: u64,
+    /// The fraction of acquires that crash (complete `info`), in [0, 1].
+    #[arg(long, default_value_t = 0.005)]
+    pub crash_rate: f64,
+    /// The seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Make the history invalid: double-grant or stale-write.
+    #[arg(long, value_parser = ["double-grant", "stale-write", "none"], default_value = "none")]
+    pub inject: String,
+    /// Where to write the CSV history (default: standard output).
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `gen`; returns 0 when written, 2 otherwise.
+pub fn generate(command: GenCommand) -> i32 {
+    if !(0.0..=1.0).contains(&command.crash_rate) {
+        eprintln!("--crash-rate {} is not a fraction in [0, 1]", command.crash_rate);
+        return checker::cli::EXIT_COULD_NOT_RUN;
+    }
+    let inject = match command.inject.parse() {
+        Ok(inject) => inject,
+        Err(error) => {
+            eprintln!("{error}");
+            return checker::cli::EXIT_COULD_NOT_RUN;
+        }
+    };
+    let mut options = checker::generate::GenOptions::new(command.ops, command.seed);
+    options.keys = command.keys;
+    options.clients = command.clients;
+    options.crash_rate = command.crash_rate;
+    options.inject = inject;
+    let ops = checker::generate::lock_history(&options);
+    let written = match &command.out {
+        Some(path) => std::fs::File::create(path)
+            .and_then(|file| checker::generate::write_csv(&ops, std::io::BufWriter::new(file))),
+        None => checker::generate::write_csv(&ops, std::io::stdout().lock()),
+    };
+    match written {
+        Ok(rows) => {
+            eprintln!(
+                "wrote {rows} rows ({} ops, {} keys, {} clients, crash rate {}, seed {}, inject {inject})",
+                command.ops, command.keys, command.clients, command.crash_rate, command.seed
+            );
+            0
+        }
+        Err(error) => {
+            eprintln!("{}: {error}", command.out.as_ref().map_or("<stdout>".into(), |p| p.display().to_string()));
+            checker::cli::EXIT_COULD_NOT_RUN
+        }
+    }
+}
