@@ -85,6 +85,15 @@ pub fn read_history(path: &Path) -> Result<Vec<Op>, CheckError> {
     })
 }
 
+/// Reads a CSV history straight into paired operations (the history is never held twice);
+/// a bad file gives `FILE:line:column: reason`.
+pub fn read_paired(path: &Path) -> Result<history::pair::Paired, CheckError> {
+    history::csv::read_paired_path(path).map_err(|source| CheckError::Parse {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// The files `paths` name: each file as given, each folder's `*.csv` files (recursively,
 /// sorted by path).
 pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CheckError> {
@@ -233,8 +242,7 @@ fn batch_line(args: &CheckArgs, options: &Options, path: &Path) -> BatchLine {
     let started = Instant::now();
     let title = path.display().to_string();
     let run = || -> Result<(Check, usize), CheckError> {
-        let ops = read_history(path)?;
-        let paired = history::pair::pair(&ops)?;
+        let paired = read_paired(path)?.operations;
         Ok((crate::check_operations(&paired, options), paired.len()))
     };
     match crate::verdict::guard(&title, run) {
@@ -294,8 +302,7 @@ fn check_one(
     err: &mut dyn Write,
 ) -> Result<i32, CheckError> {
     let started = Instant::now();
-    let ops = read_history(path)?;
-    let paired = history::pair::pair_with_faults(&ops)?;
+    let paired = read_paired(path)?;
     let _ = writeln!(
         err,
         "checking {} operations of {} with the {} model ...",

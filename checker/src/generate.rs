@@ -215,13 +215,27 @@ impl Sim {
         let inject_now = !self.injected && done >= self.options.ops / 2;
         if let Some((key, token)) = self.holding[c].filter(|_| self.rng.below(2) == 0) {
             // A fenced write with the held token: accepted, since tokens of a key only grow.
-            self.push(c, invoke, OpType::Invoke, "write", key, Cells::new(done.to_string(), Some(token), ""));
+            self.push(
+                c,
+                invoke,
+                OpType::Invoke,
+                "write",
+                key,
+                Cells::new(done.to_string(), Some(token), ""),
+            );
             self.push(c, complete, OpType::Ok, "write", key, Cells::none());
             let previous = self.last_token_before(key, token);
             if inject_now && self.options.inject == Inject::StaleWrite && previous.is_some() {
                 self.injected = true;
                 let (at, end) = (complete + 1, complete + 2);
-                self.push(c, at, OpType::Invoke, "write", key, Cells::new("stale".into(), previous, ""));
+                self.push(
+                    c,
+                    at,
+                    OpType::Invoke,
+                    "write",
+                    key,
+                    Cells::new("stale".into(), previous, ""),
+                );
                 self.push(c, end, OpType::Ok, "write", key, Cells::none());
             }
         } else if let Some((key, token)) = self.holding[c] {
@@ -229,7 +243,14 @@ impl Sim {
                 self.table[key] = Held::Free;
             }
             self.holding[c] = None;
-            self.push(c, invoke, OpType::Invoke, "release", key, Cells::new(String::new(), Some(token), ""));
+            self.push(
+                c,
+                invoke,
+                OpType::Invoke,
+                "release",
+                key,
+                Cells::new(String::new(), Some(token), ""),
+            );
             self.push(c, complete, OpType::Ok, "release", key, Cells::none());
         } else {
             self.acquire(c, point, complete, inject_now);
@@ -246,7 +267,14 @@ impl Sim {
         let key = self.rng.below(self.options.keys.max(1) as u64) as usize;
         let invoke = self.invoke_at[c];
         let lease = self.options.lease_ms.to_string();
-        self.push(c, invoke, OpType::Invoke, "acquire", key, Cells::new(lease, None, ""));
+        self.push(
+            c,
+            invoke,
+            OpType::Invoke,
+            "acquire",
+            key,
+            Cells::new(lease, None, ""),
+        );
         let crashed = self.rng.chance(self.options.crash_rate);
         let double = inject_now
             && self.options.inject == Inject::DoubleGrant
@@ -274,13 +302,34 @@ impl Sim {
                 self.last_token[key] = token;
                 self.table[key] = Held::Token(token);
                 self.holding[c] = Some((key, token));
-                self.push(c, complete, OpType::Ok, "acquire", key, Cells::new(String::new(), Some(token), ""));
+                self.push(
+                    c,
+                    complete,
+                    OpType::Ok,
+                    "acquire",
+                    key,
+                    Cells::new(String::new(), Some(token), ""),
+                );
             }
         } else if !crashed {
-            self.push(c, complete, OpType::Fail, "acquire", key, Cells::new(String::new(), None, "busy"));
+            self.push(
+                c,
+                complete,
+                OpType::Fail,
+                "acquire",
+                key,
+                Cells::new(String::new(), None, "busy"),
+            );
         }
         if crashed {
-            self.push(c, complete, OpType::Info, "acquire", key, Cells::new(String::new(), None, "timeout"));
+            self.push(
+                c,
+                complete,
+                OpType::Info,
+                "acquire",
+                key,
+                Cells::new(String::new(), None, "timeout"),
+            );
             self.process[c] += self.options.clients.max(1);
         }
     }
@@ -295,7 +344,11 @@ struct Cells {
 
 impl Cells {
     fn new(value: String, token: Option<u64>, error: &'static str) -> Cells {
-        Cells { value, token, error }
+        Cells {
+            value,
+            token,
+            error,
+        }
     }
 
     fn none() -> Cells {
@@ -332,18 +385,34 @@ mod tests {
         // Issue 12 "gen lock": valid, or invalid by the injected anomaly.
         for crash_rate in [0.0, 0.005, 0.5] {
             let check = verdict(Inject::Nothing, crash_rate);
-            assert_eq!(check.verdict, Verdict::Valid, "{crash_rate}: {}", check.explanation());
+            assert_eq!(
+                check.verdict,
+                Verdict::Valid,
+                "{crash_rate}: {}",
+                check.explanation()
+            );
         }
         let check = verdict(Inject::DoubleGrant, 0.005);
-        assert_eq!(check.result("linearizability").unwrap().verdict, Verdict::Invalid);
+        assert_eq!(
+            check.result("linearizability").unwrap().verdict,
+            Verdict::Invalid
+        );
         let check = verdict(Inject::StaleWrite, 0.005);
-        assert_eq!(check.result("fencing").unwrap().verdict, Verdict::Invalid, "{}", check.explanation());
+        assert_eq!(
+            check.result("fencing").unwrap().verdict,
+            Verdict::Invalid,
+            "{}",
+            check.explanation()
+        );
     }
 
     #[test]
     fn the_same_seed_gives_the_same_history() {
         let options = GenOptions::new(500, 42);
         assert_eq!(lock_history(&options), lock_history(&options));
-        assert_ne!(lock_history(&options), lock_history(&GenOptions::new(500, 43)));
+        assert_ne!(
+            lock_history(&options),
+            lock_history(&GenOptions::new(500, 43))
+        );
     }
 }

@@ -329,6 +329,10 @@ pub struct CheckResult {
     /// `false` when the check had nothing to check: its verdict is then `Unknown` with the
     /// reason, and it counts for neither side in the merged verdict.
     pub checked: bool,
+    /// For a failed linearizability check: the invoke rows of the longest legal order the
+    /// search found, in that order (the timeline numbers them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<u64>,
 }
 
 impl CheckResult {
@@ -340,6 +344,7 @@ impl CheckResult {
             explanation: None,
             rows: Vec::new(),
             checked: true,
+            order: Vec::new(),
         }
     }
 
@@ -369,6 +374,7 @@ impl CheckResult {
             explanation: Some(explanation),
             rows,
             checked: true,
+            order: Vec::new(),
         }
     }
 }

@@ -47,6 +47,22 @@ pub fn read_path(path: &Path) -> Result<Vec<Op>, ParseError> {
     Reader::new(file).collect()
 }
 
+/// Reads a file straight into paired operations and faults, one row at a time: the ops
+/// are validated by the reader and moved into the pairing, so the history is never held
+/// twice (as `read_path` and then `pair` would).
+pub fn read_paired_path(path: &Path) -> Result<crate::pair::Paired, ParseError> {
+    let file = File::open(path).map_err(|e| ParseError {
+        line: 1,
+        column: 1,
+        kind: ParseErrorKind::Io(format!("{}: {e}", path.display())),
+    })?;
+    let mut pairing = crate::pair::Pairing::default();
+    for op in Reader::new(file) {
+        pairing.push(op?);
+    }
+    Ok(pairing.finish())
+}
+
 /// One field of a record as read, with the position of its first character.
 #[derive(Debug)]
 struct RawField {

@@ -116,7 +116,10 @@ pub struct GenCommand {
 /// Runs `gen`; returns 0 when written, 2 otherwise.
 pub fn generate(command: GenCommand) -> i32 {
     if !(0.0..=1.0).contains(&command.crash_rate) {
-        eprintln!("--crash-rate {} is not a fraction in [0, 1]", command.crash_rate);
+        eprintln!(
+            "--crash-rate {} is not a fraction in [0, 1]",
+            command.crash_rate
+        );
         return checker::cli::EXIT_COULD_NOT_RUN;
     }
     let inject = match command.inject.parse() {
@@ -146,7 +149,13 @@ pub fn generate(command: GenCommand) -> i32 {
             0
         }
         Err(error) => {
-            eprintln!("{}: {error}", command.out.as_ref().map_or("<stdout>".into(), |p| p.display().to_string()));
+            eprintln!(
+                "{}: {error}",
+                command
+                    .out
+                    .as_ref()
+                    .map_or("<stdout>".into(), |p| p.display().to_string())
+            );
             checker::cli::EXIT_COULD_NOT_RUN
         }
     }
