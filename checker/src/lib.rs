@@ -571,9 +571,9 @@ fn lock_linearizability(
         LockSearch::Fast => linear::lock_fast::check(&ops, options.budget),
         LockSearch::Generic => linear::check(&linear::lock_model::LockModel, &ops, options.budget),
     };
-    Ok(linear_result(NAME, &report, |cx| {
-        report::explain::lock_linear(&ops, cx)
-    }))
+    let mut result = linear_result(NAME, &report, |cx| report::explain::lock_linear(&ops, cx));
+    result.order = order_found(&report, &ops);
+    Ok(result)
 }
 
 /// The generic search on built operations. No operations left (every op failed, say) is
@@ -585,8 +585,20 @@ fn generic<M: linear::Model>(
 ) -> CheckResult {
     const NAME: &str = "linearizability";
     let report = linear::check(model, ops, budget);
-    linear_result(NAME, &report, |cx| {
+    let mut result = linear_result(NAME, &report, |cx| {
         report::explain::generic_linear(model, ops, cx)
+    });
+    result.order = order_found(&report, ops);
+    result
+}
+
+/// The invoke rows of the counterexample's legal order (internal events have none).
+fn order_found<M: linear::Model>(report: &LinearReport, ops: &[linear::Operation<M>]) -> Vec<u64> {
+    report.counterexample.as_ref().map_or_else(Vec::new, |cx| {
+        cx.linearized
+            .iter()
+            .filter_map(|&i| ops[i].rows.invoke)
+            .collect()
     })
 }
 

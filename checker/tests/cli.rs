@@ -143,3 +143,22 @@ fn a_batch_prints_one_line_per_history_and_the_worst_exit_code() {
     let (code, out, _) = check(&CheckArgs::batch(vec![case("register/valid")]));
     assert_eq!(code, 0, "{out}");
 }
+
+#[test]
+fn a_register_timeline_labels_values_and_links_the_first_error() {
+    // Issue 12 "explanations": labels like `cas(3, 0) -> fail`, the order found, and a
+    // "jump to the first error" link.
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = CheckArgs::new(case(
+        "register/invalid/cas_succeeded_on_a_wrong_old_value.csv",
+    ));
+    args.timeline = Some(dir.path().join("timeline.html"));
+    let (code, out, _) = check(&args);
+    assert_eq!(code, 1, "{out}");
+    let html = std::fs::read_to_string(dir.path().join("timeline.html")).unwrap();
+    assert!(html.contains("cas(2, 3) -> ok"), "no cas label");
+    assert!(html.contains("write(1) -> ok"), "no write label");
+    assert!(html.contains("jump to the first error"));
+    assert!(html.contains("\"order\":1"), "the order found is not drawn");
+    assert!(out.contains("had finished at"), "{out}");
+}
