@@ -96,7 +96,9 @@ pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
 }
 
 fn lease_ms(op: &Operation) -> Option<u64> {
-    op.invoke.value.trim().parse().ok()
+    crate::linear::lock_model::acquire_lease_ms(&op.invoke.value)
+        .ok()
+        .flatten()
 }
 
 /// The instant until which a grant certainly holds the key: its safe lease end, or just

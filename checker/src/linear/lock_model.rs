@@ -368,16 +368,29 @@ fn internal_event(
 }
 
 fn parse_lease(op: &history::pair::Operation) -> Result<Option<u64>, CheckError> {
-    let value = op.invoke.value.trim();
-    if value.is_empty() {
+    acquire_lease_ms(&op.invoke.value).map_err(|reason| CheckError::bad(op.invoke.index, reason))
+}
+
+/// The lease of an acquire invoke's value, `LEASE_MS` or `LEASE_MS WAIT_MS` (the harness
+/// records how long the acquire may wait for the key after the lease); `None` when empty.
+pub fn acquire_lease_ms(value: &str) -> Result<Option<u64>, String> {
+    let mut words = value.split_whitespace();
+    let Some(lease) = words.next() else {
         return Ok(None);
+    };
+    let number = |w: &str| {
+        w.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| w.parse::<u64>().ok())
+            .flatten()
+    };
+    let wait_ok = words.next().is_none_or(|w| number(w).is_some());
+    match number(lease) {
+        Some(ms) if wait_ok && words.next().is_none() => Ok(Some(ms)),
+        _ => Err(format!(
+            "acquire value `{value}` is not `LEASE_MS` or `LEASE_MS WAIT_MS` in milliseconds"
+        )),
     }
-    value.parse::<u64>().map(Some).map_err(|_| {
-        CheckError::bad(
-            op.invoke.index,
-            format!("acquire value `{value}` is not a lease in milliseconds"),
-        )
-    })
 }
 
 #[cfg(test)]
@@ -439,5 +452,21 @@ mod tests {
         // DESIGN: no expiry before lease_ms less the drift bound.
         assert_eq!(lease_floor_ns(1000, 0.01), 990_000_000);
         assert_eq!(lease_floor_ns(1000, 0.0), 1_000_000_000);
+    }
+}
+
+#[cfg(test)]
+mod lease_value_tests {
+    use super::acquire_lease_ms;
+
+    #[test]
+    fn acquire_values_are_lease_or_lease_and_wait() {
+        // The harness records `LEASE_MS` or `LEASE_MS WAIT_MS` on the acquire invoke.
+        assert_eq!(acquire_lease_ms(""), Ok(None));
+        assert_eq!(acquire_lease_ms("5000"), Ok(Some(5000)));
+        assert_eq!(acquire_lease_ms("5000 250"), Ok(Some(5000)));
+        assert!(acquire_lease_ms("5000 x").is_err());
+        assert!(acquire_lease_ms("-5").is_err());
+        assert!(acquire_lease_ms("1 2 3").is_err());
     }
 }
