@@ -578,11 +578,12 @@ fn lock_linearizability(
 
 /// The generic search on built operations. No operations left (every op failed, say) is
 /// linearizable: every op was read, and none constrains the object.
-fn generic<M: linear::Model>(
-    model: &M,
-    ops: &[linear::Operation<M>],
-    budget: Budget,
-) -> CheckResult {
+fn generic<M>(model: &M, ops: &[linear::Operation<M>], budget: Budget) -> CheckResult
+where
+    M: linear::Model + Sync,
+    M::Input: Sync,
+    M::Output: Sync,
+{
     const NAME: &str = "linearizability";
     let report = linear::check(model, ops, budget);
     let mut result = linear_result(NAME, &report, |cx| {
