@@ -707,6 +707,41 @@ mod tests {
     }
 
     #[test]
+    fn parts_searched_in_parallel_find_the_one_bad_key() {
+        // Issue 12 "per-key partitions checked in parallel": 200 keys (800 rows, above
+        // PARALLEL_OPS_MIN), each put then get; key 150's get returns a value never put.
+        let history = |bad: bool| {
+            let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+            let mut row = 0u64;
+            for key in 0..200u64 {
+                let got = if bad && key == 150 { "zz" } else { "v" };
+                for (f, op_type, value) in [
+                    ("put", "invoke", "v"),
+                    ("put", "ok", "v"),
+                    ("get", "invoke", ""),
+                    ("get", "ok", got),
+                ] {
+                    csv.push_str(&format!("{row},{row},0,{op_type},{f},k{key},{value},,,\n"));
+                    row += 1;
+                }
+            }
+            history::csv::read_str(&csv).unwrap()
+        };
+        let options = Options::for_model(ModelKind::Kv);
+        assert_eq!(
+            check(&history(false), &options).unwrap().verdict,
+            Verdict::Valid
+        );
+        let bad = check(&history(true), &options).unwrap();
+        assert_eq!(bad.verdict, Verdict::Invalid);
+        assert!(
+            bad.explanation().contains("key \"k150\""),
+            "{}",
+            bad.explanation()
+        );
+    }
+
+    #[test]
     fn a_panicking_check_gives_unknown() {
         // STYLE practice 7: a checker that panics yields Unknown, never Valid.
         let result = guarded("boom", || panic!("deliberate"));

@@ -195,6 +195,9 @@ pub struct LinearReport {
 /// How many steps a part's search runs before the next part takes its turn.
 const TURN_STEPS: u64 = 2048;
 
+/// The fewest operations for which the parts are searched on several threads.
+const PARALLEL_OPS_MIN: usize = 256;
+
 /// Checks `history` against `model`, part by part, with the generic search: on one thread
 /// when there is one part or one core ([`check_in_turns`]), else on every core
 /// ([`check_in_parallel`]). Both give the same verdict.
@@ -208,7 +211,8 @@ where
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(parts.len());
-    if threads <= 1 {
+    // Spawning threads costs tens of microseconds: small histories stay on one.
+    if threads <= 1 || history.len() < PARALLEL_OPS_MIN {
         check_in_turns(model, history, &parts, budget)
     } else {
         check_in_parallel(model, history, &parts, budget, threads)
