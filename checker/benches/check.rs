@@ -3,27 +3,34 @@
 //! Each case runs in a child process of this binary, so that its peak memory (`VmHWM` in
 //! /proc/self/status) is its own:
 //!
-//! - `lock-1m`: a valid lock history of 1,000,000 operations over 100 keys with 20
-//!   clients, generated from a seed by simulating a correct lock service (try-acquire,
-//!   fenced writes while holding, release; 0.5% of acquires time out and may have taken
-//!   effect, and their grants are released later by the service), checked with all three
-//!   lock checks (token-ordered sweep, fencing, lease safety). Target: under 2 s.
+//! - `csv-100k`, `csv-1m`, `csv-1m-crash50`, `csv-200mb`: end to end from a CSV file, as
+//!   `locksmith check FILE.csv` runs it (read and pair in one pass, then the three lock
+//!   checks): valid lock histories from `checker::generate` (the same as `locksmith gen
+//!   lock --ops N --keys 100 --clients 20 --crash-rate P --seed 1`), 100 keys, 20 clients,
+//!   0.5 % crashed acquires (50 % for `crash50`); `csv-200mb` has as many ops as make a
+//!   200 MB file. The parent writes the files to a temporary folder; each child only reads
+//!   and checks, so its peak RSS is the checker's. Issue 12 targets: 1M ops in 1 s and
+//!   300 MB, 100k in 100 ms, 200 MB CSV in 600 MB.
+//! - `lock-1m`: the same 1M-op history generated in memory, checks only (no CSV), with a
+//!   stage-by-stage breakdown.
 //! - `etcd-largest`: the Porcupine etcd history with the most ops (by `verdicts.csv`),
 //!   register model; `etcd-all`: all 102 etcd files; `kv-c50-ok`, `kv-c50-bad`. Skipped,
 //!   saying so, when the shared folder is absent (see `tests/porcupine.rs` for the source).
 //!
 //! Times exclude generating or converting the history, and include pairing it.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::process::Command;
 use std::time::Instant;
 
 use checker::{ModelKind, Options, Verdict};
-use history::{Op, OpType, Process};
+use history::Op;
 
 const CASE_ENV: &str = "LOCKSMITH_BENCH_CASE";
-const CASES: [&str; 6] = [
+const CASES: [&str; 10] = [
+    "csv-100k",
+    "csv-1m",
+    "csv-1m-crash50",
+    "csv-200mb",
     "lock-1m",
     "etcd-largest",
     "etcd-002",
@@ -42,6 +49,7 @@ fn main() {
     // `cargo bench` passes `--bench`; a name argument runs only the cases containing it.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let exe = std::env::current_exe().expect("the bench binary's own path");
+    let dir = tempfile::tempdir().expect("a temporary folder for the CSV files");
     println!(
         "{:<14} {:>9} {:>12} {:>12} {:>10}  result",
         "case", "ops", "wall", "cpu", "peak RSS"
@@ -50,8 +58,12 @@ fn main() {
         if filter.as_ref().is_some_and(|f| !case.contains(f.as_str())) {
             continue;
         }
+        if let Some((ops, crash_rate)) = csv_case(case) {
+            write_csv_case(dir.path(), case, ops, crash_rate);
+        }
         let output = Command::new(&exe)
             .env(CASE_ENV, case)
+            .env(CSV_DIR_ENV, dir.path())
             .output()
             .expect("run a bench case in a child process");
         print!("{}", String::from_utf8_lossy(&output.stdout));
@@ -98,8 +110,56 @@ fn report(case: &str, ops: usize, wall: f64, cpu: f64, result: &str) {
     );
 }
 
+const CSV_DIR_ENV: &str = "LOCKSMITH_BENCH_CSV_DIR";
+/// Bytes per op of a generated history, measured: `csv-200mb` asks for this many ops.
+const CSV_BYTES_PER_OP: usize = 100;
+
+/// The ops and crash rate of a `csv-*` case.
+fn csv_case(case: &str) -> Option<(usize, f64)> {
+    match case {
+        "csv-100k" => Some((100_000, 0.005)),
+        "csv-1m" => Some((1_000_000, 0.005)),
+        "csv-1m-crash50" => Some((1_000_000, 0.5)),
+        "csv-200mb" => Some((200_000_000 / CSV_BYTES_PER_OP, 0.005)),
+        _ => None,
+    }
+}
+
+fn write_csv_case(dir: &std::path::Path, case: &str, ops: usize, crash_rate: f64) {
+    let mut options = checker::generate::GenOptions::new(ops, 1);
+    options.crash_rate = crash_rate;
+    let history = checker::generate::lock_history(&options);
+    let path = dir.join(format!("{case}.csv"));
+    let file = std::fs::File::create(&path).expect("create the CSV file");
+    checker::generate::write_csv(&history, std::io::BufWriter::new(file)).expect("write the CSV");
+}
+
+/// Reads and checks a CSV file as `locksmith check` does.
+fn csv_end_to_end(case: &str) {
+    let dir = std::env::var(CSV_DIR_ENV).expect("the parent names the CSV folder");
+    let path = std::path::Path::new(&dir).join(format!("{case}.csv"));
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let cpu = cpu_seconds();
+    let started = Instant::now();
+    let paired = checker::cli::read_paired(&path).expect("the generated CSV reads back");
+    let read = started.elapsed().as_secs_f64();
+    let check = checker::check_operations(&paired.operations, &Options::default());
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    assert_eq!(check.verdict, Verdict::Valid, "{}", check.explanation());
+    let result = format!(
+        "{} ({:.0} MB CSV; read+pair {:.0} ms, checks {:.0} ms)",
+        check.verdict,
+        bytes as f64 / 1e6,
+        read * 1e3,
+        (seconds - read) * 1e3
+    );
+    report(case, paired.operations.len(), seconds, cpu, &result);
+}
+
 fn run_case(case: &str) {
     match case {
+        "csv-100k" | "csv-1m" | "csv-1m-crash50" | "csv-200mb" => csv_end_to_end(case),
         "lock-1m" => lock_1m(),
         "etcd-largest" | "etcd-002" | "etcd-all" | "kv-c50-ok" | "kv-c50-bad" => porcupine(case),
         other => panic!("unknown case {other}"),
@@ -107,7 +167,8 @@ fn run_case(case: &str) {
 }
 
 fn lock_1m() {
-    let ops = generate_lock_history(0x10C_5317, 1_000_000, 100, 20);
+    let ops =
+        checker::generate::lock_history(&checker::generate::GenOptions::new(1_000_000, 0x10C_5317));
     println!(
         "  peak RSS after generating the history (before checking): {:.1}MB",
         peak_rss_mb()
@@ -235,202 +296,4 @@ fn porcupine(case: &str) {
     };
     let result = format!("{label}: verdicts as Porcupine's (mean of {repeats})");
     report(case, ops_total, seconds, cpu, &result);
-}
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        lockd::rng::splitmix64(&mut self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Held {
-    Free,
-    Token(u64),
-    Phantom,
-}
-
-/// A simulated correct lock service: each client's op takes effect at a point inside its
-/// interval, points are applied in time order to a true lock table, tokens come from one
-/// counter. Returns the rows, sorted by time.
-fn generate_lock_history(seed: u64, ops_total: usize, keys: usize, clients: u64) -> Vec<Op> {
-    const LEASE_MS: u64 = 10_000;
-    let mut rng = Rng(seed);
-    let mut table = vec![Held::Free; keys];
-    let mut next_token = 1u64;
-    // Per client: its process id and the (key, token) it holds.
-    let mut process: Vec<u64> = (0..clients).collect();
-    let mut holding: Vec<Option<(usize, u64)>> = vec![None; clients as usize];
-    // Min-heap of (time, event): a client's next op at its effect point, or the service's
-    // release of a phantom grant.
-    let mut heap: BinaryHeap<Reverse<(u64, u64, u64)>> = BinaryHeap::new();
-    let mut invoke_at: Vec<u64> = vec![0; clients as usize];
-    for c in 0..clients {
-        invoke_at[c as usize] = rng.below(1_000_000);
-        heap.push(Reverse((
-            invoke_at[c as usize] + rng.below(2_000_000),
-            0,
-            c,
-        )));
-    }
-    let mut rows: Vec<(u64, u64, Op)> = Vec::with_capacity(ops_total * 2);
-    let mut seq = 0u64;
-    let mut push = |rows: &mut Vec<(u64, u64, Op)>, time: u64, op: Op| {
-        seq += 1;
-        rows.push((time, seq, op));
-    };
-    let mut done = 0usize;
-    while done < ops_total {
-        let Reverse((point, kind, who)) = heap.pop().expect("clients always have a next op");
-        if kind == 1 {
-            table[who as usize] = Held::Free;
-            continue;
-        }
-        let c = who as usize;
-        let invoke = invoke_at[c];
-        let complete = point + rng.below(2_000_000);
-        let p = process[c];
-        let row = |op_type, f: &str, key: usize, value: String, token, error: &str, time| Op {
-            index: 0,
-            time_ns: time,
-            process: Process::Client(p),
-            op_type,
-            f: f.to_string(),
-            key: format!("k{key}"),
-            value,
-            token,
-            node: String::new(),
-            error: error.to_string(),
-        };
-        if let Some((key, token)) = holding[c].filter(|_| rng.below(2) == 0) {
-            // A fenced write with the held token: the resource accepts it, since tokens
-            // of one key only grow.
-            let value = done.to_string();
-            push(
-                &mut rows,
-                invoke,
-                row(OpType::Invoke, "write", key, value, Some(token), "", invoke),
-            );
-            push(
-                &mut rows,
-                complete,
-                row(OpType::Ok, "write", key, String::new(), None, "", complete),
-            );
-        } else if let Some((key, token)) = holding[c] {
-            table[key] = Held::Free;
-            holding[c] = None;
-            push(
-                &mut rows,
-                invoke,
-                row(
-                    OpType::Invoke,
-                    "release",
-                    key,
-                    String::new(),
-                    Some(token),
-                    "",
-                    invoke,
-                ),
-            );
-            push(
-                &mut rows,
-                complete,
-                row(
-                    OpType::Ok,
-                    "release",
-                    key,
-                    String::new(),
-                    None,
-                    "",
-                    complete,
-                ),
-            );
-        } else {
-            let key = rng.below(keys as u64) as usize;
-            let lease = LEASE_MS.to_string();
-            push(
-                &mut rows,
-                invoke,
-                row(OpType::Invoke, "acquire", key, lease, None, "", invoke),
-            );
-            let timed_out = rng.below(1000) < 5;
-            if table[key] == Held::Free {
-                let token = next_token;
-                next_token += 1 + rng.below(3);
-                if timed_out {
-                    // The answer is lost; the service releases the phantom grant later.
-                    table[key] = Held::Phantom;
-                    heap.push(Reverse((point + rng.below(50_000_000), 1, key as u64)));
-                } else {
-                    table[key] = Held::Token(token);
-                    holding[c] = Some((key, token));
-                }
-                if !timed_out {
-                    push(
-                        &mut rows,
-                        complete,
-                        row(
-                            OpType::Ok,
-                            "acquire",
-                            key,
-                            String::new(),
-                            Some(token),
-                            "",
-                            complete,
-                        ),
-                    );
-                }
-            } else if !timed_out {
-                push(
-                    &mut rows,
-                    complete,
-                    row(
-                        OpType::Fail,
-                        "acquire",
-                        key,
-                        String::new(),
-                        None,
-                        "busy",
-                        complete,
-                    ),
-                );
-            }
-            if timed_out {
-                push(
-                    &mut rows,
-                    complete,
-                    row(
-                        OpType::Info,
-                        "acquire",
-                        key,
-                        String::new(),
-                        None,
-                        "timeout",
-                        complete,
-                    ),
-                );
-                process[c] += clients;
-            }
-        }
-        done += 1;
-        // Think, then the next op: its effect point is inside its own interval.
-        let next_invoke = complete + rng.below(3_000_000);
-        invoke_at[c] = next_invoke;
-        heap.push(Reverse((next_invoke + rng.below(2_000_000), 0, who)));
-    }
-    // Ops still open at the end have no completion row: they are indeterminate, as allowed.
-    rows.sort_by_key(|(time, seq, _)| (*time, *seq));
-    rows.into_iter()
-        .enumerate()
-        .map(|(i, (_, _, mut op))| {
-            op.index = i as u64;
-            op
-        })
-        .collect()
 }

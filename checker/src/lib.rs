@@ -83,6 +83,7 @@
 pub mod cli;
 pub mod error;
 pub mod fencing;
+pub mod generate;
 pub mod lease;
 pub mod linear;
 pub mod liveness;
@@ -105,39 +106,126 @@ use linear::LinearReport;
 
 /// Which sequential specification linearizability is checked against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
+    /// Inferred from the history's ops ([`infer_model`]).
+    Auto,
     /// Acquire/release with tokens and leases; also runs fencing and lease safety.
     #[default]
     Lock,
-    /// A compare-and-set register per key (Porcupine's etcd histories).
+    /// Jepsen's mutex: acquire and release, no tokens, no owners ([`linear::mutex_model`]).
+    Mutex,
+    /// A mutex whose release must come from the holder's process.
+    OwnerMutex,
+    /// A compare-and-set register per key (Porcupine's etcd, knossos's cas-register).
     Register,
     /// get/put/append per key (Porcupine's kv histories).
     Kv,
+    /// Registers over several keys, read and written by txns (knossos's multi-register).
+    MultiRegister,
 }
+
+/// Every model name `--model` accepts.
+pub const MODEL_NAMES: [&str; 7] = [
+    "auto",
+    "lock",
+    "mutex",
+    "owner-mutex",
+    "register",
+    "kv",
+    "multi-register",
+];
 
 impl FromStr for ModelKind {
     type Err = CheckError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "lock" => Ok(ModelKind::Lock),
-            "register" => Ok(ModelKind::Register),
-            "kv" => Ok(ModelKind::Kv),
-            other => Err(CheckError::Usage(format!(
-                "unknown model `{other}` (expected lock, register or kv)"
-            ))),
-        }
+        Ok(match s {
+            "auto" => ModelKind::Auto,
+            "lock" => ModelKind::Lock,
+            "mutex" => ModelKind::Mutex,
+            "owner-mutex" => ModelKind::OwnerMutex,
+            "register" => ModelKind::Register,
+            "kv" => ModelKind::Kv,
+            "multi-register" => ModelKind::MultiRegister,
+            other => {
+                return Err(CheckError::Usage(format!(
+                    "unknown model `{other}` (expected {})",
+                    MODEL_NAMES.join(", ")
+                )));
+            }
+        })
     }
 }
 
 impl fmt::Display for ModelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            ModelKind::Auto => "auto",
             ModelKind::Lock => "lock",
+            ModelKind::Mutex => "mutex",
+            ModelKind::OwnerMutex => "owner-mutex",
             ModelKind::Register => "register",
             ModelKind::Kv => "kv",
+            ModelKind::MultiRegister => "multi-register",
         })
+    }
+}
+
+/// The model a history's ops call for: lock ops (`acquire`, `release`) give `lock`, or
+/// `mutex` when no row carries a token (Jepsen's mutex histories); `read`/`write`/`cas`
+/// give `register`; `get`/`put`/`append` give `kv`; `txn` gives `multi-register`. A
+/// history with no client op gives `lock` (whose checks then say "not checked").
+///
+/// `write` and `read` also belong to lock histories (the fenced resource), so they count
+/// as register ops only when there is no `acquire` or `release`. An op of no known model,
+/// or ops of two models, are an error naming the rows and the ops: a history is never
+/// checked against a model that cannot read all of it.
+pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
+    // The first row of each family, by family.
+    let mut first: [Option<(u64, &str)>; 4] = [None; 4];
+    let mut tokens = false;
+    for op in history {
+        let family = match op.f.as_str() {
+            "acquire" | "release" => 0,
+            "read" | "write" | "cas" => 1,
+            "get" | "put" | "append" => 2,
+            "txn" => 3,
+            other => {
+                return Err(CheckError::bad(
+                    op.invoke.index,
+                    format!(
+                        "op `{other}` belongs to no model (lock: acquire, release, read, write; register: read, write, cas; kv: get, put, append; multi-register: txn)"
+                    ),
+                ));
+            }
+        };
+        tokens |=
+            op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some());
+        first[family].get_or_insert((op.invoke.index, op.f.as_str()));
+    }
+    if first[0].is_some() {
+        // Fenced reads and writes go with the lock ops.
+        first[1] = first[1].filter(|(_, f)| *f == "cas");
+    }
+    let present: Vec<(usize, (u64, &str))> = first
+        .iter()
+        .enumerate()
+        .filter_map(|(family, f)| f.map(|f| (family, f)))
+        .collect();
+    match present.as_slice() {
+        [] => Ok(ModelKind::Lock),
+        [(0, _)] if !tokens => Ok(ModelKind::Mutex),
+        [(0, _)] => Ok(ModelKind::Lock),
+        [(1, _)] => Ok(ModelKind::Register),
+        [(2, _)] => Ok(ModelKind::Kv),
+        [(_, _)] => Ok(ModelKind::MultiRegister),
+        [(_, (row_a, f_a)), (_, (row_b, f_b)), ..] => Err(CheckError::bad(
+            *row_a.max(row_b),
+            format!(
+                "the history mixes ops of two models (`{f_a}` at row {row_a}, `{f_b}` at row {row_b}); choose one with --model"
+            ),
+        )),
     }
 }
 
@@ -152,7 +240,7 @@ pub enum LockSearch {
 }
 
 /// How to check.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Options {
     /// The model.
@@ -171,6 +259,9 @@ pub struct Options {
     pub phantom_release: bool,
     /// The bounds of the liveness rules ([`liveness`]), run by [`check`] on lock histories.
     pub liveness: liveness::LivenessOptions,
+    /// The registers' initial value (`--init`): `register` and `multi-register` only.
+    /// `None`: nil. With a value, an ok read of nil is a read of unknown value (Jepsen).
+    pub init: Option<String>,
 }
 
 impl Default for Options {
@@ -182,6 +273,7 @@ impl Default for Options {
             lock_search: LockSearch::Fast,
             phantom_release: true,
             liveness: liveness::LivenessOptions::default(),
+            init: None,
         }
     }
 }
@@ -218,6 +310,11 @@ impl Options {
         Options { liveness, ..self }
     }
 
+    /// These options with the registers' initial value.
+    pub fn with_init(self, init: Option<String>) -> Options {
+        Options { init, ..self }
+    }
+
     /// These options with another lock search.
     pub fn with_lock_search(self, lock_search: LockSearch) -> Options {
         Options {
@@ -240,9 +337,13 @@ pub struct CheckResult {
     pub explanation: Option<String>,
     /// The history rows the explanation names (marked on the timeline).
     pub rows: Vec<u64>,
-    /// False when the check had nothing to judge ("not checked"): its verdict is then
-    /// `Unknown` with the reason, and it does not take part in the merged verdict.
+    /// `false` when the check had nothing to check: its verdict is then `Unknown` with the
+    /// reason, and it counts for neither side in the merged verdict.
     pub checked: bool,
+    /// For a failed linearizability check: the invoke rows of the longest legal order the
+    /// search found, in that order (the timeline numbers them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<u64>,
 }
 
 impl CheckResult {
@@ -254,18 +355,25 @@ impl CheckResult {
             explanation: None,
             rows: Vec::new(),
             checked: true,
+            order: Vec::new(),
         }
     }
 
-    /// A check that had nothing to judge: "not checked", never "valid"; left out of the
-    /// merged verdict.
-    pub fn not_checked(name: &str, reason: String) -> CheckResult {
+    /// A check that had nothing to check: `fencing: not checked (no tokens)`. Its verdict is
+    /// `Unknown`, never `Valid`.
+    pub fn not_checked(name: &str, reason: &str) -> CheckResult {
         CheckResult {
-            name: name.to_string(),
-            verdict: Verdict::unknown(format!("not checked: {reason}")),
-            explanation: None,
-            rows: Vec::new(),
             checked: false,
+            ..CheckResult::new(name, Verdict::unknown(format!("not checked ({reason})")))
+        }
+    }
+
+    /// The verdict as a report line shows it: `not checked (no tokens)` for a check that
+    /// had nothing to check.
+    pub fn status(&self) -> String {
+        match &self.verdict {
+            Verdict::Unknown { reason } if !self.checked => reason.clone(),
+            verdict => verdict.to_string(),
         }
     }
 
@@ -277,6 +385,7 @@ impl CheckResult {
             explanation: Some(explanation),
             rows,
             checked: true,
+            order: Vec::new(),
         }
     }
 }
@@ -290,17 +399,31 @@ pub struct Check {
     pub verdict: Verdict,
     /// One result per check, in the order run.
     pub results: Vec<CheckResult>,
+    /// The model checked against (after inference), when known.
+    pub model: Option<ModelKind>,
 }
 
-/// Merges named results into one [`Check`] (STYLE practice 7).
+/// Merges named results into one [`Check`] (STYLE practice 7). Results that had nothing
+/// to check do not count; when no result checked anything, the verdict is `Unknown`, with
+/// their reasons.
 pub fn compose(results: Vec<CheckResult>) -> Check {
-    let verdict = Verdict::merge_all(
-        results
+    let checked: Vec<&CheckResult> = results.iter().filter(|r| r.checked).collect();
+    let verdict = if checked.is_empty() && !results.is_empty() {
+        let reasons: Vec<String> = results
             .iter()
-            .filter(|r| r.checked)
-            .map(|r| r.verdict.clone()),
-    );
-    Check { verdict, results }
+            .map(|r| format!("{}: {}", r.name, r.status()))
+            .collect();
+        Verdict::unknown(format!("nothing was checked: {}", reasons.join("; ")))
+    } else if results.is_empty() {
+        Verdict::unknown("nothing was checked: no checks ran")
+    } else {
+        Verdict::merge_all(checked.iter().map(|r| r.verdict.clone()))
+    };
+    Check {
+        verdict,
+        results,
+        model: None,
+    }
 }
 
 impl Check {
@@ -316,7 +439,7 @@ impl Check {
         for result in self
             .results
             .iter()
-            .filter(|r| r.checked && !r.verdict.is_valid())
+            .filter(|r| !r.verdict.is_valid() && r.checked)
         {
             out.push_str(&format!("{}: {}\n", result.name, result.verdict));
             if let Some(text) = &result.explanation {
@@ -338,13 +461,15 @@ impl Check {
     }
 }
 
-/// Runs the checks of `options.model` on a history: for `lock`, linearizability, fencing,
-/// lease safety and liveness (which reads the nemesis rows; "not checked" when the history
-/// has nothing it can judge); for `register` and `kv`, linearizability.
+/// Runs the checks of `options.model` on a history: for `lock`, linearizability, fencing
+/// lease safety and liveness (which reads the nemesis rows; "not checked" when the
+/// history has nothing it can judge); for the other models, linearizability. `ModelKind::Auto` infers the
+/// model from the ops ([`infer_model`]).
 ///
 /// Returns `Err` only when the history breaks a rule of schema v1 (as `history::pair`
-/// checks). A check that cannot read an operation, runs out of budget or panics gives
-/// `Unknown` with the reason.
+/// checks). A check that cannot read an operation (an op the model does not know), runs
+/// out of budget or panics gives `Unknown` with the reason; a check with nothing to check
+/// says "not checked", and never counts as `Valid`.
 pub fn check(ops: &[Op], options: &Options) -> Result<Check, CheckError> {
     let paired = history::pair::pair_with_faults(ops)?;
     Ok(check_paired(&paired, options))
@@ -353,7 +478,8 @@ pub fn check(ops: &[Op], options: &Options) -> Result<Check, CheckError> {
 /// [`check`] on a history already paired with its faults.
 pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check {
     let mut check = check_operations(&paired.operations, options);
-    if options.model == ModelKind::Lock {
+    let model = check.model;
+    if options.model == ModelKind::Lock || model == Some(ModelKind::Lock) {
         let liveness = guarded(liveness::NAME, || {
             Ok(liveness::check_result(
                 paired,
@@ -364,6 +490,7 @@ pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check 
         let mut results = std::mem::take(&mut check.results);
         results.push(liveness);
         check = compose(results);
+        check.model = model;
     }
     check
 }
@@ -372,9 +499,33 @@ pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check 
 ///
 /// The lock checks run on threads of their own; the results keep their order.
 pub fn check_operations(history: &[Operation], options: &Options) -> Check {
-    if options.model != ModelKind::Lock {
-        return compose(vec![check_linearizability(history, options)]);
-    }
+    let model = match options.model {
+        ModelKind::Auto => match infer_model(history) {
+            Ok(model) => model,
+            Err(error) => {
+                let result = CheckResult::new(
+                    "linearizability",
+                    Verdict::unknown(format!("no model can read this history: {error}")),
+                );
+                return compose(vec![result]);
+            }
+        },
+        model => model,
+    };
+    let options = &Options {
+        model,
+        ..options.clone()
+    };
+    let mut check = if model != ModelKind::Lock {
+        compose(vec![check_linearizability(history, options)])
+    } else {
+        check_lock(history, options)
+    };
+    check.model = Some(model);
+    check
+}
+
+fn check_lock(history: &[Operation], options: &Options) -> Check {
     std::thread::scope(|scope| {
         let fencing = scope.spawn(|| check_fencing(history));
         let lease = scope.spawn(|| check_lease(history, options.drift));
@@ -394,41 +545,94 @@ pub fn check_operations(history: &[Operation], options: &Options) -> Check {
     })
 }
 
-/// Linearizability against `options.model`.
+/// Linearizability against `options.model` (`Auto` is inferred).
 pub fn check_linearizability(history: &[Operation], options: &Options) -> CheckResult {
     const NAME: &str = "linearizability";
     let run = || -> Result<CheckResult, CheckError> {
-        Ok(match options.model {
-            ModelKind::Lock => {
-                let lock_options = linear::lock_model::LockOptions::new(options.drift)
-                    .with_phantom_release(options.phantom_release);
-                let ops = linear::lock_model::lock_operations(history, lock_options)?;
-                let report = match options.lock_search {
-                    LockSearch::Fast => linear::lock_fast::check(&ops, options.budget),
-                    LockSearch::Generic => {
-                        linear::check(&linear::lock_model::LockModel, &ops, options.budget)
-                    }
+        let model = match options.model {
+            ModelKind::Auto => infer_model(history)?,
+            model => model,
+        };
+        if history.is_empty() {
+            return Ok(CheckResult::not_checked(NAME, "no client operations"));
+        }
+        Ok(match model {
+            ModelKind::Auto | ModelKind::Lock => lock_linearizability(history, options)?,
+            ModelKind::Mutex | ModelKind::OwnerMutex => {
+                let model = linear::mutex_model::MutexModel {
+                    owner_aware: model == ModelKind::OwnerMutex,
                 };
-                linear_result(NAME, &report, |cx| report::explain::lock_linear(&ops, cx))
+                let ops = linear::mutex_model::mutex_operations(history)?;
+                generic(&model, &ops, options.budget)
             }
             ModelKind::Register => {
-                let (model, ops) = linear::register_model::register_operations(history)?;
-                let report = linear::check(&model, &ops, options.budget);
-                linear_result(NAME, &report, |cx| {
-                    report::explain::generic_linear(&model, &ops, cx)
-                })
+                let register =
+                    linear::register_model::RegisterOptions::with_init(options.init.clone());
+                let (model, ops) =
+                    linear::register_model::register_operations_with(history, &register)?;
+                generic(&model, &ops, options.budget)
             }
             ModelKind::Kv => {
                 let ops = linear::kv_model::kv_operations(history)?;
-                let model = linear::kv_model::KvModel;
-                let report = linear::check(&model, &ops, options.budget);
-                linear_result(NAME, &report, |cx| {
-                    report::explain::generic_linear(&model, &ops, cx)
-                })
+                generic(&linear::kv_model::KvModel, &ops, options.budget)
+            }
+            ModelKind::MultiRegister => {
+                let (model, ops) = linear::multi_register_model::multi_register_operations(
+                    history,
+                    options.init.as_deref(),
+                )?;
+                generic(&model, &ops, options.budget)
             }
         })
     };
     guarded(NAME, run)
+}
+
+fn lock_linearizability(
+    history: &[Operation],
+    options: &Options,
+) -> Result<CheckResult, CheckError> {
+    const NAME: &str = "linearizability";
+    let lock_options = linear::lock_model::LockOptions::new(options.drift)
+        .with_phantom_release(options.phantom_release);
+    let ops = linear::lock_model::lock_operations(history, lock_options)?;
+    if !ops.iter().any(|op| op.process.is_some()) {
+        return Ok(CheckResult::not_checked(NAME, "no acquire or release"));
+    }
+    let report = match options.lock_search {
+        LockSearch::Fast => linear::lock_fast::check(&ops, options.budget),
+        LockSearch::Generic => linear::check(&linear::lock_model::LockModel, &ops, options.budget),
+    };
+    let mut result = linear_result(NAME, &report, |cx| report::explain::lock_linear(&ops, cx));
+    result.order = order_found(&report, &ops);
+    Ok(result)
+}
+
+/// The generic search on built operations. No operations left (every op failed, say) is
+/// linearizable: every op was read, and none constrains the object.
+fn generic<M>(model: &M, ops: &[linear::Operation<M>], budget: Budget) -> CheckResult
+where
+    M: linear::Model + Sync,
+    M::Input: Sync,
+    M::Output: Sync,
+{
+    const NAME: &str = "linearizability";
+    let report = linear::check(model, ops, budget);
+    let mut result = linear_result(NAME, &report, |cx| {
+        report::explain::generic_linear(model, ops, cx)
+    });
+    result.order = order_found(&report, ops);
+    result
+}
+
+/// The invoke rows of the counterexample's legal order (internal events have none).
+fn order_found<M: linear::Model>(report: &LinearReport, ops: &[linear::Operation<M>]) -> Vec<u64> {
+    report.counterexample.as_ref().map_or_else(Vec::new, |cx| {
+        cx.linearized
+            .iter()
+            .filter_map(|&i| ops[i].rows.invoke)
+            .collect()
+    })
 }
 
 fn linear_result(
@@ -448,6 +652,12 @@ fn linear_result(
 /// Fencing: tokens unique, increasing in real time, accepted writes fenced.
 pub fn check_fencing(history: &[Operation]) -> CheckResult {
     const NAME: &str = "fencing";
+    let has_tokens = history.iter().any(|op| {
+        op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
+    });
+    if !has_tokens {
+        return CheckResult::not_checked(NAME, "no tokens");
+    }
     guarded(NAME, || {
         let violations = fencing::check(history);
         Ok(match violations.first() {
@@ -468,6 +678,15 @@ pub fn check_fencing(history: &[Operation]) -> CheckResult {
 /// Lease safety with drift bound `drift`.
 pub fn check_lease(history: &[Operation], drift: f64) -> CheckResult {
     const NAME: &str = "lease safety";
+    let leased_grant = history.iter().any(|op| {
+        op.f == "acquire"
+            && op.is_ok()
+            && !op.invoke.value.trim().is_empty()
+            && op.completion.as_ref().is_some_and(|c| c.token.is_some())
+    });
+    if !leased_grant {
+        return CheckResult::not_checked(NAME, "no granted acquire with a token and a lease");
+    }
     guarded(NAME, || {
         let violations = lease::check(history, drift);
         Ok(match violations.first() {
@@ -517,6 +736,41 @@ mod tests {
         assert_eq!(check.verdict, Verdict::Invalid);
         assert_eq!(check.marked_rows(), vec![1, 2]);
         assert!(check.explanation().contains("c: invalid\ntwo holders\n"));
+    }
+
+    #[test]
+    fn parts_searched_in_parallel_find_the_one_bad_key() {
+        // Issue 12 "per-key partitions checked in parallel": 200 keys (800 rows, above
+        // PARALLEL_OPS_MIN), each put then get; key 150's get returns a value never put.
+        let history = |bad: bool| {
+            let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+            let mut row = 0u64;
+            for key in 0..200u64 {
+                let got = if bad && key == 150 { "zz" } else { "v" };
+                for (f, op_type, value) in [
+                    ("put", "invoke", "v"),
+                    ("put", "ok", "v"),
+                    ("get", "invoke", ""),
+                    ("get", "ok", got),
+                ] {
+                    csv.push_str(&format!("{row},{row},0,{op_type},{f},k{key},{value},,,\n"));
+                    row += 1;
+                }
+            }
+            history::csv::read_str(&csv).unwrap()
+        };
+        let options = Options::for_model(ModelKind::Kv);
+        assert_eq!(
+            check(&history(false), &options).unwrap().verdict,
+            Verdict::Valid
+        );
+        let bad = check(&history(true), &options).unwrap();
+        assert_eq!(bad.verdict, Verdict::Invalid);
+        assert!(
+            bad.explanation().contains("key \"k150\""),
+            "{}",
+            bad.explanation()
+        );
     }
 
     #[test]

@@ -177,7 +177,7 @@ pub fn check_result(paired: &Paired, options: &LivenessOptions, drift: f64) -> C
     if report.evaluated() == 0 {
         return CheckResult::not_checked(
             NAME,
-            format!(
+            &format!(
                 "nothing to judge: no recover marker, abandoned acquire or waiter in a fault-free window ({})",
                 report.summary()
             ),

@@ -96,3 +96,69 @@ fn convert_writes_a_csv_that_checks_and_a_bad_input_exits_2() {
     assert_eq!(run_convert("no-such-format", &input, &output, &mut err), 2);
     assert!(String::from_utf8(err).unwrap().contains("unknown format"));
 }
+
+#[test]
+fn a_register_history_never_passes_under_the_lock_model() {
+    // Issue 12 "never silently wrong": an op the model does not know is unknown (exit 2),
+    // naming the row and the op; --model auto reads the register ops as a register.
+    let path = case("register/invalid/cas_succeeded_on_a_wrong_old_value.csv");
+    let mut args = CheckArgs::new(path.clone());
+    args.model = checker::ModelKind::Lock;
+    let (code, out, _) = check(&args);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("row 2: op `cas` is not a lock op"), "{out}");
+    let (code, out, _) = check(&CheckArgs::new(path));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("register model, inferred"), "{out}");
+}
+
+#[test]
+fn a_check_with_nothing_to_check_is_not_valid() {
+    // Issue 12: `fencing: not checked (no tokens)`; nothing checked at all is unknown.
+    let (code, out, _) = check(&CheckArgs::new(case(
+        "mutex/valid/release_by_another_process.csv",
+    )));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("mutex model, inferred"), "{out}");
+    let mut args = CheckArgs::new(case("mutex/valid/release_by_another_process.csv"));
+    args.model = checker::ModelKind::Lock;
+    let (code, out, _) = check(&args);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("fencing: not checked (no tokens)"), "{out}");
+}
+
+#[test]
+fn a_batch_prints_one_line_per_history_and_the_worst_exit_code() {
+    // Issue 12 "Batch": files and folders, one verdict line each, worst exit code.
+    let args = CheckArgs::batch(vec![
+        case("register/valid"),
+        case("register/invalid/stale_read.csv"),
+    ]);
+    let (code, out, _) = check(&args);
+    assert_eq!(code, 1, "{out}");
+    let files = std::fs::read_dir(case("register/valid")).unwrap().count();
+    assert_eq!(out.lines().count(), files + 2, "{out}");
+    assert!(out.contains("stale_read.csv: invalid"), "{out}");
+    assert!(out.contains("1 invalid"), "{out}");
+    let (code, out, _) = check(&CheckArgs::batch(vec![case("register/valid")]));
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn a_register_timeline_labels_values_and_links_the_first_error() {
+    // Issue 12 "explanations": labels like `cas(3, 0) -> fail`, the order found, and a
+    // "jump to the first error" link.
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = CheckArgs::new(case(
+        "register/invalid/cas_succeeded_on_a_wrong_old_value.csv",
+    ));
+    args.timeline = Some(dir.path().join("timeline.html"));
+    let (code, out, _) = check(&args);
+    assert_eq!(code, 1, "{out}");
+    let html = std::fs::read_to_string(dir.path().join("timeline.html")).unwrap();
+    assert!(html.contains("cas(2, 3) -> ok"), "no cas label");
+    assert!(html.contains("write(1) -> ok"), "no write label");
+    assert!(html.contains("jump to the first error"));
+    assert!(html.contains("\"order\":1"), "the order found is not drawn");
+    assert!(out.contains("had finished at"), "{out}");
+}

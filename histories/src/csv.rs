@@ -47,6 +47,116 @@ pub fn read_path(path: &Path) -> Result<Vec<Op>, ParseError> {
     Reader::new(file).collect()
 }
 
+/// Reads a file straight into paired operations and faults, one row at a time: the ops
+/// are validated by the reader and moved into the pairing, so the history is never held
+/// twice (as `read_path` and then `pair` would).
+pub fn read_paired_path(path: &Path) -> Result<crate::pair::Paired, ParseError> {
+    if let Some(paired) = read_paired_fast(path) {
+        return Ok(paired);
+    }
+    let file = File::open(path).map_err(|e| ParseError {
+        line: 1,
+        column: 1,
+        kind: ParseErrorKind::Io(format!("{}: {e}", path.display())),
+    })?;
+    let mut pairing = crate::pair::Pairing::default();
+    for op in Reader::new(file) {
+        pairing.push(op?);
+    }
+    Ok(pairing.finish())
+}
+
+/// The fast path of [`read_paired_path`]: the `csv` crate's `ByteRecord`s, with quoting
+/// off, one record per line. It accepts only what the strict [`Reader`] accepts: every op
+/// goes through the same validator, and anything the two might read differently (a `"`
+/// anywhere, a blank line, a lone `\r`, bad UTF-8, an overlong field, any bad field or
+/// rule) makes it give up with `None`. The strict reader then reads the file again and
+/// reports the first error with its line and column, which is computed only then.
+fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
+    if ends_with_blank_line(path)? {
+        return None;
+    }
+    let file = File::open(path).ok()?;
+    let mut reader = ::csv::ReaderBuilder::new()
+        .has_headers(false)
+        .quoting(false)
+        .flexible(true)
+        .terminator(::csv::Terminator::Any(b'\n'))
+        .buffer_capacity(1 << 20)
+        .from_reader(file);
+    let mut record = ::csv::ByteRecord::new();
+    if !reader.read_byte_record(&mut record).ok()? {
+        return None;
+    }
+    let header: Vec<&[u8]> = record.iter().map(strip_cr).collect();
+    if header != COLUMNS.map(str::as_bytes) {
+        return None;
+    }
+    let mut validator = Validator::default();
+    let mut pairing = crate::pair::Pairing::default();
+    let mut line = 1u64;
+    while reader.read_byte_record(&mut record).ok()? {
+        line += 1;
+        if record.position().map(|p| p.line()) != Some(line) || record.len() != COLUMNS.len() {
+            return None;
+        }
+        let op = fast_op(&record)?;
+        validator.check(&op).ok()?;
+        pairing.push(op);
+    }
+    Some(pairing.finish())
+}
+
+/// Whether the file ends in an empty line, which the `csv` crate would skip in silence.
+fn ends_with_blank_line(path: &Path) -> Option<bool> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = File::open(path).ok()?;
+    let length = file.metadata().ok()?.len();
+    let tail_length = length.min(3);
+    file.seek(SeekFrom::Start(length - tail_length)).ok()?;
+    let mut tail = Vec::with_capacity(3);
+    file.read_to_end(&mut tail).ok()?;
+    Some(tail.ends_with(b"\n\n") || tail.ends_with(b"\n\r\n"))
+}
+
+/// A field without the `\r` of a `\r\n` line end (only the last field can have one).
+fn strip_cr(field: &[u8]) -> &[u8] {
+    field.strip_suffix(b"\r").unwrap_or(field)
+}
+
+/// One record as an op; `None` on anything the strict reader might reject or read
+/// otherwise.
+fn fast_op(record: &::csv::ByteRecord) -> Option<Op> {
+    let text = |i: usize| -> Option<&str> {
+        let field = record.get(i)?;
+        let field = if i == COLUMNS.len() - 1 {
+            strip_cr(field)
+        } else {
+            field
+        };
+        if field.len() > FIELD_BYTES_MAX || field.iter().any(|&b| b == b'"' || b == b'\r') {
+            return None;
+        }
+        std::str::from_utf8(field).ok()
+    };
+    let token = match text(7)? {
+        "" => None,
+        t => Some(parse_u64(t)?),
+    };
+    Some(Op {
+        index: parse_u64(text(0)?)?,
+        time_ns: parse_u64(text(1)?)?,
+        process: parse_process(text(2)?)?,
+        op_type: parse_type(text(3)?)?,
+        f: text(4)?.to_owned(),
+        key: text(5)?.to_owned(),
+        value: text(6)?.to_owned(),
+        token,
+        node: text(8)?.to_owned(),
+        error: text(9)?.to_owned(),
+    })
+}
+
 /// One field of a record as read, with the position of its first character.
 #[derive(Debug)]
 struct RawField {

@@ -194,6 +194,65 @@ pub fn pair_with_faults(ops: &[Op]) -> Result<Paired, PairError> {
     Ok(paired)
 }
 
+/// Pairs ops that were already validated (by the CSV reader), taking each by value: the
+/// strings move into the operations, so a history read this way is never held twice.
+#[derive(Debug, Default)]
+pub(crate) struct Pairing {
+    paired: Paired,
+    /// Client process -> position of its open operation.
+    open: HashMap<u64, usize>,
+}
+
+impl Pairing {
+    /// Adds one validated op.
+    ///
+    /// # Panics
+    ///
+    /// On a completion with no open invoke: the reader's validator rejects those first.
+    pub(crate) fn push(&mut self, op: Op) {
+        let Process::Client(process) = op.process else {
+            self.paired.faults.push(op);
+            return;
+        };
+        if op.op_type == OpType::Invoke {
+            self.open.insert(process, self.paired.operations.len());
+            self.paired.operations.push(Operation {
+                process,
+                f: op.f,
+                key: op.key,
+                invoke: Invocation {
+                    index: op.index,
+                    time_ns: op.time_ns,
+                    value: op.value,
+                    token: op.token,
+                    node: op.node,
+                    error: op.error,
+                },
+                completion: None,
+            });
+            return;
+        }
+        let slot = self
+            .open
+            .remove(&process)
+            .expect("the validator accepted a completion without an open invoke");
+        self.paired.operations[slot].completion = Some(Completion {
+            op_type: op.op_type,
+            index: op.index,
+            time_ns: op.time_ns,
+            value: op.value,
+            token: op.token,
+            node: op.node,
+            error: op.error,
+        });
+    }
+
+    /// The paired history.
+    pub(crate) fn finish(self) -> Paired {
+        self.paired
+    }
+}
+
 /// The column a [`Violation`] is blamed on, so that the CSV reader can point at it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Blame {

@@ -73,3 +73,33 @@ fn every_expect_file_has_its_case() {
         }
     }
 }
+
+#[test]
+fn the_fast_reader_accepts_and_rejects_exactly_what_the_strict_one_does() {
+    // Issue 12 "streaming CSV reader": the csv-crate fast path gives up on anything the
+    // strict reader might read otherwise, so both give the same ops and the same errors.
+    let cases = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
+    let mut files = Vec::new();
+    let mut stack = vec![cases];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "csv") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 60, "only {} case files", files.len());
+    for path in files {
+        let strict = history::csv::read_path(&path)
+            .map(|ops| history::pair::pair_with_faults(&ops).unwrap());
+        let fast = history::csv::read_paired_path(&path);
+        match (strict, fast) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", path.display()),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", path.display()),
+            (a, b) => panic!("{}: strict {a:?}, fast {b:?}", path.display()),
+        }
+    }
+}

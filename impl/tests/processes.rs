@@ -496,6 +496,7 @@ mod phantom {
                 lease_ms: 60_000,
                 wait_ms,
                 origin: None,
+                timeout_ms: 30_000,
             },
         };
         transport

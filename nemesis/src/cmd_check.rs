@@ -5,16 +5,24 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-/// `locksmith check HISTORY.csv [--model lock|register|kv] [--drift 0.01] [--json]
-/// [--timeline OUT.html]`
+/// `locksmith check HISTORY.csv|FOLDER... [--model auto|lock|mutex|...] [--init V]
+/// [--drift 0.01] [--json] [--timeline OUT.html]`
 #[derive(Debug, Args)]
 pub struct CheckCommand {
-    /// The CSV history (schema v1).
-    pub history: PathBuf,
-    /// The model: lock (acquire/release/write; also fencing and lease safety), register
-    /// (read/write/cas per key) or kv (get/put/append per key).
-    #[arg(long, default_value = "lock", value_parser = ["lock", "register", "kv"])]
+    /// CSV histories (schema v1), and folders searched for *.csv; several give one verdict
+    /// line each and the worst exit code.
+    #[arg(required = true, num_args = 1..)]
+    pub histories: Vec<PathBuf>,
+    /// The model: auto (inferred from the ops), lock (acquire/release/write; also fencing
+    /// and lease safety), mutex (Jepsen's, no tokens), owner-mutex (a release must come
+    /// from the holder), register (read/write/cas per key), kv (get/put/append per key),
+    /// multi-register (txn).
+    #[arg(long, default_value = "auto", value_parser = checker::MODEL_NAMES)]
     pub model: String,
+    /// The registers' initial value (register, multi-register): knossos checks Jepsen
+    /// histories with 0. With it, an ok read of nil means the value read is unknown.
+    #[arg(long, value_name = "V")]
+    pub init: Option<String>,
     /// The declared clock-drift bound, a fraction in [0, 1).
     #[arg(long, default_value_t = 0.01)]
     pub drift: f64,
@@ -54,8 +62,9 @@ pub fn check(command: CheckCommand) -> i32 {
             return checker::cli::EXIT_COULD_NOT_RUN;
         }
     };
-    let mut args = checker::cli::CheckArgs::new(command.history);
+    let mut args = checker::cli::CheckArgs::batch(command.histories);
     args.model = model;
+    args.init = command.init;
     args.drift = command.drift;
     args.json = command.json;
     args.timeline = command.timeline;
@@ -72,4 +81,82 @@ pub fn convert(command: ConvertCommand) -> i32 {
         &command.output,
         &mut std::io::stderr(),
     )
+}
+
+/// `locksmith gen lock --ops N --keys K --clients C --crash-rate P --seed S
+/// [--inject double-grant|stale-write] [--out FILE.csv]`
+#[derive(Debug, Args)]
+pub struct GenCommand {
+    /// What to generate: `lock` (the only kind so far).
+    #[arg(value_parser = ["lock"])]
+    pub kind: String,
+    /// Client operations (each an invoke and, mostly, a completion row).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub ops: usize,
+    /// Lock keys.
+    #[arg(long, default_value_t = 100)]
+    pub keys: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 20)]
+    pub clients: u64,
+    /// The fraction of acquires that crash (complete `info`), in [0, 1].
+    #[arg(long, default_value_t = 0.005)]
+    pub crash_rate: f64,
+    /// The seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Make the history invalid: double-grant or stale-write.
+    #[arg(long, value_parser = ["double-grant", "stale-write", "none"], default_value = "none")]
+    pub inject: String,
+    /// Where to write the CSV history (default: standard output).
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `gen`; returns 0 when written, 2 otherwise.
+pub fn generate(command: GenCommand) -> i32 {
+    if !(0.0..=1.0).contains(&command.crash_rate) {
+        eprintln!(
+            "--crash-rate {} is not a fraction in [0, 1]",
+            command.crash_rate
+        );
+        return checker::cli::EXIT_COULD_NOT_RUN;
+    }
+    let inject = match command.inject.parse() {
+        Ok(inject) => inject,
+        Err(error) => {
+            eprintln!("{error}");
+            return checker::cli::EXIT_COULD_NOT_RUN;
+        }
+    };
+    let mut options = checker::generate::GenOptions::new(command.ops, command.seed);
+    options.keys = command.keys;
+    options.clients = command.clients;
+    options.crash_rate = command.crash_rate;
+    options.inject = inject;
+    let ops = checker::generate::lock_history(&options);
+    let written = match &command.out {
+        Some(path) => std::fs::File::create(path)
+            .and_then(|file| checker::generate::write_csv(&ops, std::io::BufWriter::new(file))),
+        None => checker::generate::write_csv(&ops, std::io::stdout().lock()),
+    };
+    match written {
+        Ok(rows) => {
+            eprintln!(
+                "wrote {rows} rows ({} ops, {} keys, {} clients, crash rate {}, seed {}, inject {inject})",
+                command.ops, command.keys, command.clients, command.crash_rate, command.seed
+            );
+            0
+        }
+        Err(error) => {
+            eprintln!(
+                "{}: {error}",
+                command
+                    .out
+                    .as_ref()
+                    .map_or("<stdout>".into(), |p| p.display().to_string())
+            );
+            checker::cli::EXIT_COULD_NOT_RUN
+        }
+    }
 }

@@ -32,6 +32,8 @@ enum Command {
     Check(cmd_check::CheckCommand),
     /// Convert a Jepsen or Porcupine history into CSV schema v1.
     Convert(cmd_check::ConvertCommand),
+    /// Generate a synthetic history: `gen lock --ops N --seed S [--inject double-grant]`.
+    Gen(cmd_check::GenCommand),
     /// Cycles per second, p50/p99 latency and leader failover, for lockd and etcd.
     Bench(cmd_bench::BenchArgs),
     /// Model-check the real Raft core and lock table with stateright.
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Test(args) => cmd_test::run(args),
         Command::Check(command) => exit_code(cmd_check::check(command)),
         Command::Convert(command) => exit_code(cmd_check::convert(command)),
+        Command::Gen(command) => exit_code(cmd_check::generate(command)),
         Command::Bench(args) => cmd_bench::run(args),
         Command::Sim(args) => exit_code(nemesis::sim::cmd::run(args)),
         Command::Node(args) => cmd_node::run(args),

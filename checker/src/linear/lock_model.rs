@@ -337,7 +337,14 @@ pub fn lock_operations(
                     _ => {}
                 }
             }
-            _ => {}
+            // The fenced resource's ops: fencing checks them.
+            "write" | "read" => {}
+            other => {
+                return Err(CheckError::bad(
+                    op.invoke.index,
+                    format!("op `{other}` is not a lock op (acquire, release, read, write)"),
+                ));
+            }
         }
     }
     out.extend(internal);
@@ -361,21 +368,20 @@ fn internal_event(
 }
 
 fn parse_lease(op: &history::pair::Operation) -> Result<Option<u64>, CheckError> {
-    let value = op.invoke.value.trim();
+    acquire_lease_ms(&op.invoke.value).map_err(|reason| CheckError::bad(op.invoke.index, reason))
+}
+
+/// The lease of an acquire invoke's value, `LEASE_MS` or `LEASE_MS WAIT_MS` (the harness
+/// records how long the acquire may wait for the key after the lease); `None` when empty.
+pub fn acquire_lease_ms(value: &str) -> Result<Option<u64>, String> {
+    let value = value.trim();
     if value.is_empty() {
         return Ok(None);
     }
-    // Schema v1: `LEASE_MS` or `LEASE_MS WAIT_MS`; the lease is the first number.
     history::AcquireValue::parse(value)
         .map(|v| Some(v.lease_ms))
         .ok_or_else(|| {
-            CheckError::bad(
-                op.invoke.index,
-                format!(
-                    "acquire value `{value}` is not a lease in milliseconds \
-                     (`LEASE_MS` or `LEASE_MS WAIT_MS`)"
-                ),
-            )
+            format!("acquire value `{value}` is not `LEASE_MS` or `LEASE_MS WAIT_MS` in milliseconds")
         })
 }
 
@@ -438,5 +444,21 @@ mod tests {
         // DESIGN: no expiry before lease_ms less the drift bound.
         assert_eq!(lease_floor_ns(1000, 0.01), 990_000_000);
         assert_eq!(lease_floor_ns(1000, 0.0), 1_000_000_000);
+    }
+}
+
+#[cfg(test)]
+mod lease_value_tests {
+    use super::acquire_lease_ms;
+
+    #[test]
+    fn acquire_values_are_lease_or_lease_and_wait() {
+        // The harness records `LEASE_MS` or `LEASE_MS WAIT_MS` on the acquire invoke.
+        assert_eq!(acquire_lease_ms(""), Ok(None));
+        assert_eq!(acquire_lease_ms("5000"), Ok(Some(5000)));
+        assert_eq!(acquire_lease_ms("5000 250"), Ok(Some(5000)));
+        assert!(acquire_lease_ms("5000 x").is_err());
+        assert!(acquire_lease_ms("-5").is_err());
+        assert!(acquire_lease_ms("1 2 3").is_err());
     }
 }

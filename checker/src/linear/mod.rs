@@ -11,14 +11,18 @@
 //! - [`brute_force`] tries every order of every subset; it is the oracle the search is
 //!   tested against on histories of at most [`BRUTE_FORCE_OPS_MAX`] operations.
 //!
-//! The models: [`lock_model`] (acquire/release with tokens and leases), [`register_model`]
-//! (read/write/cas, Porcupine's etcd semantics) and [`kv_model`] (get/put/append).
+//! The models: [`lock_model`] (acquire/release with tokens and leases), [`mutex_model`]
+//! (Jepsen's mutex, and an owner-aware one), [`register_model`] (read/write/cas, with
+//! Porcupine's or Jepsen's reading), [`multi_register_model`] (knossos's txns) and
+//! [`kv_model`] (get/put/append).
 
 pub mod bitset;
 pub mod kv_model;
 pub mod lock_fast;
 pub mod lock_model;
 pub mod model;
+pub mod multi_register_model;
+pub mod mutex_model;
 pub mod register_model;
 pub mod wgl;
 
@@ -191,15 +195,41 @@ pub struct LinearReport {
 /// How many steps a part's search runs before the next part takes its turn.
 const TURN_STEPS: u64 = 2048;
 
-/// Checks `history` against `model`, part by part, with the generic search.
-///
+/// The fewest operations for which the parts are searched on several threads.
+const PARALLEL_OPS_MIN: usize = 256;
+
+/// Checks `history` against `model`, part by part, with the generic search: on one thread
+/// when there is one part or one core ([`check_in_turns`]), else on every core
+/// ([`check_in_parallel`]). Both give the same verdict.
+pub fn check<M>(model: &M, history: &[Operation<M>], budget: Budget) -> LinearReport
+where
+    M: Model + Sync,
+    M::Input: Sync,
+    M::Output: Sync,
+{
+    let parts = model.partition(history);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(parts.len());
+    // Spawning threads costs tens of microseconds: small histories stay on one.
+    if threads <= 1 || history.len() < PARALLEL_OPS_MIN {
+        check_in_turns(model, history, &parts, budget)
+    } else {
+        check_in_parallel(model, history, &parts, budget, threads)
+    }
+}
+
 /// The parts take turns ([`wgl::Search::advance`]), so a part that is quickly found not
 /// linearizable ends the check even when another part would take long to decide (as
 /// Porcupine's parallel partitions, but deterministic). A part whose search reaches the
 /// budget makes the verdict `Unknown`, unless another part is `Invalid`.
-pub fn check<M: Model>(model: &M, history: &[Operation<M>], budget: Budget) -> LinearReport {
+fn check_in_turns<M: Model>(
+    model: &M,
+    history: &[Operation<M>],
+    parts: &[Vec<usize>],
+    budget: Budget,
+) -> LinearReport {
     let deadline = budget.deadline();
-    let parts = model.partition(history);
     let mut searches: Vec<wgl::Search<'_, M>> = parts
         .iter()
         .map(|part| wgl::Search::new(model, history, part))
@@ -241,6 +271,102 @@ pub fn check<M: Model>(model: &M, history: &[Operation<M>], budget: Budget) -> L
         verdict,
         counterexample: None,
         states_explored: states_done as u64,
+    }
+}
+
+/// The parts on `threads` threads (std::thread::scope: no pool is needed for one fork and
+/// join per check). Each thread takes the next part from a shared counter. When a part is
+/// found not linearizable, every other search stops at its next turn: one failing part
+/// decides the verdict, and a part whose search is slow must not hold it up (Porcupine's
+/// kv `c50-bad` has such a part). The verdict is the same on every run; when two parts
+/// fail, which of them the counterexample shows may depend on the threads' timing (the
+/// lowest one in partition order among those that finished). The states budget is shared:
+/// a part may use what the finished parts left, so the memos together hold at most about
+/// `threads` times the budget.
+fn check_in_parallel<M>(
+    model: &M,
+    history: &[Operation<M>],
+    parts: &[Vec<usize>],
+    budget: Budget,
+    threads: usize,
+) -> LinearReport
+where
+    M: Model + Sync,
+    M::Input: Sync,
+    M::Output: Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let deadline = budget.deadline();
+    let next = AtomicUsize::new(0);
+    let first_invalid = AtomicUsize::new(usize::MAX);
+    let states_done = AtomicUsize::new(0);
+    let run_part = |i: usize| -> Option<wgl::SearchOutcome> {
+        let mut search = wgl::Search::new(model, history, &parts[i]);
+        loop {
+            if first_invalid.load(Ordering::Relaxed) != usize::MAX {
+                return None;
+            }
+            let used = states_done.load(Ordering::Relaxed);
+            let states_max = budget.search_budget_states_max.saturating_sub(used);
+            if let Some(outcome) = search.advance(TURN_STEPS, states_max) {
+                states_done.fetch_add(outcome.states, Ordering::Relaxed);
+                if matches!(outcome.result, wgl::SearchResult::NotLinearizable(_)) {
+                    first_invalid.fetch_min(i, Ordering::Relaxed);
+                }
+                return Some(outcome);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Some(search.out_of_time());
+            }
+        }
+    };
+    let mut outcomes: Vec<Option<wgl::SearchOutcome>> = (0..parts.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= parts.len() {
+                            return done;
+                        }
+                        done.push((i, run_part(i)));
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            // A panic in the model reaches the caller's guard as a panic, as on one thread.
+            let done = handle
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            for (i, outcome) in done {
+                outcomes[i] = outcome;
+            }
+        }
+    });
+    let mut verdict = Verdict::Valid;
+    let states_explored = states_done.load(Ordering::Relaxed) as u64;
+    for outcome in outcomes.into_iter().flatten() {
+        match outcome.result {
+            wgl::SearchResult::Linearizable => {}
+            wgl::SearchResult::Exhausted(reason) => {
+                verdict = verdict.merge(Verdict::unknown(reason))
+            }
+            wgl::SearchResult::NotLinearizable(counterexample) => {
+                return LinearReport {
+                    verdict: Verdict::Invalid,
+                    counterexample: Some(counterexample),
+                    states_explored,
+                };
+            }
+        }
+    }
+    LinearReport {
+        verdict,
+        counterexample: None,
+        states_explored,
     }
 }
 

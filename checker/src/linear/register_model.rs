@@ -1,16 +1,30 @@
-//! A compare-and-set register per key, with Porcupine's etcd semantics.
+//! A compare-and-set register per key.
 //!
 //! | operation (history) | legal when | then |
 //! |---|---|---|
-//! | `read` ok value v (empty = nil) | the register holds v | unchanged |
+//! | `read` ok value v | the register holds v | unchanged |
+//! | `read` ok, empty value | without `init`: the register holds nil; with `init`: always (the value is unknown) | unchanged |
 //! | `write v` ok, or info | always | holds v (info: optional) |
 //! | `cas` value `OLD NEW` ok | holds OLD | holds NEW |
-//! | `cas` `OLD NEW` fail | does **not** hold OLD | unchanged: a failed compare is an observation |
+//! | `cas` `OLD NEW` fail, error `mismatch` | does **not** hold OLD | unchanged: the failed compare is an observation |
+//! | `cas` `OLD NEW` fail, any other error | never happened | left out |
 //! | `cas` `OLD NEW` info | always (optional) | NEW if it held OLD, else unchanged |
 //!
+//! # Two readings of one history, chosen by its source
+//!
+//! Porcupine's etcd logs (converted with `--from porcupine-etcd`) mean by a failed cas that
+//! the compare did not match, which tells what the register held; the converter writes the
+//! error word `mismatch` on those rows. In Jepsen (`--from jepsen-edn`, knossos's
+//! `cas-register`) a `fail` op certainly did not happen and says nothing, so a failed cas
+//! without `mismatch` is left out. Jepsen histories start from a known value (knossos
+//! checks them against `(cas-register 0)`): with [`RegisterOptions::init`] set, the
+//! register never holds nil, and an ok read with an empty value is a read whose value is
+//! unknown (knossos: "nil reads are always legal"). Without `init` the register starts as
+//! nil and an empty read value means nil (Porcupine's etcd reading).
+//!
 //! A `read` that failed or timed out constrains nothing and is left out, as is a `write`
-//! that failed. The register starts as nil. Values are interned to small integers, so a
-//! state is one word (research/linearizability.md §4.3).
+//! that failed. Values are interned to small integers, so a state is one word
+//! (research/linearizability.md §4.3).
 
 use std::collections::HashMap;
 
@@ -18,10 +32,30 @@ use super::lock_model::partition_by_key;
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
 
+/// The error word that makes a failed cas an observation (the compare did not match).
+pub const CAS_MISMATCH: &str = "mismatch";
+
+/// How to read a register history (see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RegisterOptions {
+    /// The value every register holds before any operation; `None` for nil. With a value,
+    /// an ok read of an empty value is a read whose value is unknown.
+    pub init: Option<String>,
+}
+
+impl RegisterOptions {
+    /// Registers that start holding `init` (`None`: nil).
+    pub fn with_init(init: Option<String>) -> RegisterOptions {
+        RegisterOptions { init }
+    }
+}
+
 /// The register spec. Holds the interned values, for descriptions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RegisterModel {
     values: Vec<String>,
+    init: Option<u32>,
 }
 
 /// A register operation; values are interned ids.
@@ -54,7 +88,7 @@ impl Model for RegisterModel {
     type Output = RegisterOutput;
 
     fn init(&self) -> Option<u32> {
-        None
+        self.init
     }
 
     fn step(
@@ -87,22 +121,22 @@ impl Model for RegisterModel {
         partition_by_key(history)
     }
 
+    /// Porcupine's visualization labels: `read() -> 3`, `write(3) -> ok`,
+    /// `cas(3, 0) -> fail`, `write(3) -> unknown`.
     fn describe_operation(&self, input: &RegisterInput, output: &RegisterOutput) -> String {
-        let unknown = *output == RegisterOutput::Unknown;
-        let tail = if unknown {
-            " -> unknown (info)"
-        } else {
-            " -> ok"
+        let tail = match output {
+            RegisterOutput::Unknown => "unknown",
+            RegisterOutput::CasFailed => "fail",
+            _ => "ok",
         };
         match (input, output) {
-            (RegisterInput::Read, RegisterOutput::Read(v)) => format!("read -> {}", self.name(*v)),
-            (RegisterInput::Read, _) => "read".to_string(),
-            (RegisterInput::Write(v), _) => format!("write {}{tail}", self.value(*v)),
-            (RegisterInput::Cas(a, b), RegisterOutput::CasFailed) => {
-                format!("cas {} -> {} -> fail", self.value(*a), self.value(*b))
+            (RegisterInput::Read, RegisterOutput::Read(v)) => {
+                format!("read() -> {}", self.name(*v))
             }
+            (RegisterInput::Read, _) => format!("read() -> {tail}"),
+            (RegisterInput::Write(v), _) => format!("write({}) -> {tail}", self.value(*v)),
             (RegisterInput::Cas(a, b), _) => {
-                format!("cas {} -> {}{tail}", self.value(*a), self.value(*b))
+                format!("cas({}, {}) -> {tail}", self.value(*a), self.value(*b))
             }
         }
     }
@@ -122,62 +156,51 @@ impl RegisterModel {
     }
 }
 
-/// Builds the register model (with its interned values) and its operations from paired
-/// history operations. Rows with another `f` are an error.
+/// Interns values for one [`RegisterModel`].
+struct Interner {
+    ids: HashMap<String, u32>,
+    values: Vec<String>,
+}
+
+impl Interner {
+    fn intern(&mut self, value: &str) -> u32 {
+        if let Some(&id) = self.ids.get(value) {
+            return id;
+        }
+        let id = self.values.len() as u32;
+        self.values.push(value.to_string());
+        self.ids.insert(value.to_string(), id);
+        id
+    }
+}
+
+/// [`register_operations_with`] with registers that start as nil (Porcupine's reading).
 pub fn register_operations(
     ops: &[history::pair::Operation],
 ) -> Result<(RegisterModel, Vec<Operation<RegisterModel>>), CheckError> {
-    let mut interned: HashMap<String, u32> = HashMap::new();
-    let mut model = RegisterModel::default();
-    let mut intern = |value: &str| -> u32 {
-        *interned.entry(value.to_string()).or_insert_with(|| {
-            model.values.push(value.to_string());
-            (model.values.len() - 1) as u32
-        })
+    register_operations_with(ops, &RegisterOptions::default())
+}
+
+/// Builds the register model (with its interned values) and its operations from paired
+/// history operations. Rows with another `f` are an error naming the row and the op.
+pub fn register_operations_with(
+    ops: &[history::pair::Operation],
+    options: &RegisterOptions,
+) -> Result<(RegisterModel, Vec<Operation<RegisterModel>>), CheckError> {
+    let mut interner = Interner {
+        ids: HashMap::new(),
+        values: Vec::new(),
     };
+    let init = options.init.as_deref().map(|v| interner.intern(v.trim()));
     let mut out = Vec::new();
     for op in ops {
-        let return_ns = op.return_ns();
-        let completion = op.completion.as_ref();
-        let (input, output) = match op.f.as_str() {
-            "read" if op.is_ok() => {
-                let value = completion.map_or("", |c| c.value.trim());
-                let read = (!value.is_empty()).then(|| intern(value));
-                (RegisterInput::Read, RegisterOutput::Read(read))
-            }
-            "read" => continue,
-            "write" if op.is_fail() => continue,
-            "write" => {
-                let input = RegisterInput::Write(intern(op.invoke.value.trim()));
-                (input, ok_or_unknown(op))
-            }
-            "cas" => {
-                let mut parts = op.invoke.value.split_whitespace();
-                let (Some(old), Some(new), None) = (parts.next(), parts.next(), parts.next())
-                else {
-                    return Err(CheckError::bad(
-                        op.invoke.index,
-                        format!("cas value `{}` is not `OLD NEW`", op.invoke.value),
-                    ));
-                };
-                let input = RegisterInput::Cas(intern(old), intern(new));
-                let output = if op.is_fail() {
-                    RegisterOutput::CasFailed
-                } else {
-                    ok_or_unknown(op)
-                };
-                (input, output)
-            }
-            other => {
-                return Err(CheckError::bad(
-                    op.invoke.index,
-                    format!("f `{other}` is not a register op (read, write, cas)"),
-                ));
-            }
+        let Some((input, output)) = register_step(op, init.is_some(), &mut interner)? else {
+            continue;
         };
+        let completion = op.completion.as_ref();
         out.push(Operation {
             call_ns: op.call_ns(),
-            return_ns,
+            return_ns: op.return_ns(),
             input,
             output,
             key: op.key.clone(),
@@ -188,7 +211,60 @@ pub fn register_operations(
             },
         });
     }
+    let model = RegisterModel {
+        values: interner.values,
+        init,
+    };
     Ok((model, out))
+}
+
+/// One operation's input and output; `None` when it constrains nothing and is left out.
+fn register_step(
+    op: &history::pair::Operation,
+    has_init: bool,
+    interner: &mut Interner,
+) -> Result<Option<(RegisterInput, RegisterOutput)>, CheckError> {
+    let completion = op.completion.as_ref();
+    Ok(Some(match op.f.as_str() {
+        "read" if op.is_ok() => {
+            let value = completion.map_or("", |c| c.value.trim());
+            if value.is_empty() && has_init {
+                // The register never holds nil: an empty value is a read of unknown value.
+                return Ok(None);
+            }
+            let read = (!value.is_empty()).then(|| interner.intern(value));
+            (RegisterInput::Read, RegisterOutput::Read(read))
+        }
+        "read" => return Ok(None),
+        "write" if op.is_fail() => return Ok(None),
+        "write" => {
+            let input = RegisterInput::Write(interner.intern(op.invoke.value.trim()));
+            (input, ok_or_unknown(op))
+        }
+        "cas" => {
+            let mut parts = op.invoke.value.split_whitespace();
+            let (Some(old), Some(new), None) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(CheckError::bad(
+                    op.invoke.index,
+                    format!("cas value `{}` is not `OLD NEW`", op.invoke.value),
+                ));
+            };
+            let output = match completion {
+                Some(c) if op.is_fail() && c.error == CAS_MISMATCH => RegisterOutput::CasFailed,
+                // Jepsen: a failed op did not happen and tells nothing.
+                _ if op.is_fail() => return Ok(None),
+                _ => ok_or_unknown(op),
+            };
+            let input = RegisterInput::Cas(interner.intern(old), interner.intern(new));
+            (input, output)
+        }
+        other => {
+            return Err(CheckError::bad(
+                op.invoke.index,
+                format!("op `{other}` is not a register op (read, write, cas)"),
+            ));
+        }
+    }))
 }
 
 fn ok_or_unknown(op: &history::pair::Operation) -> RegisterOutput {

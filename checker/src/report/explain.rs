@@ -158,6 +158,44 @@ pub fn generic_linear<M: Model>(
             who(model, stuck),
             interval(stuck)
         ));
+        // The ops that force it: those that finished before it began must come first.
+        let mut before: Vec<&Operation<M>> = cx
+            .part
+            .iter()
+            .map(|&i| &ops[i])
+            .filter(|op| op.precedes(stuck))
+            .collect();
+        before.sort_by_key(|op| std::cmp::Reverse(op.return_ns));
+        if let Some(last) = before.first() {
+            marked.extend(rows(*last));
+            text.push_str(&format!(
+                "\nIt began at {}, after {} had finished at {}, so it must come after that op{}.",
+                fmt_ns(stuck.call_ns),
+                who(model, last),
+                fmt_ns(last.return_ns.unwrap_or(0)),
+                if before.len() > 1 {
+                    format!(
+                        " and the {} others that finished before it began",
+                        before.len() - 1
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        let concurrent = cx
+            .part
+            .iter()
+            .map(|&i| &ops[i])
+            .filter(|op| !op.precedes(stuck) && !stuck.precedes(op) && !std::ptr::eq(*op, stuck))
+            .count();
+        text.push_str(&match concurrent {
+            0 => "\nNo other operation overlaps it in time, so nothing else can come between."
+                .to_string(),
+            n => format!(
+                "\n{n} other operations overlap it in time, and no order of them makes it legal."
+            ),
+        });
     }
     let shown = cx.linearized.len().min(PREFIX_SHOWN_MAX);
     if shown > 0 {

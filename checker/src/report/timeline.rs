@@ -39,6 +39,8 @@ struct OpData {
     label: String,
     detail: String,
     marked: bool,
+    /// The op's place in the longest legal order the search found (1-based), if in it.
+    order: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,6 +58,14 @@ pub const TIMELINE_OPS_MAX: usize = 20_000;
 /// rows that `check` marks.
 pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
     let marked: BTreeSet<u64> = check.marked_rows().into_iter().collect();
+    // The order found, by invoke row.
+    let order: std::collections::HashMap<u64, usize> = check
+        .results
+        .iter()
+        .flat_map(|r| r.order.iter())
+        .enumerate()
+        .map(|(i, &row)| (row, i + 1))
+        .collect();
     let all = &paired.operations;
     let window = if all.len() <= TIMELINE_OPS_MAX {
         0..all.len()
@@ -139,9 +149,10 @@ pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
                 call_ns: op.call_ns(),
                 return_ns: op.return_ns(),
                 class,
-                label: format!("{} {}{token}", op.f, op.key),
+                label: label(op, &token),
                 detail,
                 marked: is_marked,
+                order: order.get(&op.invoke.index).copied(),
             }
         })
         .collect();
@@ -169,6 +180,49 @@ pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
     PAGE.replace("/*CSS*/", CSS)
         .replace("/*JS*/", SCRIPT)
         .replace("/*DATA*/", &json)
+}
+
+/// An op's label, with its values for registers and kv stores, as Porcupine's
+/// visualization draws them: `cas(3, 0) -> fail`, `read() -> 3`, `put("a") -> ok`; lock
+/// ops keep `acquire k1 t5`.
+fn label(op: &history::Operation, token: &str) -> String {
+    let completion = op.completion.as_ref();
+    let outcome = match completion.map(|c| c.op_type) {
+        Some(OpType::Ok) => "ok",
+        Some(OpType::Fail) => "fail",
+        _ => "unknown",
+    };
+    let read_value = || match completion {
+        Some(c) if c.op_type == OpType::Ok && c.value.is_empty() => "nil".to_string(),
+        Some(c) if c.op_type == OpType::Ok => c.value.clone(),
+        _ => outcome.to_string(),
+    };
+    let key = if op.key.is_empty() || op.key == "x" {
+        String::new()
+    } else {
+        format!("{} ", op.key)
+    };
+    let value = op.invoke.value.trim();
+    match op.f.as_str() {
+        "read" if op.invoke.token.is_none() => format!("{key}read() -> {}", read_value()),
+        "write" if op.invoke.token.is_none() => format!("{key}write({value}) -> {outcome}"),
+        "cas" => format!(
+            "{key}cas({}) -> {outcome}",
+            value.split_whitespace().collect::<Vec<_>>().join(", ")
+        ),
+        "get" => format!(
+            "{key}get() -> {:?}",
+            completion.map_or("", |c| c.value.as_str())
+        ),
+        "put" | "append" => format!("{key}{}({value:?}) -> {outcome}", op.f),
+        "txn" => format!(
+            "txn[{}] -> {outcome}",
+            completion
+                .filter(|_| outcome == "ok")
+                .map_or(value, |c| c.value.as_str())
+        ),
+        _ => format!("{} {}{token}", op.f, op.key),
+    }
 }
 
 /// Fault periods: from a starting verb to its paired ending verb (or the end of the

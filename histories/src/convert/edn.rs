@@ -106,6 +106,49 @@ pub fn parse_all(text: &str) -> Result<Vec<(u64, Value)>, ConvertError> {
     }
 }
 
+/// Like [`parse_all`], but a top-level vector or list is opened: each of its items comes
+/// with the line it starts on (a Jepsen history is often one vector of op maps, and an
+/// error must name the op's own line, not the line of the opening bracket).
+pub fn parse_items(text: &str) -> Result<Vec<(u64, Value)>, ConvertError> {
+    let mut parser = Parser {
+        chars: text.chars().peekable(),
+        line: 1,
+    };
+    let mut values = Vec::new();
+    loop {
+        parser.skip_space();
+        let close = match parser.chars.peek() {
+            None => return Ok(values),
+            Some('[') => ']',
+            Some('(') => ')',
+            Some(_) => {
+                let line = parser.line;
+                values.push((line, parser.value(0)?));
+                continue;
+            }
+        };
+        parser.bump();
+        loop {
+            parser.skip_space();
+            match parser.chars.peek() {
+                None => {
+                    return Err(
+                        parser.error(format!("unexpected end of input, expected `{close}`"))
+                    );
+                }
+                Some(&c) if c == close => {
+                    parser.bump();
+                    break;
+                }
+                Some(_) => {
+                    let line = parser.line;
+                    values.push((line, parser.value(1)?));
+                }
+            }
+        }
+    }
+}
+
 struct Parser<'a> {
     chars: std::iter::Peekable<std::str::Chars<'a>>,
     line: u64,

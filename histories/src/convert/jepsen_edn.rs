@@ -7,14 +7,28 @@
 //! | `:type` (keyword) | `type`; a `:nemesis` op always becomes `info` (Jepsen records both halves of a fault as `:info`) |
 //! | `:process` (int or `:nemesis`) | `process` |
 //! | `:f` (keyword, symbol or string) | `f` |
-//! | `:time` (int, ns) | `time_ns`; when absent, the op's position in the file |
+//! | `:time` (int, ns) | `time_ns` when every op has one and they strictly increase in file order; otherwise every op's `time_ns` is its position in the file |
 //! | `:key` | `key`; empty when absent |
-//! | `:value` | `value`: `nil` is empty, `[1 2]` is `1 2`; an `acquire` with a nil value takes `:lease-ms` when present |
+//! | `:value` | `value`: `nil` is empty, `[1 2]` is `1 2`; an `acquire` with a nil value takes `:lease-ms` when present; a `:txn` value `[[:read :x nil] [:write :y 2]]` is `read x; write y 2` (a nil read value is left out) |
 //! | `:token` (int) | `token` |
 //! | `:node` | `node` |
 //! | `:error` | `error` (`:timeout` is `timeout`) |
 //!
 //! Ops are renumbered 0, 1, 2, ... in file order.
+//!
+//! # Jepsen's meaning is kept
+//!
+//! - **File order is real-time order.** knossos ignores `:time` (it may be absent, and in
+//!   real histories it is not always monotonic, since it comes from several clocks). When the
+//!   times are not strictly increasing in file order, they are replaced by the ops' positions,
+//!   so that the order the checker sees is exactly the file's.
+//! - `:fail` means the op did not happen; `:info` means its outcome is unknown. Both are kept
+//!   as such: the register model leaves out a failed cas (it only reads a failed cas as an
+//!   observation when its error is `mismatch`, which Jepsen never writes), and the mutex
+//!   models leave out every failed op.
+//! - An `:ok` read of `nil` is a read whose value is unknown when the register has an
+//!   initial value (`locksmith check --init 0`, knossos's `(cas-register 0)`).
+//! - Errors name the line the op itself starts on, also inside one big vector of ops.
 
 use super::edn::{self, Value};
 use super::{ConvertError, ConvertErrorKind, finish};
@@ -23,17 +37,51 @@ use crate::op::{Op, OpType, Process};
 /// Converts a Jepsen `history.edn` text: maps one after another, or one vector of maps.
 pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
     let mut rows = Vec::new();
-    for (line, value) in edn::parse_all(text)? {
-        match value {
-            Value::Vector(items) => {
-                for item in items {
-                    rows.push((line, op_from_map(line, &item, rows.len() as u64)?));
-                }
-            }
-            map => rows.push((line, op_from_map(line, &map, rows.len() as u64)?)),
+    let mut times_increase = true;
+    for (line, value) in edn::parse_items(text)? {
+        let position = rows.len() as u64;
+        let op = op_from_map(line, &value, position)?;
+        let has_time = matches!(value.get("time"), Some(Value::Int(_)));
+        let previous = rows.last().map(|(_, op): &(u64, Op)| op.time_ns);
+        times_increase &= has_time && previous.is_none_or(|p| p < op.time_ns);
+        rows.push((line, op));
+    }
+    if !times_increase {
+        for (position, (_, op)) in (0u64..).zip(rows.iter_mut()) {
+            op.time_ns = position;
         }
     }
     finish(rows)
+}
+
+/// A Jepsen `:txn` value, `[[:read :x nil] [:write :y 2]]`, as one cell: `read x; write y
+/// 2`. `None` when it is not a vector of `[f k v]` triples.
+fn txn_cell(value: &Value) -> Option<String> {
+    let Value::Vector(micro_ops) = value else {
+        return None;
+    };
+    let mut cells = Vec::with_capacity(micro_ops.len());
+    for micro_op in micro_ops {
+        let Value::Vector(parts) = micro_op else {
+            return None;
+        };
+        let [f, k, v] = parts.as_slice() else {
+            return None;
+        };
+        let f = match f {
+            Value::Keyword(f) | Value::Symbol(f) | Value::Str(f) => f,
+            _ => return None,
+        };
+        let key = k.to_cell();
+        if key.is_empty() || key.contains([' ', ';']) || v.to_cell().contains([' ', ';']) {
+            return None;
+        }
+        cells.push(match v {
+            Value::Nil => format!("{f} {key}"),
+            v => format!("{f} {key} {}", v.to_cell()),
+        });
+    }
+    Some(cells.join("; "))
 }
 
 /// Converts one op map; `position` is its ordinal in the file, the time when it has none.
@@ -92,6 +140,13 @@ pub(crate) fn op_from_map(line: u64, map: &Value, position: u64) -> Result<Op, C
     };
     let cell = |key: &str| map.get(key).map(Value::to_cell).unwrap_or_default();
     let mut value = cell("value");
+    if f == "txn" {
+        let raw = map.get("value").unwrap_or(&Value::Nil);
+        value = match raw {
+            Value::Nil => String::new(),
+            raw => txn_cell(raw).ok_or_else(|| bad(":value", raw, "a txn: [[:read :x 1] ...]"))?,
+        };
+    }
     if value.is_empty() && f == "acquire" {
         value = cell("lease-ms");
     }
@@ -148,6 +203,39 @@ mod tests {
     }
 
     #[test]
+    fn file_order_is_real_time_order_when_times_go_backwards() {
+        // Rule: knossos ignores :time; the history's order is the real-time order. Op 2
+        // starts after op 1 returned in the file, although its :time is earlier.
+        let text = "\
+{:type :invoke, :f :write, :process 0, :time 50, :value 1}
+{:type :ok, :f :write, :process 0, :time 60, :value 1}
+{:type :invoke, :f :read, :process 1, :time 10}
+{:type :ok, :f :read, :process 1, :time 20, :value 1}
+";
+        let ops = convert(text).unwrap();
+        assert_eq!(
+            ops.iter().map(|op| op.time_ns).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        // Missing times count the same way.
+        let ops = convert(
+            "{:type :invoke, :f :read, :process 0}\n{:type :ok, :f :read, :process 0, :time 9}",
+        )
+        .unwrap();
+        assert_eq!((ops[0].time_ns, ops[1].time_ns), (0, 1));
+    }
+
+    #[test]
+    fn txn_values_become_micro_op_lists() {
+        // Rule: histories/README.md "multi-register": `read x; write y 2`, nil reads bare.
+        let text = "{:type :invoke, :f :txn, :process 0, :value [[:read :x nil] [:write :y 2]]}\n\
+                    {:type :ok, :f :txn, :process 0, :value [[:read :x 0] [:write :y 2]]}";
+        let ops = convert(text).unwrap();
+        assert_eq!(ops[0].value, "read x; write y 2");
+        assert_eq!(ops[1].value, "read x 0; write y 2");
+    }
+
+    #[test]
     fn a_vector_of_maps_is_accepted() {
         // Rule: jepsen.md §3: knossos reads an EDN vector or a sequence of maps.
         let text = "[{:type :invoke, :f :read, :process 0, :time 1}\n {:type :ok, :f :read, :process 0, :time 2, :value 3}]";
@@ -182,9 +270,14 @@ mod tests {
                 "differs from its invoke",
             ),
             (
-                "{:type :invoke, :f :read, :process 0, :time 5}\n{:type :invoke, :f :read, :process 1, :time 4}",
-                2,
-                "before the previous op",
+                "[{:type :invoke, :f :read, :process 0}\n {:type :ok, :f :read, :process 0}\n {:type :ok, :f :read, :process 0}]",
+                3,
+                "with no open invoke",
+            ),
+            (
+                "{:type :invoke, :f :txn, :process 0, :value [[:read :x nil 3]]}",
+                1,
+                ":value is",
             ),
             ("[1 2]", 1, "op is `1`"),
         ];

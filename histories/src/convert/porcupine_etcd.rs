@@ -7,7 +7,8 @@
 //! |---|---|
 //! | `:invoke :read nil`, `:ok :read 3` (or `nil`) | `read`, ok value `3` (empty = nil) |
 //! | `:invoke :write 3`, `:ok :write 3` | `write`, value `3` |
-//! | `:invoke :cas [1 2]`, `:ok`/`:fail :cas [1 2]` | `cas`, value `1 2` |
+//! | `:invoke :cas [1 2]`, `:ok :cas [1 2]` | `cas`, value `1 2` |
+//! | `:fail :cas [1 2]` | `cas` fail, value `1 2`, error `mismatch`: etcd's compare did not match, an observation of the register (see `histories/README.md`, "Failed cas and nil reads") |
 //! | `:info :write :timed-out`, `:fail :read :timed-out` | that type, empty value, error `timed-out` |
 //!
 //! The files have no times: `time_ns` is the op's position in the file (0, 1, 2, ...).
@@ -15,6 +16,10 @@
 
 use super::{ConvertError, ConvertErrorKind, finish};
 use crate::op::{Op, OpType, Process};
+
+/// The error word of a cas whose compare did not match (Porcupine's etcd reading of
+/// `:fail :cas`). The register model reads it as an observation.
+pub const CAS_MISMATCH: &str = "mismatch";
 
 /// The register name of these single-register histories.
 pub const REGISTER_KEY: &str = "x";
@@ -66,8 +71,11 @@ fn parse_line(line: u64, text: &str, position: u64) -> Result<Op, ConvertError> 
         ":read" | ":write" | ":cas" => f[1..].to_owned(),
         other => return Err(bad("f", other, ":read, :write or :cas")),
     };
-    let (value, error_cell) = parse_value(&value)
+    let (value, mut error_cell) = parse_value(&value)
         .ok_or_else(|| bad("value", &value, "nil, an integer, [OLD NEW] or :timed-out"))?;
+    if op_type == OpType::Fail && f == "cas" && error_cell.is_empty() {
+        error_cell = CAS_MISMATCH.to_owned();
+    }
     Ok(Op {
         index: position,
         time_ns: position,
@@ -129,7 +137,10 @@ INFO  jepsen.util - 2\t:info\t:write\t:timed-out
         );
         assert_eq!((ops[1].f.as_str(), ops[1].value.as_str()), ("cas", "1 2"));
         assert_eq!((ops[2].op_type, ops[2].value.as_str()), (OpType::Ok, ""));
-        assert_eq!(ops[3].op_type, OpType::Fail);
+        assert_eq!(
+            (ops[3].op_type, ops[3].error.as_str()),
+            (OpType::Fail, CAS_MISMATCH)
+        );
         assert_eq!(ops[4].value, "3");
         assert_eq!(
             (ops[5].op_type, ops[5].value.as_str(), ops[5].error.as_str()),

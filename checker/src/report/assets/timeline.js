@@ -30,6 +30,7 @@
     div.addEventListener("mouseleave", hide);
     root.appendChild(div);
   }
+  let firstError = null;
   for (const process of data.processes) {
     const track = document.createElement("div");
     track.className = "track";
@@ -43,11 +44,25 @@
       const right = op.return_ns === null ? end : op.return_ns;
       div.style.left = x(op.call_ns) + "px";
       div.style.width = Math.max(3, x(right) - x(op.call_ns)) + "px";
-      div.textContent = op.label;
+      div.textContent = (op.order === null ? "" : "#" + op.order + " ") + op.label;
+      if (op.marked && (firstError === null || op.call_ns < firstError.call_ns)) {
+        firstError = { call_ns: op.call_ns, div: div };
+      }
       div.addEventListener("mousemove", (ev) => show(op.detail, ev));
       div.addEventListener("mouseleave", hide);
       track.appendChild(div);
     }
     root.appendChild(track);
+  }
+  // "Jump to the first error": the earliest op a failing check names.
+  const jump = document.getElementById("jump");
+  if (firstError !== null) {
+    firstError.div.id = "first-error";
+    jump.href = "#first-error";
+    jump.style.display = "inline";
+    jump.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      firstError.div.scrollIntoView({ behavior: "smooth", block: "center", inline: "center" });
+    });
   }
 })();
