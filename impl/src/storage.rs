@@ -1303,7 +1303,6 @@ mod tests {
     use super::*;
     use crate::lock::{Command, LockTable, Origin, Proposal};
     use std::fs::{self, OpenOptions};
-    use std::io::Write;
 
     /// A small seeded generator (splitmix64), so that a failing seed replays exactly.
     struct Rng(u64);

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "sim")]
 use turmoil::fs::shim::std::fs as sim;
 
+#[cfg(feature = "sim")]
 use super::simulated;
 
 /// An open file.
