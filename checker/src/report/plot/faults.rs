@@ -1,0 +1,191 @@
+//! Fault spans for the plots: each nemesis fault from its starting verb to the verb that
+//! undoes it, with its kind, so that every plot shades and labels it the same way.
+
+use history::Op;
+
+/// The verb that undoes a fault begun by `verb`; `None` for a verb that starts nothing.
+///
+/// These are the harness's pairs (`nemesis/src/faults.rs`): kill/restart, pause/resume,
+/// pause-clients/resume-clients, partition/heal, and skew or strobe/reset-clock.
+// TODO(vocab): point this at the fault vocabulary of the `history` crate once it has one,
+// so that the plots, the timeline and the harness share one list of pairs.
+pub fn ending_verb(verb: &str) -> Option<&'static str> {
+    match verb {
+        "kill" => Some("restart"),
+        "pause" => Some("resume"),
+        "pause-clients" => Some("resume-clients"),
+        "partition" => Some("heal"),
+        "skew" | "strobe" => Some("reset-clock"),
+        _ => None,
+    }
+}
+
+/// One fault, from its first row to the last row of the verb that undid it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSpan {
+    /// Its kind: the starting verb (`kill`, `pause`, `pause-clients`, `partition`, `skew`,
+    /// `strobe`), or the verb of a lone row.
+    pub kind: String,
+    /// When it began (the history's clock, ns).
+    pub start_ns: u64,
+    /// When it was undone, or the history's end for a fault never undone.
+    pub end_ns: u64,
+    /// In words, with its rows: `kill n1 (row 2) .. restart n1 (row 9)`.
+    pub text: String,
+}
+
+/// The spans of `faults` (the nemesis rows, in history order); `end_ns` closes a fault
+/// that was never undone.
+///
+/// The harness records each fault twice, before and after it acts, so a starting verb that
+/// repeats an open fault's verb and targets is the same fault, and an ending verb that
+/// repeats the one that just closed a span moves that span's end.
+pub fn fault_spans(faults: &[Op], end_ns: u64) -> Vec<FaultSpan> {
+    let mut out: Vec<FaultSpan> = Vec::new();
+    // (ending verb, the starting row)
+    let mut open: Vec<(&'static str, &Op)> = Vec::new();
+    // (index into out, the row that closed it)
+    let mut last_closed: Option<(usize, &Op)> = None;
+    for fault in faults {
+        if let Some(at) = open.iter().position(|(end, _)| *end == fault.f) {
+            let (_, start) = open.remove(at);
+            out.push(FaultSpan {
+                kind: start.f.clone(),
+                start_ns: start.time_ns,
+                end_ns: fault.time_ns,
+                text: format!(
+                    "{} {} (row {}) .. {} {} (row {})",
+                    start.f, start.value, start.index, fault.f, fault.value, fault.index
+                ),
+            });
+            last_closed = Some((out.len() - 1, fault));
+        } else if let Some(end) = ending_verb(&fault.f) {
+            let repeat = open
+                .iter()
+                .any(|(_, s)| s.f == fault.f && s.value == fault.value);
+            if !repeat {
+                open.push((end, fault));
+            }
+        } else if let Some((at, closer)) =
+            last_closed.filter(|(_, c)| c.f == fault.f && c.value == fault.value)
+        {
+            // The second row of the ending verb: the fault was undone when it returned.
+            out[at].end_ns = fault.time_ns;
+            last_closed = Some((at, closer));
+        } else {
+            out.push(FaultSpan {
+                kind: fault.f.clone(),
+                start_ns: fault.time_ns,
+                end_ns: fault.time_ns,
+                text: format!("{} {} (row {})", fault.f, fault.value, fault.index),
+            });
+        }
+    }
+    for (_, start) in open {
+        out.push(FaultSpan {
+            kind: start.f.clone(),
+            start_ns: start.time_ns,
+            end_ns: end_ns.max(start.time_ns),
+            text: format!(
+                "{} {} (row {}), never undone",
+                start.f, start.value, start.index
+            ),
+        });
+    }
+    out.sort_by_key(|s| s.start_ns);
+    out
+}
+
+/// The kinds of `spans`, in the order of [`KIND_ORDER`] and then by name.
+pub fn kinds(spans: &[FaultSpan]) -> Vec<String> {
+    let mut kinds: Vec<String> = spans.iter().map(|s| s.kind.clone()).collect();
+    kinds.sort_by_key(|k| {
+        let rank = KIND_ORDER
+            .iter()
+            .position(|o| o == k)
+            .unwrap_or(KIND_ORDER.len());
+        (rank, k.clone())
+    });
+    kinds.dedup();
+    kinds
+}
+
+/// The usual fault kinds, in the order the legend lists them.
+pub const KIND_ORDER: [&str; 6] = [
+    "kill",
+    "pause",
+    "pause-clients",
+    "partition",
+    "skew",
+    "strobe",
+];
+
+/// The colour of a fault kind; unlike the outcome colours (green, red, grey), so a shaded
+/// span never reads as a kind of op.
+pub fn kind_colour(kind: &str) -> &'static str {
+    match kind {
+        "kill" => "#8250df",
+        "pause" => "#bf8700",
+        "pause-clients" => "#fb8f44",
+        "partition" => "#0969da",
+        "skew" => "#1b7c83",
+        "strobe" => "#e85aad",
+        _ => "#57606a",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn faults(csv_rows: &str) -> Vec<Op> {
+        let csv = format!("index,time_ns,process,type,f,key,value,token,node,error\n{csv_rows}");
+        let ops = history::csv::read_str(&csv).unwrap();
+        history::pair::pair_with_faults(&ops).unwrap().faults
+    }
+
+    #[test]
+    fn every_harness_pair_closes_its_span_and_the_second_row_moves_the_end() {
+        let rows = "0,10,nemesis,info,kill,,n1,,,\n\
+                    1,12,nemesis,info,kill,,n1,,,\n\
+                    2,20,nemesis,info,restart,,n1,,,\n\
+                    3,25,nemesis,info,restart,,n1,,,\n\
+                    4,30,nemesis,info,skew,,n2 +200ms,,,\n\
+                    5,31,nemesis,info,skew,,n2 +200ms,,,\n\
+                    6,40,nemesis,info,reset-clock,,n2,,,\n\
+                    7,41,nemesis,info,reset-clock,,n2,,,\n\
+                    8,50,nemesis,info,pause-clients,,c1,,,\n\
+                    9,51,nemesis,info,pause-clients,,c1,,,\n\
+                    10,60,nemesis,info,resume-clients,,c1,,,\n\
+                    11,61,nemesis,info,resume-clients,,c1,,,\n\
+                    12,70,nemesis,info,partition,,n1 | n2 n3,,,\n\
+                    13,71,nemesis,info,partition,,n1 | n2 n3,,,\n";
+        let spans = fault_spans(&faults(rows), 100);
+        let got: Vec<(&str, u64, u64)> = spans
+            .iter()
+            .map(|s| (s.kind.as_str(), s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("kill", 10, 25),
+                ("skew", 30, 41),
+                ("pause-clients", 50, 61),
+                ("partition", 70, 100)
+            ]
+        );
+        assert!(spans[3].text.ends_with("never undone"));
+        assert_eq!(
+            kinds(&spans),
+            vec!["kill", "pause-clients", "partition", "skew"]
+        );
+    }
+
+    #[test]
+    fn skew_is_not_paired_with_unskew() {
+        // The old timeline paired skew with `unskew`, a verb the harness never writes.
+        assert_eq!(ending_verb("skew"), Some("reset-clock"));
+        assert_eq!(ending_verb("strobe"), Some("reset-clock"));
+        assert_eq!(ending_verb("restart"), None);
+    }
+}
