@@ -12,7 +12,7 @@ use super::faults::{FaultSpan, kind_colour, kinds};
 /// The whole image's width, px.
 pub const WIDTH: f64 = 980.0;
 const PLOT_HEIGHT: f64 = 330.0;
-const LEFT: f64 = 78.0;
+const LEFT: f64 = 100.0;
 const LEGEND_WIDTH: f64 = 170.0;
 const TITLE_HEIGHT: f64 = 46.0;
 const LANE_HEIGHT: f64 = 15.0;
@@ -270,7 +270,7 @@ impl Canvas {
         }
         let _ = writeln!(
             self.out,
-            "<text transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text></g>",
+            "<text transform=\"translate(22 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text></g>",
             (t + b) / 2.0,
             escape(name)
         );
