@@ -9,7 +9,7 @@ use std::time::Instant;
 use history::Op;
 use serde::Serialize;
 
-use crate::report::{plot, timeline};
+use crate::report::{junit, plot, timeline};
 use crate::{Check, CheckError, ModelKind, Options};
 
 /// The exit code of a run that could not happen (bad file, bad argument).
@@ -31,6 +31,8 @@ pub struct CheckArgs {
     pub timeline: Option<PathBuf>,
     /// `--plot OUT.svg`: the latency plot.
     pub plot: Option<PathBuf>,
+    /// `--junit OUT.xml`: a JUnit report, one testcase per check.
+    pub junit: Option<PathBuf>,
     /// `--no-phantom-release`: unseen grants of `info` acquires end only by their lease
     /// (see [`crate::Options::phantom_release`]).
     pub no_phantom_release: bool,
@@ -46,6 +48,7 @@ impl CheckArgs {
             json: false,
             timeline: None,
             plot: None,
+            junit: None,
             no_phantom_release: false,
         }
     }
@@ -119,6 +122,11 @@ fn try_check(
     if let Some(path) = &args.plot {
         let svg = plot::latency_svg(&title, &paired.operations, &paired.faults);
         std::fs::write(path, svg).map_err(|e| io(path, e))?;
+    }
+    if let Some(path) = &args.junit {
+        let name = format!("locksmith check {title}");
+        let suite = junit::Suite::from_check(&name, &title, &check, elapsed.as_secs_f64());
+        junit::write(path, &[suite]).map_err(|e| io(path, e))?;
     }
     let printed = if args.json {
         let report = JsonReport {

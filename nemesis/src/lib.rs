@@ -28,10 +28,13 @@ pub mod faults;
 pub mod lockd_system;
 pub mod nemeses;
 pub mod net;
+pub mod progress;
 pub mod recorder;
+pub mod reports;
 pub mod rng;
 pub mod run;
 pub mod schedule;
+pub mod serve;
 pub mod system;
 pub mod workload;
 
