@@ -169,9 +169,10 @@ impl Canvas {
         canvas
     }
 
-    /// The x of a history time.
+    /// The x of a history time; a time past the end (a window's middle) sits on the edge.
     pub fn x(&self, t_ns: u64) -> f64 {
-        self.left + (t_ns as f64 / 1e9) / self.end_s * (self.right - self.left)
+        let s = (t_ns as f64 / 1e9).min(self.end_s);
+        self.left + s / self.end_s * (self.right - self.left)
     }
 
     /// Fault lanes above the plot (one per kind, labelled) and shading inside it.
