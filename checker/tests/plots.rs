@@ -106,41 +106,46 @@ document.getElementById('report').textContent = JSON.stringify(report);
     html
 }
 
-#[test]
-fn the_three_plots_show_their_legend_and_every_fault_kind_in_chromium() {
-    let seed = 16;
-    println!("seed {seed}");
-    let csv = history_with_faults(seed);
-    let ops = history::csv::read_str(&csv).expect("the generated history is valid CSV");
+/// The fault kinds of a run, read from the history itself: every verb that starts one.
+fn fault_kinds(faults: &[history::Op]) -> BTreeSet<String> {
+    faults
+        .iter()
+        .map(|f| f.f.clone())
+        .filter(|f| checker::report::plot::faults::ending_verb(f).is_some())
+        .collect()
+}
+
+/// Renders the plots of `csv` into `dir`, loads them in Chromium, checks that every legend
+/// entry (`series` per plot, then every fault kind) and every fault lane is laid out, and
+/// saves screenshots named `{prefix}-latency.png`, ... Returns the fault kinds.
+fn render_and_check(
+    csv: &str,
+    title: &PlotTitle,
+    prefix: &str,
+    series: [&[&str]; 3],
+) -> BTreeSet<String> {
+    let ops = history::csv::read_str(csv).expect("a valid CSV history");
     let paired = history::pair::pair_with_faults(&ops).expect("pairs");
+    let kinds = fault_kinds(&paired.faults);
     let dir = tempfile::tempdir().unwrap();
-    let title = PlotTitle {
-        test: "lockd-kill-pause-partition-clock".into(),
-        seed: Some(seed),
-        verdict: "valid".into(),
-    };
-    let paths = write_all(dir.path(), &title, &paired.operations, &paired.faults).unwrap();
+    let paths = write_all(dir.path(), title, &paired.operations, &paired.faults).unwrap();
     let svgs: Vec<String> = paths
         .iter()
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
-    // The fault kinds of the run, read from the history itself: every verb that starts one.
-    let kinds: BTreeSet<String> = paired
-        .faults
-        .iter()
-        .map(|f| f.f.clone())
-        .filter(|f| checker::report::plot::faults::ending_verb(f).is_some())
-        .collect();
-    assert_eq!(kinds.len(), 6, "{kinds:?}");
     for svg in &svgs {
-        assert!(svg.contains("lockd-kill-pause-partition-clock, seed 16: valid"));
         assert!(
-            !svg.contains("http://") || svg.matches("http://").count() == 1,
-            "only the xmlns"
+            svg.contains(&title.to_string()),
+            "the title names test, seed, verdict"
+        );
+        assert_eq!(
+            svg.matches("http://").count(),
+            1,
+            "no reference but the xmlns"
         );
     }
     let Some(browser) = browser::chromium() else {
-        return;
+        return kinds;
     };
     let page_path = dir.path().join("plots.html");
     std::fs::write(&page_path, page(&svgs)).unwrap();
@@ -154,54 +159,96 @@ fn the_three_plots_show_their_legend_and_every_fault_kind_in_chromium() {
         serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
     let report = report.as_array().expect("one entry per plot");
     assert_eq!(report.len(), 3);
-    let series: [&[&str]; 3] = [
-        &["ok", "fail", "info", "acquire", "release", "write"],
-        &["p50", "p95", "p99", "max", "acquire", "release", "write"],
-        &["ok", "fail", "info"],
-    ];
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
     for (plot, wanted) in report.iter().zip(series) {
-        let legend: Vec<&str> = plot["legend"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        let lanes: Vec<&str> = plot["lanes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let (legend, lanes) = (strings(&plot["legend"]), strings(&plot["lanes"]));
         for label in wanted
             .iter()
             .map(|s| s.to_string())
             .chain(kinds.iter().cloned())
         {
             assert!(
-                legend.contains(&format!("{label}={label}").as_str()),
+                legend.contains(&format!("{label}={label}")),
                 "{}: legend entry {label} not laid out: {legend:?}",
                 plot["title"]
             );
         }
         for kind in &kinds {
             assert!(
-                lanes.contains(&format!("{kind}={kind}").as_str()),
+                lanes.contains(&format!("{kind}={kind}")),
                 "{}: fault lane {kind} not laid out: {lanes:?}",
                 plot["title"]
             );
         }
-        // The history's 6 faults, each one span (both rows of each verb merged).
-        assert_eq!(plot["shades"], 6, "{}", plot["title"]);
+        assert_eq!(
+            lanes.len(),
+            kinds.len(),
+            "one lane per kind, no lane for an undo verb"
+        );
     }
     let shots = browser::screenshot_dir();
     for (path, name) in paths.iter().zip(PLOT_FILES) {
-        let png = shots.join(format!("plot-{}", name.replace(".svg", ".png")));
+        let png = shots.join(format!("{prefix}-{}", name.replace(".svg", ".png")));
+        let height = 450 + 15 * kinds.len() as u32;
         browser::screenshot(
             browser,
             &format!("file://{}", path.display()),
             &png,
             980,
-            540,
+            height,
         );
     }
+    kinds
+}
+
+#[test]
+fn the_three_plots_show_their_legend_and_every_fault_kind_in_chromium() {
+    let seed = 16;
+    println!("seed {seed}");
+    let title = PlotTitle {
+        test: "lockd-kill-pause-partition-clock".into(),
+        seed: Some(seed),
+        verdict: "valid".into(),
+    };
+    let series: [&[&str]; 3] = [
+        &["ok", "fail", "info", "acquire", "release", "write"],
+        &["p50", "p95", "p99", "max", "acquire", "release", "write"],
+        &["ok", "fail", "info"],
+    ];
+    let kinds = render_and_check(&history_with_faults(seed), &title, "plot", series);
+    assert_eq!(kinds.len(), 6, "{kinds:?}");
+}
+
+/// The same for a real run: `LOCKSMITH_PLOT_RUN=store/<test>/<timestamp>` (e.g. after
+/// `locksmith test --seed 16 --time-s 20`), screenshots `run-*.png`. Without the variable
+/// there is nothing to do, and the test says so.
+#[test]
+fn the_plots_of_a_recorded_run_when_one_is_named() {
+    let Some(dir) = std::env::var_os("LOCKSMITH_PLOT_RUN").map(std::path::PathBuf::from) else {
+        println!("LOCKSMITH_PLOT_RUN is not set: no recorded run to plot");
+        return;
+    };
+    let csv = std::fs::read_to_string(dir.join("history.csv")).expect("history.csv");
+    let results: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("results.json")).expect("results.json"),
+    )
+    .expect("results.json is JSON");
+    let title = PlotTitle {
+        test: results["test"].as_str().unwrap_or("run").to_string(),
+        seed: results["seed"].as_u64(),
+        verdict: results["verdict"].as_str().unwrap_or("").to_string(),
+    };
+    let kinds = render_and_check(
+        &csv,
+        &title,
+        "run",
+        [&["ok", "fail", "info"], &["p50", "max"], &["ok"]],
+    );
+    println!("fault kinds of the run: {kinds:?}");
 }

@@ -203,7 +203,13 @@ impl Ticker {
         Ticker::start_with(Progress::new(label, None), message)
     }
 
-    /// Starts ticking `progress` with `message` until dropped.
+    /// Starts showing `label: message` as seconds out of `total_s` (a timed measurement).
+    pub fn timed(label: &str, message: &str, total_s: u64) -> Ticker {
+        Ticker::start_with(Progress::new(label, Some(total_s)), message)
+    }
+
+    /// Starts ticking `progress` with `message` until dropped; with a total, the position
+    /// is the seconds elapsed.
     pub fn start_with(progress: Progress, message: &str) -> Ticker {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -211,8 +217,11 @@ impl Ticker {
         let thread = std::thread::Builder::new()
             .name("progress".into())
             .spawn(move || {
+                let start = Instant::now();
+                let timed = progress.total.is_some();
                 while !flag.load(Ordering::Relaxed) {
-                    progress.set(0, &message);
+                    let seconds = if timed { start.elapsed().as_secs() } else { 0 };
+                    progress.set(seconds, &message);
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 if let Show::Bar(bar) = &progress.show {

@@ -20,6 +20,11 @@ pub fn ending_verb(verb: &str) -> Option<&'static str> {
     }
 }
 
+/// True for a verb that undoes a fault (restart, resume, heal, ...).
+pub fn is_ending_verb(verb: &str) -> bool {
+    KIND_ORDER.iter().any(|k| ending_verb(k) == Some(verb))
+}
+
 /// One fault, from its first row to the last row of the verb that undid it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultSpan {
@@ -47,7 +52,16 @@ pub fn fault_spans(faults: &[Op], end_ns: u64) -> Vec<FaultSpan> {
     // (index into out, the row that closed it)
     let mut last_closed: Option<(usize, &Op)> = None;
     for fault in faults {
-        if let Some(at) = open.iter().position(|(end, _)| *end == fault.f) {
+        // The open fault this row undoes: the one on the same targets (first word of the
+        // value, e.g. `n1` of `n1 rate=250/1000`) if any, else the oldest of its verb.
+        let first_word = |v: &str| v.split_whitespace().next().map(str::to_owned);
+        let undone = open
+            .iter()
+            .position(|(end, s)| {
+                *end == fault.f && first_word(&s.value) == first_word(&fault.value)
+            })
+            .or_else(|| open.iter().position(|(end, _)| *end == fault.f));
+        if let Some(at) = undone {
             let (_, start) = open.remove(at);
             out.push(FaultSpan {
                 kind: start.f.clone(),
@@ -72,6 +86,9 @@ pub fn fault_spans(faults: &[Op], end_ns: u64) -> Vec<FaultSpan> {
             // The second row of the ending verb: the fault was undone when it returned.
             out[at].end_ns = fault.time_ns;
             last_closed = Some((at, closer));
+        } else if is_ending_verb(&fault.f) {
+            // Undoes nothing that is open (the final schedule heals everything, faulted
+            // or not): no span.
         } else {
             out.push(FaultSpan {
                 kind: fault.f.clone(),
@@ -159,7 +176,10 @@ mod tests {
                     10,60,nemesis,info,resume-clients,,c1,,,\n\
                     11,61,nemesis,info,resume-clients,,c1,,,\n\
                     12,70,nemesis,info,partition,,n1 | n2 n3,,,\n\
-                    13,71,nemesis,info,partition,,n1 | n2 n3,,,\n";
+                    13,71,nemesis,info,partition,,n1 | n2 n3,,,\n\
+                    14,80,nemesis,info,restart,,,,,\n\
+                    15,81,nemesis,info,resume,,,,,\n\
+                    16,82,nemesis,info,hold,,n1,,,\n";
         let spans = fault_spans(&faults(rows), 100);
         let got: Vec<(&str, u64, u64)> = spans
             .iter()
@@ -171,14 +191,30 @@ mod tests {
                 ("kill", 10, 25),
                 ("skew", 30, 41),
                 ("pause-clients", 50, 61),
-                ("partition", 70, 100)
+                ("partition", 70, 100),
+                ("hold", 82, 82),
             ]
         );
         assert!(spans[3].text.ends_with("never undone"));
         assert_eq!(
             kinds(&spans),
-            vec!["kill", "pause-clients", "partition", "skew"]
+            vec!["kill", "pause-clients", "partition", "skew", "hold"],
+            "the final schedule's restart and resume undo nothing open: no kind of their own"
         );
+    }
+
+    #[test]
+    fn a_reset_clock_closes_the_fault_on_its_own_targets() {
+        let rows = "0,10,nemesis,info,strobe,,n3 n4 delta=32ms,,,\n\
+                    1,20,nemesis,info,skew,,n1 rate=250/1000,,,\n\
+                    2,30,nemesis,info,reset-clock,,n1 rate=1000/1000,,,\n\
+                    3,40,nemesis,info,reset-clock,,n3 n4 rate=1000/1000,,,\n";
+        let spans = fault_spans(&faults(rows), 100);
+        let got: Vec<(&str, u64, u64)> = spans
+            .iter()
+            .map(|s| (s.kind.as_str(), s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(got, vec![("strobe", 10, 40), ("skew", 20, 30)]);
     }
 
     #[test]
