@@ -157,6 +157,10 @@ pub fn run(args: TestArgs) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("locksmith test: could not run: {e:#}");
+            if let Some(path) = &args.junit {
+                let reason = format!("{e:#}");
+                let _ = nemesis::reports::write_could_not_run(path, "locksmith test", &reason);
+            }
             ExitCode::from(2)
         }
     }

@@ -33,7 +33,12 @@ pub fn test_suite(dir: &Path, results: &Value) -> Suite {
     match checks["results"].as_array() {
         Some(list) if !list.is_empty() => {
             for result in list {
-                suite.push(check_case(result, system).with_output(store.clone()));
+                let case = check_case(result, system);
+                // Where to look, on the cases that need looking at.
+                suite.push(match case.outcome {
+                    junit::Outcome::Passed => case,
+                    _ => case.with_output(store.clone()),
+                });
             }
         }
         _ => {
@@ -109,6 +114,18 @@ pub fn write_junit(path: &Path, dir: &Path) -> Result<(), String> {
     let results: Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: {e}", dir.join("results.json").display()))?;
     junit::write(path, &[test_suite(dir, &results)]).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Writes a JUnit report for a run that could not happen (no cluster, bad arguments): one
+/// `run` testcase in error with the reason, so CI shows it instead of a missing file.
+pub fn write_could_not_run(path: &Path, name: &str, reason: &str) -> Result<(), String> {
+    let mut suite = Suite::new(name);
+    suite.push(Case::error(
+        "run",
+        "locksmith",
+        &format!("could not run: {reason}"),
+    ));
+    junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// How to open a run: the `locksmith serve` command and the run page's URL, and the

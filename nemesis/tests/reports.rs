@@ -382,3 +382,49 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
         );
     }
 }
+
+#[test]
+fn model_check_junit_names_the_violated_property_and_fits_the_schema() {
+    // README's finding: the seed's key-only Release breaks mutual exclusion.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.xml");
+    let out = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args([
+            "model",
+            "check",
+            "--servers",
+            "1",
+            "--clients",
+            "2",
+            "--depth",
+            "10",
+        ])
+        .args(["--threads", "1", "--bug", "release-by-key", "--junit"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let xml = std::fs::read_to_string(&path).unwrap();
+    let case = xml
+        .split("<testcase ")
+        .find(|c| c.starts_with("name=\"always a release frees only the lock of its own token\""))
+        .unwrap_or_else(|| panic!("no testcase for the property: {xml}"));
+    assert!(
+        case.contains(
+            "<failure message=\"node 1: Release{token 2} at index 5 removed the lock of token 4\""
+        ),
+        "{case}"
+    );
+    assert!(
+        xml.contains("failures=\"1\""),
+        "only that property fails: {xml}"
+    );
+    if let Some(result) = validate(&xml) {
+        result.unwrap_or_else(|e| panic!("{e}\n{xml}"));
+    }
+}
