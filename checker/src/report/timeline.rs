@@ -171,63 +171,17 @@ pub fn render(title: &str, paired: &Paired, check: &Check) -> String {
         .replace("/*DATA*/", &json)
 }
 
-/// The verb that ends a fault begun by `verb`, if it is one of DESIGN's pairs.
-fn ending_verb(verb: &str) -> Option<&'static str> {
-    match verb {
-        "kill" => Some("restart"),
-        "pause" => Some("resume"),
-        "partition" => Some("heal"),
-        "hold" => Some("release"),
-        "skew" => Some("unskew"),
-        "strobe" => Some("unstrobe"),
-        _ => None,
-    }
-}
-
-/// Fault periods: from a starting verb to its paired ending verb (or the end of the
-/// history); a lone verb is a short mark.
+/// Fault periods: each fault from its verb to the verb that undoes it (or the end of the
+/// history), paired as the plots pair them ([`crate::report::plot::faults::fault_spans`]).
 pub(crate) fn fault_periods(faults: &[Op], end_ns: u64) -> Vec<FaultData> {
-    let mut out = Vec::new();
-    let mut open: Vec<(&'static str, &Op)> = Vec::new();
-    for fault in faults {
-        if let Some(at) = open.iter().position(|(end, _)| *end == fault.f) {
-            let (_, start) = open.remove(at);
-            out.push(FaultData {
-                start_ns: start.time_ns,
-                end_ns: fault.time_ns,
-                text: format!(
-                    "{} {} (row {}) .. {} {} (row {})",
-                    start.f, start.value, start.index, fault.f, fault.value, fault.index
-                ),
-            });
-        } else if let Some(end) = ending_verb(&fault.f) {
-            // A fault recorded as two rows (before and after it was applied) repeats its
-            // verb: keep the first.
-            if !open
-                .iter()
-                .any(|(_, s)| s.f == fault.f && s.value == fault.value)
-            {
-                open.push((end, fault));
-            }
-        } else {
-            out.push(FaultData {
-                start_ns: fault.time_ns,
-                end_ns: fault.time_ns,
-                text: format!("{} {} (row {})", fault.f, fault.value, fault.index),
-            });
-        }
-    }
-    for (_, start) in open {
-        out.push(FaultData {
-            start_ns: start.time_ns,
-            end_ns,
-            text: format!(
-                "{} {} (row {}), never ended",
-                start.f, start.value, start.index
-            ),
-        });
-    }
-    out
+    crate::report::plot::faults::fault_spans(faults, end_ns)
+        .into_iter()
+        .map(|span| FaultData {
+            start_ns: span.start_ns,
+            end_ns: span.end_ns,
+            text: span.text,
+        })
+        .collect()
 }
 
 #[cfg(test)]
