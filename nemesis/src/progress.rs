@@ -282,11 +282,12 @@ mod tests {
     fn every_update_is_a_line_when_the_interval_is_zero() {
         let sink = Sink::default();
         let progress = Progress::lines("check", None, Duration::ZERO, sink.clone());
-        progress.set(5, "a");
-        progress.set(9, "b");
+        // Without a total, the message says what was done.
+        progress.set(5, "5 MB read");
+        progress.set(9, "9 MB read");
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         assert!(
-            text.contains("check: 5 a\n") && text.contains("check: 9 b\n"),
+            text.contains("check: 5 MB read\n") && text.contains("check: 9 MB read\n"),
             "{text}"
         );
     }
