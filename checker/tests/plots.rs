@@ -225,15 +225,15 @@ fn the_three_plots_show_their_legend_and_every_fault_kind_in_chromium() {
     assert_eq!(kinds.len(), 6, "{kinds:?}");
 }
 
-/// The same for a real run: `LOCKSMITH_PLOT_RUN=store/<test>/<timestamp>` (e.g. after
-/// `locksmith test --seed 16 --time-s 20`), screenshots `run-*.png`. Without the variable
-/// there is nothing to do, and the test says so.
+/// The same for a recorded run (screenshots `run-*.png`), on demand:
+/// `LOCKSMITH_PLOT_RUN=store/<test>/<timestamp> cargo test -p checker --test plots -- --ignored`
+/// (e.g. after `locksmith test --seed 16 --time-s 20`).
 #[test]
-fn the_plots_of_a_recorded_run_when_one_is_named() {
-    let Some(dir) = std::env::var_os("LOCKSMITH_PLOT_RUN").map(std::path::PathBuf::from) else {
-        println!("LOCKSMITH_PLOT_RUN is not set: no recorded run to plot");
-        return;
-    };
+#[ignore = "needs a recorded run: LOCKSMITH_PLOT_RUN=store/<test>/<timestamp>"]
+fn the_plots_of_a_recorded_run() {
+    let dir = std::env::var_os("LOCKSMITH_PLOT_RUN")
+        .map(std::path::PathBuf::from)
+        .expect("LOCKSMITH_PLOT_RUN names a run directory");
     let csv = std::fs::read_to_string(dir.join("history.csv")).expect("history.csv");
     let results: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("results.json")).expect("results.json"),

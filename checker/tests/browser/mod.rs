@@ -55,7 +55,7 @@ pub fn screenshot_dir() -> PathBuf {
                 .join("screenshots")
         });
     std::fs::create_dir_all(&dir).expect("create the screenshot dir");
-    dir
+    std::fs::canonicalize(&dir).unwrap_or(dir)
 }
 
 fn run(browser: &str, args: &[String], url: &str) -> String {
