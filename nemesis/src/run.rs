@@ -518,7 +518,11 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     drop(data);
 
     let ops = recorder.ops();
+    let ticker = options
+        .progress
+        .then(|| crate::progress::Ticker::start("test", "checking the history"));
     let check = checks::check_history(&dir);
+    drop(ticker);
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
     let mut verdict = check.verdict.clone();
     let mut exit_code = check.exit_code;
