@@ -49,30 +49,28 @@ pub fn fault_spans(faults: &[Op], end_ns: u64) -> Vec<FaultSpan> {
     let mut out: Vec<FaultSpan> = Vec::new();
     // (ending verb, the starting row)
     let mut open: Vec<(&'static str, &Op)> = Vec::new();
-    // (index into out, the row that closed it)
-    let mut last_closed: Option<(usize, &Op)> = None;
+    // (indices into out, the row that closed them)
+    let mut last_closed: Option<(Vec<usize>, &Op)> = None;
     for fault in faults {
-        // The open fault this row undoes: the one on the same targets (first word of the
-        // value, e.g. `n1` of `n1 rate=250/1000`) if any, else the oldest of its verb.
-        let first_word = |v: &str| v.split_whitespace().next().map(str::to_owned);
-        let undone = open
-            .iter()
-            .position(|(end, s)| {
-                *end == fault.f && first_word(&s.value) == first_word(&fault.value)
-            })
-            .or_else(|| open.iter().position(|(end, _)| *end == fault.f));
-        if let Some(at) = undone {
-            let (_, start) = open.remove(at);
-            out.push(FaultSpan {
-                kind: start.f.clone(),
-                start_ns: start.time_ns,
-                end_ns: fault.time_ns,
-                text: format!(
-                    "{} {} (row {}) .. {} {} (row {})",
-                    start.f, start.value, start.index, fault.f, fault.value, fault.index
-                ),
-            });
-            last_closed = Some((out.len() - 1, fault));
+        // An ending verb undoes every open fault of its pair: the harness's restart, resume
+        // and reset-clock undo all that their family left (as `history`'s vocabulary says).
+        let undone: Vec<usize> = (0..open.len()).filter(|&i| open[i].0 == fault.f).collect();
+        if !undone.is_empty() {
+            let mut closed = Vec::new();
+            for &i in undone.iter().rev() {
+                let (_, start) = open.remove(i);
+                out.push(FaultSpan {
+                    kind: start.f.clone(),
+                    start_ns: start.time_ns,
+                    end_ns: fault.time_ns,
+                    text: format!(
+                        "{} {} (row {}) .. {} {} (row {})",
+                        start.f, start.value, start.index, fault.f, fault.value, fault.index
+                    ),
+                });
+                closed.push(out.len() - 1);
+            }
+            last_closed = Some((closed, fault));
         } else if let Some(end) = ending_verb(&fault.f) {
             let repeat = open
                 .iter()
@@ -80,12 +78,14 @@ pub fn fault_spans(faults: &[Op], end_ns: u64) -> Vec<FaultSpan> {
             if !repeat {
                 open.push((end, fault));
             }
-        } else if let Some((at, closer)) =
-            last_closed.filter(|(_, c)| c.f == fault.f && c.value == fault.value)
+        } else if let Some((closed, _)) = last_closed
+            .as_ref()
+            .filter(|(_, c)| c.f == fault.f && c.value == fault.value)
         {
-            // The second row of the ending verb: the fault was undone when it returned.
-            out[at].end_ns = fault.time_ns;
-            last_closed = Some((at, closer));
+            // The second row of the ending verb: the faults were undone when it returned.
+            for &at in closed {
+                out[at].end_ns = fault.time_ns;
+            }
         } else if is_ending_verb(&fault.f) {
             // Undoes nothing that is open (the final schedule heals everything, faulted
             // or not): no span.
@@ -179,7 +179,7 @@ mod tests {
                     13,71,nemesis,info,partition,,n1 | n2 n3,,,\n\
                     14,80,nemesis,info,restart,,,,,\n\
                     15,81,nemesis,info,resume,,,,,\n\
-                    16,82,nemesis,info,hold,,n1,,,\n";
+                    16,82,nemesis,info,bump,,n1,,,\n";
         let spans = fault_spans(&faults(rows), 100);
         let got: Vec<(&str, u64, u64)> = spans
             .iter()
@@ -192,29 +192,31 @@ mod tests {
                 ("skew", 30, 41),
                 ("pause-clients", 50, 61),
                 ("partition", 70, 100),
-                ("hold", 82, 82),
+                ("bump", 82, 82),
             ]
         );
         assert!(spans[3].text.ends_with("never undone"));
         assert_eq!(
             kinds(&spans),
-            vec!["kill", "pause-clients", "partition", "skew", "hold"],
+            vec!["kill", "pause-clients", "partition", "skew", "bump"],
             "the final schedule's restart and resume undo nothing open: no kind of their own"
         );
     }
 
     #[test]
-    fn a_reset_clock_closes_the_fault_on_its_own_targets() {
+    fn a_reset_clock_undoes_every_clock_fault_and_a_second_one_nothing() {
+        // The harness's reset-clock resets every node its family skewed or strobed.
         let rows = "0,10,nemesis,info,strobe,,n3 n4 delta=32ms,,,\n\
                     1,20,nemesis,info,skew,,n1 rate=250/1000,,,\n\
-                    2,30,nemesis,info,reset-clock,,n1 rate=1000/1000,,,\n\
-                    3,40,nemesis,info,reset-clock,,n3 n4 rate=1000/1000,,,\n";
+                    2,30,nemesis,info,reset-clock,,n1 n3 n4,,,\n\
+                    3,31,nemesis,info,reset-clock,,n1 n3 n4,,,\n\
+                    4,40,nemesis,info,reset-clock,,,,,\n";
         let spans = fault_spans(&faults(rows), 100);
         let got: Vec<(&str, u64, u64)> = spans
             .iter()
             .map(|s| (s.kind.as_str(), s.start_ns, s.end_ns))
             .collect();
-        assert_eq!(got, vec![("strobe", 10, 40), ("skew", 20, 30)]);
+        assert_eq!(got, vec![("strobe", 10, 31), ("skew", 20, 31)]);
     }
 
     #[test]
