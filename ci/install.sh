@@ -12,10 +12,13 @@
 # - nftables, passwd: partitions of etcd (`--system etcd --net kernel`, nemesis::net::owner
 #   and nemesis/tests/etcd.rs), root only: each node runs as a system user made by useradd
 #   (passwd), and nft drops packets by the sending uid.
-# - chromium: headless Chromium loads the stateright Explorer in checker/tests/model_check.rs.
+# - chromium: headless Chromium loads the stateright Explorer in checker/tests/model_check.rs,
+#   and renders the plots and `locksmith serve` (checker/tests/plots.rs, nemesis/tests/reports.rs).
+# - libxml2-utils: xmllint validates the JUnit reports against ci/junit.xsd
+#   (nemesis/tests/reports.rs).
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables nftables passwd chromium)
+packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -9,7 +9,7 @@ use std::time::Instant;
 use history::Op;
 use serde::Serialize;
 
-use crate::report::{plot, timeline};
+use crate::report::{junit, plot, timeline};
 use crate::{Check, CheckError, ModelKind, Options, Verdict};
 
 /// The exit code of a run that could not happen (bad file, bad argument).
@@ -33,6 +33,8 @@ pub struct CheckArgs {
     pub timeline: Option<PathBuf>,
     /// `--plot OUT.svg`: the latency plot (one history only).
     pub plot: Option<PathBuf>,
+    /// `--junit OUT.xml`: a JUnit report, one testcase per check.
+    pub junit: Option<PathBuf>,
     /// `--no-phantom-release`: unseen grants of `info` acquires end only by their lease
     /// (see [`crate::Options::phantom_release`]).
     pub no_phantom_release: bool,
@@ -54,6 +56,7 @@ impl CheckArgs {
             json: false,
             timeline: None,
             plot: None,
+            junit: None,
             no_phantom_release: false,
         }
     }
@@ -243,7 +246,10 @@ fn batch_line(args: &CheckArgs, options: &Options, path: &Path) -> BatchLine {
     let title = path.display().to_string();
     let run = || -> Result<(Check, usize), CheckError> {
         let paired = read_paired(path)?;
-        Ok((crate::check_paired(&paired, options), paired.operations.len()))
+        Ok((
+            crate::check_paired(&paired, options),
+            paired.operations.len(),
+        ))
     };
     match crate::verdict::guard(&title, run) {
         Ok(Ok((check, ops))) => {
@@ -325,6 +331,11 @@ fn check_one(
         std::fs::write(path, svg).map_err(|e| io(path, e))?;
     }
     let seconds = elapsed.as_secs_f64();
+    if let Some(path) = &args.junit {
+        let name = format!("locksmith check {title}");
+        let suite = junit::Suite::from_check(&name, &title, &check, elapsed.as_secs_f64());
+        junit::write(path, &[suite]).map_err(|e| io(path, e))?;
+    }
     let printed = if args.json {
         let json = json_report(args, &title, paired.operations.len(), seconds, &check);
         writeln!(out, "{json}")

@@ -1,6 +1,5 @@
-//! Runs every check on a recorded history through the checker's one entry point
-//! (`checker::check_paired`, as `locksmith check` does) and writes the reports
-//! (`timeline.html`, and `latency.svg`: latency over time with nemesis periods shaded).
+//! Runs every check on a recorded history and writes the reports (`timeline.html`, and
+//! the plots `latency.svg`, `latency-quantiles.svg`, `rate.svg`: see checker::report::plot).
 //!
 //! The history is read back from `history.csv`, so the checks see exactly the file a user
 //! would give `locksmith check`. The verdict stays a typed [`Verdict`] until it is printed.
@@ -52,9 +51,16 @@ pub fn check_history(dir: &Path, options: &Options) -> CheckOutput {
     if let Err(e) = write_file(&dir.join("timeline.html"), &timeline) {
         report_errors.push(e.to_string());
     }
-    let plot = checker::report::plot::latency_svg(&title, &paired.operations, &paired.faults);
-    if let Err(e) = write_file(&dir.join("latency.svg"), &plot) {
-        report_errors.push(e.to_string());
+    let plot_title = checker::report::plot::PlotTitle {
+        test: dir_test_name(dir),
+        seed: std::fs::read_to_string(dir.join("seed.txt"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        verdict: check.verdict.as_str().to_owned(),
+    };
+    let (operations, faults) = (&paired.operations, &paired.faults);
+    if let Err(e) = checker::report::plot::write_all(dir, &plot_title, operations, faults) {
+        report_errors.push(format!("{}: {e}", dir.display()));
     }
     CheckOutput {
         verdict: check.verdict.clone(),
@@ -62,4 +68,12 @@ pub fn check_history(dir: &Path, options: &Options) -> CheckOutput {
         check: Some(check),
         report_errors,
     }
+}
+
+/// The test's name of `store/<test>/<timestamp>/`.
+fn dir_test_name(dir: &Path) -> String {
+    dir.parent().and_then(|p| p.file_name()).map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }

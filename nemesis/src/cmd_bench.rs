@@ -18,6 +18,7 @@ use nemesis::bench::{
 };
 use nemesis::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
 use nemesis::lockd_system::{Lockd, find_lockd};
+use nemesis::progress::Ticker;
 
 /// How long a fresh cluster may take to elect a leader.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -146,15 +147,18 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
             duration: Duration::from_secs(args.time_s),
             lease_ms: args.lease_ms,
         };
-        eprintln!("{name}: {clients} clients for {} s ...", args.time_s);
+        let ticker = Ticker::timed(
+            name,
+            &format!("seconds with {clients} clients"),
+            args.time_s,
+        );
         cycles.push(bench::cycles(&cluster, &config).await);
+        drop(ticker);
         crashes.extend(restart_exited(name, &cluster, START_TIMEOUT).await);
     }
     let failover = if args.failover_rounds > 0 {
-        eprintln!(
-            "{name}: killing the leader {} times ...",
-            args.failover_rounds
-        );
+        let message = format!("killing the leader {} times", args.failover_rounds);
+        let _ticker = Ticker::start(name, &message);
         let config = FailoverConfig {
             rounds: args.failover_rounds,
             ..FailoverConfig::default()

@@ -35,6 +35,9 @@ pub struct CheckCommand {
     /// Write an SVG plot of latency over time, nemesis periods shaded.
     #[arg(long, value_name = "OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// Write a JUnit XML report: one testcase per check.
+    #[arg(long, value_name = "OUT.xml")]
+    pub junit: Option<PathBuf>,
     /// Unseen grants of timed-out acquires end only by their lease (by default they may
     /// also end by a phantom-lock release, which lockd performs).
     #[arg(long)]
@@ -53,6 +56,9 @@ pub struct ConvertCommand {
     pub output: PathBuf,
 }
 
+/// Histories larger than this (about 100 000 rows) get a progress display while checked.
+const BIG_HISTORY_BYTES: u64 = 8 << 20;
+
 /// Runs `check`; returns the exit code (0 valid, 1 invalid, 2 unknown or could not run).
 pub fn check(command: CheckCommand) -> i32 {
     let model = match command.model.parse() {
@@ -70,6 +76,13 @@ pub fn check(command: CheckCommand) -> i32 {
     args.timeline = command.timeline;
     args.plot = command.plot;
     args.no_phantom_release = command.no_phantom_release;
+    args.junit = command.junit;
+    // A big history takes a while: show that it is being worked on.
+    let big = args
+        .paths
+        .iter()
+        .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > BIG_HISTORY_BYTES));
+    let _ticker = big.then(|| nemesis::progress::Ticker::start("check", "checking a big history"));
     checker::cli::run_check(&args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 

@@ -134,6 +134,9 @@ struct CheckArgs {
     /// Seconds between progress lines on stderr.
     #[arg(long, default_value_t = 2)]
     progress_s: u64,
+    /// Also write a JUnit XML report: one testcase per property.
+    #[arg(long, value_name = "FILE.xml")]
+    junit: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -193,25 +196,42 @@ fn wait_and_report(
     start: Instant,
 ) -> ExitCode {
     let progress = Duration::from_secs(args.progress_s.max(1));
-    let mut last = Instant::now();
+    let mode = match nemesis::progress::Mode::for_stderr() {
+        nemesis::progress::Mode::Lines(_) => nemesis::progress::Mode::Lines(progress),
+        other => other,
+    };
+    let bar = nemesis::progress::Progress::with_mode("model check", None, mode);
     while !checker.is_done() {
         std::thread::sleep(Duration::from_millis(100));
-        if last.elapsed() >= progress {
-            last = Instant::now();
-            eprintln!(
-                "checking: {} states, {} unique, depth {}, {:.0} s",
-                checker.state_count(),
+        bar.set(
+            checker.unique_state_count() as u64,
+            &format!(
+                "{} unique states ({} states, depth {})",
                 checker.unique_state_count(),
-                checker.max_depth(),
-                start.elapsed().as_secs_f64()
-            );
-        }
+                checker.state_count(),
+                checker.max_depth()
+            ),
+        );
         if start.elapsed() > Duration::from_secs(args.timeout_s + 5) {
             break;
         }
     }
+    bar.finish("search done");
     let checker = checker.join();
     let elapsed = start.elapsed();
+    if let Some(path) = &args.junit {
+        let timeout = Duration::from_secs(args.timeout_s);
+        let config = args
+            .model
+            .config()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        let suite =
+            nemesis::reports::model_suite(&checker, checker.model(), &config, elapsed, timeout);
+        if let Err(e) = checker::report::junit::write(path, &[suite]) {
+            eprintln!("locksmith model check: {}: {e}", path.display());
+        }
+    }
     report(&checker, checker.model(), elapsed, args)
 }
 

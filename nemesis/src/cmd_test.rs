@@ -63,6 +63,9 @@ pub struct TestArgs {
     /// Where runs are stored.
     #[arg(long, default_value = "store")]
     store: PathBuf,
+    /// Also write a JUnit XML report (one testcase per check, liveness, node health).
+    #[arg(long, value_name = "FILE.xml")]
+    junit: Option<PathBuf>,
 }
 
 /// The fault kinds a system applies when `--nemesis` is not given, and what it leaves out
@@ -181,6 +184,10 @@ pub fn run(args: TestArgs) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("locksmith test: could not run: {e:#}");
+            if let Some(path) = &args.junit {
+                let reason = format!("{e:#}");
+                let _ = nemesis::reports::write_could_not_run(path, "locksmith test", &reason);
+            }
             ExitCode::from(2)
         }
     }
@@ -235,6 +242,10 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     print_summary(&options, &args.system, &outcome);
+    if let Some(path) = &args.junit {
+        nemesis::reports::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
+    }
+    println!("{}", nemesis::reports::open_hint(&outcome.dir, &args.store));
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 

@@ -8,6 +8,7 @@ mod cmd_check;
 mod cmd_client;
 mod cmd_model;
 mod cmd_node;
+mod cmd_serve;
 mod cmd_test;
 
 use std::process::ExitCode;
@@ -42,6 +43,8 @@ enum Command {
     Sim(nemesis::sim::cmd::SimArgs),
     /// Run one lockd node in this process (the same flags as the `lockd` binary).
     Node(cmd_node::NodeArgs),
+    /// Browse the store's runs in a web browser (loopback by default).
+    Serve(cmd_serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd_bench::run(args),
         Command::Sim(args) => exit_code(nemesis::sim::cmd::run(args)),
         Command::Node(args) => cmd_node::run(args),
+        Command::Serve(args) => cmd_serve::run(args),
         Command::Model(args) => match cmd_model::run(args) {
             Ok(code) => code,
             Err(e) => {

@@ -9,7 +9,6 @@
 //! cluster, the net and the nemesis are guards that undo themselves on drop.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -606,7 +605,11 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         .clone();
     drop(data);
 
+    let ticker = options
+        .progress
+        .then(|| crate::progress::Ticker::start("test", "checking the history"));
     let check = checks::check_history(&dir, &checker::Options::default());
+    drop(ticker);
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
     let recovered = phase.recovered_slots.len() as u64 == options.concurrency;
     // The run's own verdicts merge with the checks' (Invalid > Unknown > Valid): a run
@@ -922,7 +925,15 @@ async fn progress_loop(
     start: Instant,
     stop: Instant,
 ) {
-    let tty = std::io::stderr().is_terminal();
+    let bar = crate::progress::Progress::with_mode(
+        "test",
+        Some(stop.saturating_duration_since(start).as_secs()),
+        match crate::progress::Mode::for_stderr() {
+            // One line a second, as before this module.
+            crate::progress::Mode::Lines(_) => crate::progress::Mode::Lines(Duration::ZERO),
+            bar => bar,
+        },
+    );
     let mut last_ops = 0;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.tick().await;
@@ -935,8 +946,7 @@ async fn progress_loop(
             .map(|c| c.total.load(Ordering::Relaxed))
             .unwrap_or(0);
         let line = format!(
-            "[{:>4}s] ops {ops} ({}/s) ok {} fail {} info {} | fault ops {faults} | {}s left",
-            start.elapsed().as_secs(),
+            "| ops {ops} ({}/s) ok {} fail {} info {} | fault ops {faults} | {}s left",
             ops - last_ops,
             counters.ok.load(Ordering::Relaxed),
             counters.fail.load(Ordering::Relaxed),
@@ -944,15 +954,9 @@ async fn progress_loop(
             stop.saturating_duration_since(Instant::now()).as_secs()
         );
         last_ops = ops;
-        if tty {
-            eprint!("\r{line}\x1b[K");
-        } else {
-            eprintln!("{line}");
-        }
+        bar.set(start.elapsed().as_secs(), &line);
         if Instant::now() >= stop {
-            if tty {
-                eprintln!();
-            }
+            bar.finish("| the fault phase is over");
             return;
         }
     }

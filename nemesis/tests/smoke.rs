@@ -54,6 +54,8 @@ async fn a_short_run_on_lockd_exits_valid_with_every_fault_kind() {
         "plan.txt",
         "timeline.html",
         "latency.svg",
+        "latency-quantiles.svg",
+        "rate.svg",
     ] {
         assert!(
             outcome.dir.join(file).is_file(),
@@ -106,5 +108,17 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         outcome.explanation.contains("stale token"),
         "the fencing check should name the stale write:\n{}",
         outcome.explanation
+    );
+    // Issue 16: its JUnit report has a failing fencing testcase that names the stale write.
+    let suite = nemesis::reports::test_suite(&outcome.dir, &outcome.results);
+    let fencing = suite
+        .cases
+        .iter()
+        .find(|c| c.name == "fencing")
+        .expect("a fencing case");
+    assert!(
+        matches!(&fencing.outcome, checker::report::junit::Outcome::Failed { message, .. }
+            if message.contains("stale token")),
+        "{fencing:?}"
     );
 }

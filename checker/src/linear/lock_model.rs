@@ -381,7 +381,9 @@ pub fn acquire_lease_ms(value: &str) -> Result<Option<u64>, String> {
     history::AcquireValue::parse(value)
         .map(|v| Some(v.lease_ms))
         .ok_or_else(|| {
-            format!("acquire value `{value}` is not `LEASE_MS` or `LEASE_MS WAIT_MS` in milliseconds")
+            format!(
+                "acquire value `{value}` is not `LEASE_MS` or `LEASE_MS WAIT_MS` in milliseconds"
+            )
         })
 }
 

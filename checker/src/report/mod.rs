@@ -1,7 +1,8 @@
 //! Reports: explanations in words ([`explain`]), a self-contained HTML timeline
-//! ([`timeline`]) and an SVG latency plot ([`plot`]).
+//! ([`timeline`]), SVG plots ([`plot`]) and JUnit XML ([`junit`]).
 
 pub mod explain;
+pub mod junit;
 pub mod plot;
 pub mod timeline;
 
