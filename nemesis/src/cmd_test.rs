@@ -23,9 +23,10 @@ pub struct TestArgs {
     /// Length of the fault phase, seconds.
     #[arg(long, default_value_t = 60)]
     time_s: u64,
-    /// Fault kinds: kill, pause, partition, clock (comma-separated; `none` for none).
-    #[arg(long, default_value = "kill,pause,partition,clock")]
-    nemesis: String,
+    /// Fault kinds: kill, pause, partition, clock, netem (comma-separated; `none` for none).
+    /// Default: kill,pause,partition,clock; with --hosts also netem (slow, flaky).
+    #[arg(long)]
+    nemesis: Option<String>,
     /// Client slots.
     #[arg(long, default_value_t = 10)]
     concurrency: u64,
@@ -61,18 +62,43 @@ pub struct TestArgs {
     /// Where runs are stored.
     #[arg(long, default_value = "store")]
     store: PathBuf,
+    /// Run the nodes on these hosts over SSH, one node per host: USER@HOST,USER@HOST,...
+    /// (sets --nodes; `locksmith hosts up N` prints a value for it).
+    #[arg(long)]
+    hosts: Option<String>,
+    /// The SSH private key for --hosts (default: the key `locksmith hosts up` wrote, when
+    /// there is one, else your own keys and agent).
+    #[arg(long)]
+    ssh_key: Option<PathBuf>,
 }
 
 fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
-    let nemesis = if args.nemesis == "none" || args.nemesis.is_empty() {
-        Vec::new()
-    } else {
-        args.nemesis
+    let hosts = args
+        .hosts
+        .as_deref()
+        .map(|h| nemesis::hosts::HostsOptions::parse(h, args.ssh_key.clone()))
+        .transpose()?;
+    let nemesis = match args.nemesis.as_deref() {
+        Some("none" | "") => Vec::new(),
+        Some(list) => list
             .split(',')
             .map(|s| s.trim().parse::<FaultKind>())
-            .collect::<Result<_, _>>()?
+            .collect::<Result<_, _>>()?,
+        None if hosts.is_some() => nemesis::netem::default_kinds_with_hosts(),
+        None => FaultKind::ALL.to_vec(),
     };
-    if args.nodes == 0 || args.concurrency == 0 || args.keys == 0 {
+    if hosts.is_none() && nemesis.contains(&FaultKind::Netem) {
+        anyhow::bail!("--nemesis netem needs --hosts (tc netem on the hosts' interfaces)");
+    }
+    if hosts.is_some() && (args.system != "lockd" || args.net != "proxy") {
+        anyhow::bail!(
+            "--hosts runs lockd, partitioned by iptables on the hosts: drop --system and --net"
+        );
+    }
+    let nodes = hosts
+        .as_ref()
+        .map_or(args.nodes, |h| h.targets.len() as u64);
+    if nodes == 0 || args.concurrency == 0 || args.keys == 0 {
         anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
     }
     match args.system.as_str() {
@@ -113,7 +139,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     });
     let think_ms = parse_range(&args.think_ms)?;
     Ok(TestOptions {
-        nodes: args.nodes,
+        nodes,
         time_s: args.time_s,
         nemesis,
         concurrency: args.concurrency,
@@ -127,6 +153,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         think_ms,
         overhold_percent: args.overhold_percent.min(100),
         progress: true,
+        hosts,
     })
 }
 
@@ -176,6 +203,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         nemesis::cluster::kill_registered();
+        nemesis::hosts::teardown_registered();
         nemesis::net::kernel::teardown_registered();
         nemesis::net::owner::teardown_registered();
         default_hook(info);
@@ -189,6 +217,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             r = run::run(&options, system) => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => {
                 let killed = nemesis::cluster::kill_registered();
+                nemesis::hosts::teardown_registered();
                 nemesis::net::kernel::teardown_registered();
         nemesis::net::owner::teardown_registered();
                 Err(anyhow::anyhow!("interrupted (Ctrl-C); killed {killed} node process(es)"))
@@ -275,6 +304,12 @@ fn rerun_flags(o: &TestOptions, system: &str) -> String {
     }
     if o.recovery_s != d.recovery_s {
         s.push_str(&format!(" --recovery-s {}", o.recovery_s));
+    }
+    if let Some(h) = &o.hosts {
+        s.push_str(&format!(" --hosts {}", h.targets.join(",")));
+        if let Some(key) = &h.ssh_key {
+            s.push_str(&format!(" --ssh-key {}", key.display()));
+        }
     }
     if o.net != d.net {
         s.push_str(" --net kernel");

@@ -37,6 +37,9 @@ pub enum FaultKind {
     Partition,
     /// Skew or strobe a node's lease clock.
     Clock,
+    /// Latency, loss and reordering with `tc netem` on a host's interface (`--hosts` only;
+    /// not in [`FaultKind::ALL`]: see [`crate::netem`]).
+    Netem,
 }
 
 impl FaultKind {
@@ -55,6 +58,7 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::Partition => "partition",
             FaultKind::Clock => "clock",
+            FaultKind::Netem => "netem",
         }
     }
 }
@@ -65,10 +69,11 @@ impl FromStr for FaultKind {
     fn from_str(s: &str) -> Result<Self, Error> {
         FaultKind::ALL
             .into_iter()
+            .chain([FaultKind::Netem])
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 Error::BadArgument(format!(
-                    "--nemesis {s:?}: expected a list of kill, pause, partition, clock"
+                    "--nemesis {s:?}: expected a list of kill, pause, partition, clock, netem"
                 ))
             })
     }
@@ -99,6 +104,12 @@ pub enum Verb {
     Strobe,
     /// Run the lease clocks at the normal rate again.
     ResetClock,
+    /// Delay (with jitter) what nodes send ([`crate::netem`]).
+    Slow,
+    /// Lose and reorder what nodes send.
+    Flaky,
+    /// Undo slow and flaky.
+    Fast,
 }
 
 impl Verb {
@@ -116,6 +127,9 @@ impl Verb {
             Verb::Skew => "skew",
             Verb::Strobe => "strobe",
             Verb::ResetClock => "reset-clock",
+            Verb::Slow => "slow",
+            Verb::Flaky => "flaky",
+            Verb::Fast => "fast",
         }
     }
 
@@ -128,6 +142,7 @@ impl Verb {
             }
             Verb::Partition | Verb::Heal => FaultKind::Partition,
             Verb::Skew | Verb::Strobe | Verb::ResetClock => FaultKind::Clock,
+            Verb::Slow | Verb::Flaky | Verb::Fast => FaultKind::Netem,
         }
     }
 
@@ -141,6 +156,8 @@ impl Verb {
                 | Verb::Partition
                 | Verb::Skew
                 | Verb::Strobe
+                | Verb::Slow
+                | Verb::Flaky
         )
     }
 }
@@ -467,6 +484,10 @@ pub fn resolve(op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultOp {
                 .filter(|n| ctx.paused.contains(n))
                 .collect(),
         ),
+        // A host's interface is there whether its node runs or not.
+        (Verb::Slow | Verb::Flaky | Verb::Fast, FaultValue::Nodes(s)) => {
+            FaultValue::Targets(pick_nodes(*s, &ctx.nodes, &BTreeSet::new(), ctx, rng))
+        }
         (Verb::Partition, FaultValue::Shape(shape)) => {
             FaultValue::Grudge(*shape, shape_grudge(*shape, ctx, rng))
         }
@@ -680,6 +701,7 @@ pub fn final_schedule(kind: FaultKind) -> Vec<FaultOp> {
         ],
         FaultKind::Partition => vec![FaultOp::new(Verb::Heal, FaultValue::None)],
         FaultKind::Clock => vec![reset_clock()],
+        FaultKind::Netem => vec![crate::netem::heal()],
     }
 }
 
@@ -778,6 +800,7 @@ pub fn episode(kind: FaultKind, rng: &mut Rng) -> (FaultOp, FaultOp) {
             };
             (start, reset_clock())
         }
+        FaultKind::Netem => crate::netem::episode(rng),
     }
 }
 

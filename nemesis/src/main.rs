@@ -6,6 +6,7 @@
 mod cmd_bench;
 mod cmd_check;
 mod cmd_client;
+mod cmd_hosts;
 mod cmd_model;
 mod cmd_node;
 mod cmd_test;
@@ -38,6 +39,8 @@ enum Command {
     Model(cmd_model::ModelArgs),
     /// Run one lockd node in this process (the same flags as the `lockd` binary).
     Node(cmd_node::NodeArgs),
+    /// Namespace hosts with sshd on this machine for `test --hosts` (root): up N, down.
+    Hosts(cmd_hosts::HostsArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Convert(command) => exit_code(cmd_check::convert(command)),
         Command::Bench(args) => cmd_bench::run(args),
         Command::Node(args) => cmd_node::run(args),
+        Command::Hosts(args) => cmd_hosts::run(args),
         Command::Model(args) => match cmd_model::run(args) {
             Ok(code) => code,
             Err(e) => {

@@ -77,6 +77,8 @@ pub struct TestOptions {
     pub overhold_percent: u64,
     /// Print a progress line.
     pub progress: bool,
+    /// Nodes on remote hosts over SSH, one per host (`--hosts`); `None`: local processes.
+    pub hosts: Option<crate::hosts::HostsOptions>,
 }
 
 impl Default for TestOptions {
@@ -96,6 +98,7 @@ impl Default for TestOptions {
             think_ms: (10, 100),
             overhold_percent: 0,
             progress: true,
+            hosts: None,
         }
     }
 }
@@ -394,6 +397,19 @@ async fn start_net(
     })
 }
 
+/// A short id for a remote run's directory and iptables chain, unique enough across the
+/// runs of one host: the seed, this process and the clock.
+fn remote_run_id(seed: u64) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!(
+        "{:08x}",
+        (seed as u32) ^ std::process::id().rotate_left(16) ^ nanos
+    )
+}
+
 /// Waits until some node says it leads, or gives up.
 async fn wait_for_leader(system: &dyn System, layout: &Layout) -> Result<NodeId, Error> {
     let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
@@ -444,7 +460,22 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     let mut layout = Layout::new(options.nodes, data.path())?;
     layout.log_dir = dir.join("node-logs");
     std::fs::create_dir_all(&layout.log_dir).map_err(|e| Error::Io(e.to_string()))?;
-    let net = start_net(options.net, system.as_ref(), &mut layout).await?;
+    // With --hosts, the nodes, their net and their launcher are the remote hosts'.
+    let remote = match &options.hosts {
+        Some(hosts) => Some(crate::hosts::remote::RemoteRun::connect(
+            hosts,
+            &remote_run_id(options.seed),
+            &layout.log_dir,
+        )?),
+        None => None,
+    };
+    let net = match &remote {
+        Some(remote) => {
+            layout = remote.layout();
+            remote.net()?
+        }
+        None => start_net(options.net, system.as_ref(), &mut layout).await?,
+    };
     let mut dial = BTreeMap::new();
     for s in &layout.nodes {
         for t in &layout.nodes {
@@ -453,7 +484,10 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             }
         }
     }
-    let launcher = system.launcher(&layout, dial)?;
+    let mut launcher = system.launcher(&layout, dial)?;
+    if let Some(remote) = &remote {
+        launcher = remote.launcher(launcher)?;
+    }
     let cluster = Arc::new(Cluster::start(launcher, &layout.nodes, &layout.log_dir)?);
     let first_leader = wait_for_leader(system.as_ref(), &layout).await?;
     eprintln!(
@@ -473,8 +507,13 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         clients: clients.clone(),
     };
     // Every family's nemesis is built, so the final schedule can undo anything.
+    let extra = options
+        .nemesis
+        .iter()
+        .filter(|k| !FaultKind::ALL.contains(k));
     let packages: Vec<_> = FaultKind::ALL
         .iter()
+        .chain(extra)
         .map(|k| nemeses::package(*k, &targets))
         .collect();
     let final_schedule: Vec<FaultOp> = packages
@@ -509,7 +548,13 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     )
     .await;
     driver.reap_crashed();
-    let teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
+    let mut teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
+    if let Some(Err(e)) = remote.as_ref().map(|r| r.finish()) {
+        teardown_error = Some(format!(
+            "{}{e}",
+            teardown_error.map(|t| t + "; ").unwrap_or_default()
+        ));
+    }
     recorder.finish()?;
     let exited = driver
         .exited

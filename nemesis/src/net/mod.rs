@@ -67,4 +67,15 @@ pub trait Net: Send + Sync {
 
     /// Removes everything the net installed (rules, listeners). Idempotent.
     fn teardown(&self) -> Result<(), Error>;
+
+    /// Shapes what node `node` sends with `tc netem` (`None`: back to normal), and says how
+    /// (netem, or a stand-in on a kernel without it). Only nets whose nodes have interfaces
+    /// of their own can (remote and namespace hosts).
+    fn netem(&self, node: NodeId, spec: Option<&crate::netem::NetemSpec>) -> Result<String, Error> {
+        let _ = (node, spec);
+        Err(Error::Unsupported(
+            "slow and flaky need hosts with interfaces of their own (--hosts or --net netns)"
+                .into(),
+        ))
+    }
 }
