@@ -13,9 +13,13 @@
 #   and nemesis/tests/etcd.rs), root only: each node runs as a system user made by useradd
 #   (passwd), and nft drops packets by the sending uid.
 # - chromium: headless Chromium loads the stateright Explorer in checker/tests/model_check.rs.
+# - openssh-server, openssh-client, iproute2: `locksmith hosts up N` (network namespaces on a
+#   bridge, `ip`; one sshd per namespace, started by the harness with a config and keys of
+#   its own, never the package's service) and `locksmith test --hosts` (the system `ssh`;
+#   `tc` from iproute2 for the slow/flaky faults); nemesis/tests/hosts.rs, root only.
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables nftables passwd chromium)
+packages=(etcd-server etcd-client iptables nftables passwd chromium openssh-server openssh-client iproute2)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -40,7 +40,8 @@ pub struct TestArgs {
     #[arg(long)]
     bug: Option<String>,
     /// Partition backend: proxy (default) or kernel (root: iptables on per-link ports; for
-    /// etcd, one system user per node and nftables rules on the sending uid).
+    /// etcd, one system user per node and nftables rules on the sending uid), or netns
+    /// (root: each node in a network namespace on a bridge; allows --nemesis netem).
     #[arg(long, default_value = "proxy")]
     net: String,
     /// The system under test: lockd, or etcd (kill, pause; partition with --net kernel as root).
@@ -87,8 +88,10 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         None if hosts.is_some() => nemesis::netem::default_kinds_with_hosts(),
         None => FaultKind::ALL.to_vec(),
     };
-    if hosts.is_none() && nemesis.contains(&FaultKind::Netem) {
-        anyhow::bail!("--nemesis netem needs --hosts (tc netem on the hosts' interfaces)");
+    if hosts.is_none() && args.net != "netns" && nemesis.contains(&FaultKind::Netem) {
+        anyhow::bail!(
+            "--nemesis netem needs --hosts or --net netns (tc netem on the nodes' own interfaces)"
+        );
     }
     if hosts.is_some() && (args.system != "lockd" || args.net != "proxy") {
         anyhow::bail!(
@@ -204,6 +207,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     std::panic::set_hook(Box::new(move |info| {
         nemesis::cluster::kill_registered();
         nemesis::hosts::teardown_registered();
+        nemesis::net::netns::teardown_registered();
         nemesis::net::kernel::teardown_registered();
         nemesis::net::owner::teardown_registered();
         default_hook(info);
@@ -218,6 +222,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             _ = tokio::signal::ctrl_c() => {
                 let killed = nemesis::cluster::kill_registered();
                 nemesis::hosts::teardown_registered();
+                nemesis::net::netns::teardown_registered();
                 nemesis::net::kernel::teardown_registered();
         nemesis::net::owner::teardown_registered();
                 Err(anyhow::anyhow!("interrupted (Ctrl-C); killed {killed} node process(es)"))
@@ -312,7 +317,10 @@ fn rerun_flags(o: &TestOptions, system: &str) -> String {
         }
     }
     if o.net != d.net {
-        s.push_str(" --net kernel");
+        s.push_str(match o.net {
+            NetKind::Netns => " --net netns",
+            _ => " --net kernel",
+        });
     }
     s
 }

@@ -394,6 +394,7 @@ async fn start_net(
     Ok(match kind {
         NetKind::Proxy => Arc::new(Proxy::start(&layout.peer).await?),
         NetKind::Kernel => Arc::new(Kernel::start(&layout.peer).await?),
+        NetKind::Netns => Arc::new(crate::net::netns::Netns::start(layout)?),
     })
 }
 
@@ -484,7 +485,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             }
         }
     }
-    let mut launcher = system.launcher(&layout, dial)?;
+    let mut launcher = net.wrap_launcher(system.launcher(&layout, dial)?);
     if let Some(remote) = &remote {
         launcher = remote.launcher(launcher)?;
     }

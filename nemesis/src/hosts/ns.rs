@@ -97,6 +97,21 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
+/// `Ok` when this process can make namespaces and a bridge (no sshd), or why it cannot.
+pub fn available_bare() -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("network namespaces need root; running as non-root".into());
+    }
+    for tool in ["ip", "iptables", "tc"] {
+        if which(tool).is_none() {
+            return Err(format!(
+                "`{tool}` is not installed (ci/install.sh installs it)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
@@ -111,7 +126,7 @@ fn sshd_path() -> Option<PathBuf> {
 }
 
 /// Runs a local command within [`STEP_TIMEOUT_MS`]; `Err` names it and its stderr.
-fn cmd(program: &str, args: &[&str]) -> Result<String, Error> {
+pub(crate) fn cmd(program: &str, args: &[&str]) -> Result<String, Error> {
     let mut command = Command::new(program);
     command.args(args);
     let out = run_bounded(command, None, Duration::from_millis(STEP_TIMEOUT_MS))?;
@@ -178,7 +193,17 @@ fn free_slot() -> Result<u32, Error> {
 /// Makes `n` hosts, writing their state, keys and sshd config into `dir`. Returns the
 /// state; on failure removes what it made.
 pub fn up(n: usize, dir: &Path) -> Result<State, Error> {
-    available().map_err(Error::Unsupported)?;
+    up_with(n, dir, true)
+}
+
+/// Like [`up`]; without sshd and keys when `sshd` is false (the `--net netns` backend starts
+/// its nodes with `ip netns exec` and needs only the namespaces and the bridge).
+pub fn up_with(n: usize, dir: &Path, sshd: bool) -> Result<State, Error> {
+    if sshd {
+        available().map_err(Error::Unsupported)?;
+    } else {
+        available_bare().map_err(Error::Unsupported)?;
+    }
     if n == 0 || n > MAX_HOSTS {
         return Err(Error::BadArgument(format!(
             "hosts up {n}: between 1 and {MAX_HOSTS}"
@@ -198,10 +223,9 @@ pub fn up(n: usize, dir: &Path) -> Result<State, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
-    state.slot = free_slot()?;
     state.files.push(state_path(dir));
     save(dir, &state)?;
-    match build(n, dir, &mut state) {
+    match build(n, dir, &mut state, sshd) {
         Ok(()) => Ok(state),
         Err(e) => {
             let _ = save(dir, &state);
@@ -214,12 +238,23 @@ pub fn up(n: usize, dir: &Path) -> Result<State, Error> {
     }
 }
 
-fn build(n: usize, dir: &Path, state: &mut State) -> Result<(), Error> {
-    keys(dir, state)?;
-    save(dir, state)?;
-    let k = state.slot;
-    let bridge = format!("lsm{k}br");
-    cmd("ip", &["link", "add", &bridge, "type", "bridge"])?;
+fn build(n: usize, dir: &Path, state: &mut State, sshd: bool) -> Result<(), Error> {
+    if sshd {
+        keys(dir, state)?;
+        save(dir, state)?;
+    }
+    // The bridge claims the slot: another `up` that chose the same slot at the same time
+    // finds the bridge there and tries the next free one.
+    let mut attempts = 0;
+    let bridge = loop {
+        state.slot = free_slot()?;
+        let bridge = format!("lsm{}br", state.slot);
+        match cmd("ip", &["link", "add", &bridge, "type", "bridge"]) {
+            Ok(_) => break bridge,
+            Err(e) if attempts < 5 && e.to_string().contains("exists") => attempts += 1,
+            Err(e) => return Err(e),
+        }
+    };
     state.bridge = Some(bridge.clone());
     save(dir, state)?;
     cmd(
@@ -235,6 +270,9 @@ fn build(n: usize, dir: &Path, state: &mut State) -> Result<(), Error> {
     cmd("ip", &["link", "set", &bridge, "up"])?;
     for i in 1..=n {
         host(i, &bridge, dir, state)?;
+    }
+    if !sshd {
+        return Ok(());
     }
     if !Path::new("/run/sshd").exists() {
         std::fs::create_dir_all("/run/sshd").map_err(|e| Error::Io(format!("/run/sshd: {e}")))?;
@@ -443,15 +481,12 @@ pub fn down(dir: &Path) -> Result<Option<State>, Error> {
     for veth in &state.veths {
         // Deleting a namespace deletes its end of the pair and so the pair; this is for a
         // veth whose other end never moved into its namespace.
-        if link_exists(veth)
-            && let Err(e) = cmd("ip", &["link", "del", veth])
-        {
+        if let Err(e) = delete_link(veth) {
             errors.push(e.to_string());
         }
     }
     if let Some(bridge) = &state.bridge
-        && link_exists(bridge)
-        && let Err(e) = cmd("ip", &["link", "del", bridge])
+        && let Err(e) = delete_link(bridge)
     {
         errors.push(e.to_string());
     }
@@ -477,8 +512,13 @@ pub fn down(dir: &Path) -> Result<Option<State>, Error> {
     }
 }
 
-fn link_exists(name: &str) -> bool {
-    cmd("ip", &["link", "show", name]).is_ok()
+/// Deletes a link; one that is gone already (the kernel removes a veth pair with the
+/// namespace of either end, asynchronously) is fine.
+fn delete_link(name: &str) -> Result<(), Error> {
+    match cmd("ip", &["link", "del", name]) {
+        Err(e) if e.to_string().contains("Cannot find device") => Ok(()),
+        other => other.map(|_| ()),
+    }
 }
 
 fn process_in_namespace(pid: u32, namespaces: &[String]) -> bool {

@@ -163,15 +163,13 @@ impl Shared {
 
     fn apply(&self, grudge: &Grudge) -> Result<(), Error> {
         for (target, session) in self.addrs.keys().zip(&self.sessions) {
-            let mut script = format!("iptables -w -F {}", self.chain);
-            for (source, to) in grudge.links() {
-                if to == *target {
-                    script.push_str(&format!(
-                        " && iptables -w -A {} -p tcp -s {} --dport {PEER_PORT} -j DROP",
-                        self.chain, self.addrs[&source]
-                    ));
-                }
-            }
+            let script = crate::net::netns::grudge_script(
+                &self.chain,
+                grudge,
+                *target,
+                &self.addrs,
+                PEER_PORT,
+            );
             session.run(&script)?;
         }
         Ok(())

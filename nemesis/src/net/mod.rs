@@ -20,6 +20,7 @@
 
 pub mod grudge;
 pub mod kernel;
+pub mod netns;
 pub mod owner;
 pub mod proxy;
 
@@ -36,6 +37,9 @@ pub enum NetKind {
     Proxy,
     /// iptables rules on the per-link loopback ports (root only).
     Kernel,
+    /// Every node in a network namespace of its own on a bridge (root only): real
+    /// interfaces and addresses, iptables partitions, slow and flaky ([`netns`]).
+    Netns,
 }
 
 impl std::str::FromStr for NetKind {
@@ -45,8 +49,9 @@ impl std::str::FromStr for NetKind {
         match s {
             "proxy" => Ok(NetKind::Proxy),
             "kernel" => Ok(NetKind::Kernel),
+            "netns" => Ok(NetKind::Netns),
             other => Err(Error::BadArgument(format!(
-                "--net {other:?}: expected proxy or kernel"
+                "--net {other:?}: expected proxy, kernel or netns"
             ))),
         }
     }
@@ -67,6 +72,15 @@ pub trait Net: Send + Sync {
 
     /// Removes everything the net installed (rules, listeners). Idempotent.
     fn teardown(&self) -> Result<(), Error>;
+
+    /// The launcher that starts nodes where this net needs them (netns: inside their
+    /// namespaces); most nets take the system's as it is.
+    fn wrap_launcher(
+        &self,
+        launcher: Box<dyn crate::cluster::Launcher>,
+    ) -> Box<dyn crate::cluster::Launcher> {
+        launcher
+    }
 
     /// Shapes what node `node` sends with `tc netem` (`None`: back to normal), and says how
     /// (netem, or a stand-in on a kernel without it). Only nets whose nodes have interfaces
