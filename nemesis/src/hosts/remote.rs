@@ -123,11 +123,15 @@ impl Shared {
             let chain = &self.chain;
             let out = self.out_chain();
             session
-                .run(&format!(
+                .run_root(&format!(
                     "iptables -w -N {chain} && iptables -w -I INPUT -j {chain} && \
                  iptables -w -N {out} && iptables -w -I OUTPUT -j {out}"
                 ))
-                .map_err(|e| Error::Cluster(format!("{e} (each host needs iptables and root)")))?;
+                .map_err(|e| {
+                    Error::Cluster(format!(
+                        "{e} (each host needs iptables, and root or passwordless sudo)"
+                    ))
+                })?;
             self.chains
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -170,7 +174,7 @@ impl Shared {
                 &self.addrs,
                 PEER_PORT,
             );
-            session.run(&script)?;
+            session.run_root(&script)?;
         }
         Ok(())
     }
@@ -190,17 +194,17 @@ impl Shared {
             let script = format!(
                 "tc qdisc del dev {device} root 2>/dev/null; iptables -w -F {out_chain} 2>/dev/null; true"
             );
-            return session.run(&script).map(|_| "normal".to_owned());
+            return session.run_root(&script).map(|_| "normal".to_owned());
         };
         let args = spec.args().join(" ");
         let script = format!("tc qdisc replace dev {device} root netem {args}");
-        match session.run(&script) {
+        match session.run_root(&script) {
             Ok(_) => Ok(format!("netem {args}")),
             Err(e) if e.to_string().contains("qdisc kind is unknown") => {
                 // A kernel without sch_netem (this project's CI machine has none): the
                 // nearest real faults it has, a token bucket for `slow` and random drops
                 // for `flaky`; said in the fault's outcome.
-                session.run(&crate::netem::fallback_script(spec, &device, &out_chain))?;
+                session.run_root(&crate::netem::fallback_script(spec, &device, &out_chain))?;
                 if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     eprintln!(
                         "locksmith test: {} has no sch_netem in its kernel; slow and flaky use stand-ins: {}; {}",
@@ -231,7 +235,7 @@ impl Shared {
                 "iptables -w -D INPUT -j {c}; iptables -w -F {c}; iptables -w -X {c}; \
                  iptables -w -D OUTPUT -j {o}; iptables -w -F {o}; iptables -w -X {o}"
             );
-            if let Err(e) = self.session(id).and_then(|s| s.run(&script)) {
+            if let Err(e) = self.session(id).and_then(|s| s.run_root(&script)) {
                 errors.push(e.to_string());
             }
         }

@@ -238,6 +238,16 @@ impl Session {
         self.run_with(script, None, Duration::from_millis(COMMAND_TIMEOUT_MS))
     }
 
+    /// Runs `script` as root: as it is when the login user is root, else through
+    /// `sudo -n` (passwordless sudo; a password prompt would hang a batch run).
+    pub fn run_root(&self, script: &str) -> Result<String, Error> {
+        if self.target.starts_with("root@") {
+            self.run(script)
+        } else {
+            self.run(&format!("sudo -n sh -c {}", quote(script)))
+        }
+    }
+
     /// Runs `script` with `stdin` fed from a file, within `timeout`.
     pub fn run_with(
         &self,
