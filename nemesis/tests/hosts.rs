@@ -5,9 +5,14 @@
 //! long run of the issue (5 hosts, 60 s, default mix) is a documented command (README,
 //! "Testing a cluster on real machines"), not a test.
 
+use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use nemesis::hosts::ns;
 
@@ -238,6 +243,67 @@ fn a_short_run_over_ssh_is_valid_keeps_node_logs_and_leaves_nothing_on_the_hosts
             "n{id} started on its host: {log:.300}"
         );
     }
+    assert_hosts_clean(&up, "after the run");
+
+    // Ctrl-C once the nodes are up: exit 2, and the hosts are as clean as after a run.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args([
+            "test",
+            "--hosts",
+            &up.hosts,
+            "--ssh-key",
+            &up.key(),
+            "--time-s",
+            "60",
+        ])
+        .arg("--store")
+        .arg(store.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start locksmith");
+    // Read stderr to its end on a thread (a closed pipe would make locksmith's next line
+    // fail), telling this thread when the nodes are up.
+    let (up_tx, up_rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("nodes up") {
+                let _ = up_tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    if up_rx.recv_timeout(Duration::from_secs(120)).is_err() {
+        let _ = child.kill();
+        panic!(
+            "the nodes never came up: {}",
+            reader.join().unwrap_or_default()
+        );
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("SIGINT");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("locksmith did not exit within 60 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = reader.join().unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "Ctrl-C is exit 2: {text}");
+    assert!(text.contains("interrupted (Ctrl-C)"), "{text}");
+    assert_hosts_clean(&up, "after Ctrl-C");
+}
+
+/// No run directory, chain, qdisc or node is left on the hosts.
+fn assert_hosts_clean(up: &Up, when: &str) {
     for (i, target) in up.hosts.split(',').enumerate() {
         let out = ssh(
             &up.key(),
@@ -247,33 +313,28 @@ fn a_short_run_over_ssh_is_valid_keeps_node_logs_and_leaves_nothing_on_the_hosts
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             !text.contains("/tmp/locksmith-"),
-            "{target}: run directory left: {text}"
+            "{when}: {target}: run directory left: {text}"
         );
         assert!(
             text.contains("\n0\n") || text.starts_with("0\n"),
-            "{target}: rules left: {text}"
+            "{when}: {target}: rules left: {text}"
         );
         assert!(
             !text.contains("netem") && !text.contains("tbf"),
-            "{target}: qdisc left: {text}"
+            "{when}: {target}: qdisc left: {text}"
         );
         let ns = &up.state.namespaces[i];
         let pids = Command::new("ip")
             .args(["netns", "pids", ns])
             .output()
             .expect("ip");
-        let live: Vec<String> = String::from_utf8_lossy(&pids.stdout)
+        // A node's command line names its binary in the run's directory, /tmp/locksmith-RUN/.
+        let nodes: Vec<String> = String::from_utf8_lossy(&pids.stdout)
             .split_whitespace()
-            .filter(|p| p.parse().is_ok_and(ns::alive))
+            .filter(|p| p.parse().is_ok_and(ns::alive) && cmdline(p).contains("/tmp/locksmith-"))
             .map(str::to_owned)
             .collect();
-        let sshd = up.state.sshd[i].0.to_string();
-        // sshd and the session of the ssh above (gone by now, or going) only.
-        assert!(
-            live.iter()
-                .all(|p| *p == sshd || !cmdline(p).contains("lockd")),
-            "{ns}: a node is left: {live:?}"
-        );
+        assert!(nodes.is_empty(), "{when}: {ns}: a node is left: {nodes:?}");
     }
 }
 

@@ -102,6 +102,15 @@ impl Shared {
     /// Sends `signal` to node `id`'s process group; SIGKILL also sends SIGCONT first and
     /// waits (up to 5 s) until the group is gone.
     fn signal(&self, id: NodeId, signal: Signal) -> Result<(), Error> {
+        if *self.finished.lock().unwrap_or_else(|p| p.into_inner()) {
+            // finish killed every node and closed the connections (a cluster dropped after
+            // a Ctrl-C lands here).
+            return Ok(());
+        }
+        self.signal_now(id, signal)
+    }
+
+    fn signal_now(&self, id: NodeId, signal: Signal) -> Result<(), Error> {
         let pid_file = format!("{}/pid", self.node_dir(id));
         let script = if signal == Signal::SIGKILL {
             format!(
@@ -117,39 +126,59 @@ impl Shared {
         self.session(id)?.run(&script).map(|_| ())
     }
 
-    /// Installs the run's empty chain on every host.
-    fn install_chains(&self) -> Result<(), Error> {
-        for (i, session) in self.sessions.iter().enumerate() {
-            let chain = &self.chain;
-            let out = self.out_chain();
-            session
-                .run_root(&format!(
-                    "iptables -w -N {chain} && iptables -w -I INPUT -j {chain} && \
-                 iptables -w -N {out} && iptables -w -I OUTPUT -j {out}"
-                ))
-                .map_err(|e| {
-                    Error::Cluster(format!(
-                        "{e} (each host needs iptables, and root or passwordless sudo)"
-                    ))
-                })?;
+    /// Runs `act` for every host at once (one thread each: a remote step costs a round
+    /// trip, and hosts are independent); the results in node order.
+    fn each_host<T: Send>(
+        &self,
+        act: impl Fn(NodeId, &Session) -> Result<T, Error> + Sync,
+    ) -> Vec<Result<T, Error>> {
+        let act = &act;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .addrs
+                .keys()
+                .zip(&self.sessions)
+                .map(|(id, session)| scope.spawn(move || act(*id, session)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Cluster("a host's thread panicked".into())))
+                })
+                .collect()
+        })
+    }
+
+    /// Installs the run's empty chains (INPUT for partitions, OUTPUT for the flaky
+    /// stand-in) on every host, and finds each host's interface towards the next node (the
+    /// one its peer traffic leaves by, for netem).
+    fn prepare_net(&self) -> Result<(), Error> {
+        let ids: Vec<NodeId> = self.addrs.keys().copied().collect();
+        let (chain, out) = (&self.chain, self.out_chain());
+        let results = self.each_host(|id, session| {
+            let k = ids.iter().position(|i| *i == id).unwrap_or(0);
+            let peer = ids[(k + 1) % ids.len()];
+            // Recorded before the attempt: teardown tolerates a chain that is not there.
             self.chains
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(i as NodeId + 1);
-        }
-        Ok(())
-    }
-
-    /// Each host's interface towards the next node (the one its peer traffic leaves by).
-    fn find_devices(&self) -> Result<(), Error> {
-        let ids: Vec<NodeId> = self.addrs.keys().copied().collect();
-        for (k, id) in ids.iter().enumerate() {
-            let Some(peer) = ids.get((k + 1) % ids.len()).filter(|p| *p != id) else {
-                continue;
-            };
-            let route = self
-                .session(*id)?
-                .run(&format!("ip -o route get {}", self.addrs[peer]))?;
+                .push(id);
+            let route = session
+                .run_root(&format!(
+                    "iptables -w -N {chain} && iptables -w -I INPUT -j {chain} && \
+                     iptables -w -N {out} && iptables -w -I OUTPUT -j {out} && \
+                     ip -o route get {}",
+                    self.addrs[&peer]
+                ))
+                .map_err(|e| {
+                    Error::Cluster(format!(
+                        "{e} (each host needs iptables and iproute2, and root or passwordless sudo)"
+                    ))
+                })?;
+            if peer == id {
+                return Ok(());
+            }
             let device = route
                 .split_whitespace()
                 .skip_while(|w| *w != "dev")
@@ -160,23 +189,24 @@ impl Shared {
             self.devices
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(*id, device.to_owned());
-        }
-        Ok(())
+                .insert(id, device.to_owned());
+            Ok(())
+        });
+        results.into_iter().collect()
     }
 
     fn apply(&self, grudge: &Grudge) -> Result<(), Error> {
-        for (target, session) in self.addrs.keys().zip(&self.sessions) {
+        let results = self.each_host(|target, session| {
             let script = crate::net::netns::grudge_script(
                 &self.chain,
                 grudge,
-                *target,
+                target,
                 &self.addrs,
                 PEER_PORT,
             );
-            session.run_root(&script)?;
-        }
-        Ok(())
+            session.run_root(&script).map(|_| ())
+        });
+        results.into_iter().collect()
     }
 
     fn netem(&self, id: NodeId, spec: Option<&NetemSpec>) -> Result<String, Error> {
@@ -224,38 +254,68 @@ impl Shared {
         format!("{}-O", self.chain)
     }
 
-    /// Removes the chains and the qdiscs. Idempotent; every host is tried.
-    fn teardown_net(&self) -> Result<(), Error> {
-        let mut errors = Vec::new();
-        let chains: Vec<NodeId> =
-            std::mem::take(&mut *self.chains.lock().unwrap_or_else(|p| p.into_inner()));
-        for id in chains {
+    /// Removes the run's chains and qdisc from host `id` (if it has them).
+    fn teardown_host_net(&self, id: NodeId) -> Result<(), Error> {
+        let had_chains = {
+            let mut chains = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+            let had = chains.contains(&id);
+            chains.retain(|c| *c != id);
+            had
+        };
+        if had_chains {
             let (c, o) = (&self.chain, self.out_chain());
             let script = format!(
                 "iptables -w -D INPUT -j {c}; iptables -w -F {c}; iptables -w -X {c}; \
-                 iptables -w -D OUTPUT -j {o}; iptables -w -F {o}; iptables -w -X {o}"
+                 iptables -w -D OUTPUT -j {o}; iptables -w -F {o}; iptables -w -X {o}; true"
             );
-            if let Err(e) = self.session(id).and_then(|s| s.run_root(&script)) {
-                errors.push(e.to_string());
-            }
+            self.session(id)?.run_root(&script)?;
         }
-        let devices: Vec<NodeId> = self
+        let has_device = self
             .devices
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
-        for id in devices {
-            if let Err(e) = self.netem(id, None) {
-                errors.push(e.to_string());
-            }
+            .contains_key(&id);
+        if has_device {
+            self.netem(id, None)?;
         }
+        Ok(())
+    }
+
+    /// Removes the chains and the qdiscs. Idempotent; every host is tried.
+    fn teardown_net(&self) -> Result<(), Error> {
+        let errors: Vec<String> = self
+            .each_host(|id, _| self.teardown_host_net(id))
+            .into_iter()
+            .filter_map(|r| r.err().map(|e| e.to_string()))
+            .collect();
         if errors.is_empty() {
             Ok(())
         } else {
             Err(Error::Cluster(errors.join("; ")))
         }
+    }
+
+    /// Host `id`'s part of [`Shared::finish`]: kill, rules and qdisc, log.
+    fn finish_host(&self, id: NodeId) -> Vec<String> {
+        let mut errors = Vec::new();
+        // The node, then every process group this run ever started on the host (`pids` is
+        // appended to at each start), in case one escaped its pid file.
+        let kill_all = format!(
+            "for p in $(cat {}/pids 2>/dev/null); do kill -CONT -- -$p; kill -KILL -- -$p; done 2>/dev/null; true",
+            self.node_dir(id)
+        );
+        let steps = [
+            self.signal_now(id, Signal::SIGKILL),
+            self.session(id).and_then(|s| s.run(&kill_all).map(|_| ())),
+            self.teardown_host_net(id),
+            self.fetch_log(id),
+        ];
+        errors.extend(
+            steps
+                .into_iter()
+                .filter_map(|r| r.err().map(|e| e.to_string())),
+        );
+        errors
     }
 
     /// Kills leftover nodes, removes rules and qdiscs, fetches the logs, removes the run's
@@ -266,34 +326,18 @@ impl Shared {
             return Ok(());
         }
         *finished = true;
-        let mut errors = Vec::new();
-        for id in self.addrs.keys() {
-            if let Err(e) = self.signal(*id, Signal::SIGKILL) {
-                errors.push(e.to_string());
-            }
-            // Every process group this run ever started on the host (`pids` is appended to
-            // at each start), in case one escaped its pid file.
-            let all = format!(
-                "for p in $(cat {}/pids 2>/dev/null); do kill -CONT -- -$p; kill -KILL -- -$p; done 2>/dev/null; true",
-                self.node_dir(*id)
-            );
-            if let Err(e) = self.session(*id).and_then(|s| s.run(&all)) {
+        let mut errors: Vec<String> = self
+            .each_host(|id, _| Ok(self.finish_host(id)))
+            .into_iter()
+            .flat_map(|r| r.unwrap_or_default())
+            .collect();
+        // Every log first, then removal: namespace hosts share the directory.
+        for result in self.each_host(|_, session| session.run(&format!("rm -rf {}", self.dir))) {
+            if let Err(e) = result {
                 errors.push(e.to_string());
             }
         }
-        if let Err(e) = self.teardown_net() {
-            errors.push(e.to_string());
-        }
-        for id in self.addrs.keys() {
-            if let Err(e) = self.fetch_log(*id) {
-                errors.push(e.to_string());
-            }
-        }
-        // Logs first, then removal: namespace hosts share the directory.
         for session in &self.sessions {
-            if let Err(e) = session.run(&format!("rm -rf {}", self.dir)) {
-                errors.push(e.to_string());
-            }
             session.close();
         }
         let _ = std::fs::remove_dir_all(self._sockets.path());
@@ -386,15 +430,36 @@ impl RemoteRun {
             .prefix("lsm-ssh-")
             .tempdir_in("/tmp")
             .map_err(|e| Error::Io(format!("control socket dir: {e}")))?;
-        let mut sessions = Vec::new();
         let mut addrs = BTreeMap::new();
         for (i, target) in hosts.targets.iter().enumerate() {
-            let id = i as NodeId + 1;
-            addrs.insert(id, resolve(target)?);
-            let socket = sockets.path().join(format!("n{id}"));
-            sessions.push(Session::connect(target, &config, &socket)?);
+            addrs.insert(i as NodeId + 1, resolve(target)?);
         }
         let dir = format!("/tmp/locksmith-{run_id}");
+        // All hosts at once; the first failure (in host order) is the error.
+        let connected: Vec<Result<Session, Error>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = hosts
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, target)| {
+                    let (config, dir) = (&config, &dir);
+                    let socket = sockets.path().join(format!("n{}", i + 1));
+                    scope.spawn(move || {
+                        let session = Session::connect(target, config, &socket)?;
+                        session.run(&format!("mkdir -p {dir}/n{}", i + 1))?;
+                        Ok(session)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Cluster("a connect thread panicked".into())))
+                })
+                .collect()
+        });
+        let sessions: Vec<Session> = connected.into_iter().collect::<Result<_, _>>()?;
         let shared = Arc::new(Shared {
             sessions,
             addrs,
@@ -410,11 +475,7 @@ impl RemoteRun {
         RUNS.lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::downgrade(&shared));
-        let run = RemoteRun { shared };
-        for (id, session) in run.shared.addrs.keys().zip(&run.shared.sessions) {
-            session.run(&format!("mkdir -p {}", run.shared.node_dir(*id)))?;
-        }
-        Ok(run)
+        Ok(RemoteRun { shared })
     }
 
     /// The layout of the run: each node on its host's address, data in the run's directory
@@ -443,8 +504,7 @@ impl RemoteRun {
 
     /// The net: iptables chains installed on every host, and each host's interface found.
     pub fn net(&self) -> Result<Arc<dyn Net>, Error> {
-        self.shared.install_chains()?;
-        self.shared.find_devices()?;
+        self.shared.prepare_net()?;
         Ok(Arc::new(RemoteNet {
             shared: self.shared.clone(),
         }))
@@ -459,9 +519,18 @@ impl RemoteRun {
             .unwrap_or_else(|| "node".into());
         let remote = format!("{}/bin/{name}", self.shared.dir);
         let sum = local_sha256(&local)?;
-        for session in &self.shared.sessions {
-            upload(session, &local, &remote, &sum)?;
+        // The first host alone, then the others at once: namespace hosts share one file
+        // system and find the file there already; real hosts copy in parallel.
+        if let Some(first) = self.shared.sessions.first() {
+            upload(first, &local, &remote, &sum)?;
         }
+        let results = self.shared.each_host(|id, session| {
+            if id == 1 {
+                return Ok(());
+            }
+            upload(session, &local, &remote, &sum)
+        });
+        results.into_iter().collect::<Result<(), Error>>()?;
         Ok(Box::new(RemoteLauncher {
             inner,
             shared: self.shared.clone(),
