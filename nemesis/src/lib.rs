@@ -17,7 +17,9 @@
 //!
 //! Beside the harness: [`etcd`], etcd as a second system under test (a cluster of real
 //! processes, a lock client, [`etcd::Etcd`] for the [`system::System`] trait), and
-//! [`bench`], acquire+release cycles per second, latency percentiles and leader failover.
+//! [`bench`], acquire+release cycles per second, latency percentiles and leader failover;
+//! [`hosts`], nodes on other machines over SSH (`--hosts`) and namespace hosts to try it on
+//! (`locksmith hosts up N`), with the `slow` and `flaky` faults of [`netem`].
 #![deny(missing_docs)]
 
 pub mod bench;

@@ -65,11 +65,23 @@ impl HostsOptions {
         Ok(HostsOptions { targets, ssh_key })
     }
 
-    /// The key to log in with: the given one, else [`default_key`] when it exists.
+    /// The key to log in with: the given one, else [`default_key`] when it exists and its
+    /// known_hosts lists every host (namespace hosts of `locksmith hosts up`; for other
+    /// machines the user's own keys and agent are used).
     pub fn key(&self) -> Option<PathBuf> {
-        self.ssh_key
-            .clone()
-            .or_else(|| Some(default_key()).filter(|k| k.is_file()))
+        if let Some(key) = &self.ssh_key {
+            return Some(key.clone());
+        }
+        let key = default_key();
+        let known =
+            std::fs::read_to_string(format!("{}.known_hosts", key.display())).unwrap_or_default();
+        let listed = |target: &String| {
+            let host = target.rsplit('@').next().unwrap_or(target);
+            known
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(host))
+        };
+        (key.is_file() && self.targets.iter().all(listed)).then_some(key)
     }
 }
 

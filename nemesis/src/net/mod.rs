@@ -16,6 +16,10 @@
 //!   runs as its own user, and nftables drops packets by the sending uid (`--net kernel`
 //!   with `--system etcd`).
 //!
+//! - [`netns::Netns`] (`--net netns`, root only): every node in a network namespace of its
+//!   own on a bridge, real addresses; iptables partitions and the `slow`/`flaky` faults inside
+//!   the namespaces.
+//!
 //! The first two are checked by one test body (`nemesis/tests/net_conformance.rs`).
 
 pub mod grudge;
