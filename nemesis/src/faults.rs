@@ -108,8 +108,10 @@ pub enum Verb {
     Slow,
     /// Lose and reorder what nodes send.
     Flaky,
-    /// Undo slow and flaky.
-    Fast,
+    /// Undo slow (the node's interface back to normal).
+    Unslow,
+    /// Undo flaky.
+    Unflaky,
 }
 
 impl Verb {
@@ -129,7 +131,8 @@ impl Verb {
             Verb::ResetClock => "reset-clock",
             Verb::Slow => "slow",
             Verb::Flaky => "flaky",
-            Verb::Fast => "fast",
+            Verb::Unslow => "unslow",
+            Verb::Unflaky => "unflaky",
         }
     }
 
@@ -142,7 +145,7 @@ impl Verb {
             }
             Verb::Partition | Verb::Heal => FaultKind::Partition,
             Verb::Skew | Verb::Strobe | Verb::ResetClock => FaultKind::Clock,
-            Verb::Slow | Verb::Flaky | Verb::Fast => FaultKind::Netem,
+            Verb::Slow | Verb::Flaky | Verb::Unslow | Verb::Unflaky => FaultKind::Netem,
         }
     }
 
@@ -485,7 +488,7 @@ pub fn resolve(op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultOp {
                 .collect(),
         ),
         // A host's interface is there whether its node runs or not.
-        (Verb::Slow | Verb::Flaky | Verb::Fast, FaultValue::Nodes(s)) => {
+        (Verb::Slow | Verb::Flaky | Verb::Unslow | Verb::Unflaky, FaultValue::Nodes(s)) => {
             FaultValue::Targets(pick_nodes(*s, &ctx.nodes, &BTreeSet::new(), ctx, rng))
         }
         (Verb::Partition, FaultValue::Shape(shape)) => {
@@ -701,7 +704,7 @@ pub fn final_schedule(kind: FaultKind) -> Vec<FaultOp> {
         ],
         FaultKind::Partition => vec![FaultOp::new(Verb::Heal, FaultValue::None)],
         FaultKind::Clock => vec![reset_clock()],
-        FaultKind::Netem => vec![crate::netem::heal()],
+        FaultKind::Netem => crate::netem::heal(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Faults of real networks (issue 15): latency with jitter (`slow`) and loss with reordering
-//! (`flaky`), made with `tc netem` on the egress of a host's interface, and undone by `fast`
-//! (Jepsen's `:slow` / `:flaky` / `:fast`). The fault family is [`FaultKind::Netem`]; it
+//! (`flaky`), made with `tc netem` on the egress of a host's interface, and undone by
+//! `unslow` and `unflaky` (the history vocabulary's pairs; Jepsen's `:slow` / `:flaky` /
+//! `:fast`). Either undo puts the node's interface back to normal. The fault family is [`FaultKind::Netem`]; it
 //! needs a net that can shape a node's interface ([`Net::netem`]: remote hosts, namespace
 //! hosts), so it joins the default mix only with `--hosts`.
 //!
@@ -79,7 +80,7 @@ impl NetemSpec {
         }
     }
 
-    /// The setting of a verb (`slow`, `flaky`); `None` for `fast` and the others.
+    /// The setting of a verb (`slow`, `flaky`); `None` for the undos and the others.
     pub fn of(verb: Verb) -> Option<NetemSpec> {
         match verb {
             Verb::Slow => Some(NetemSpec::SLOW),
@@ -118,13 +119,23 @@ const NETEM_SPECS: [NodeSpec; 4] = [
     NodeSpec::All,
 ];
 
-/// The undo of every netem fault: `fast` on every node (removing a qdisc that is not there
-/// is harmless, so no state is needed to know which nodes were slowed).
-pub fn heal() -> FaultOp {
-    FaultOp::new(Verb::Fast, FaultValue::Nodes(NodeSpec::All))
+/// The undo of a netem fault on every node (removing a qdisc that is not there is
+/// harmless, so no state is needed to know which nodes were shaped).
+pub fn undo(verb: Verb) -> FaultOp {
+    let undo = if verb == Verb::Flaky {
+        Verb::Unflaky
+    } else {
+        Verb::Unslow
+    };
+    FaultOp::new(undo, FaultValue::Nodes(NodeSpec::All))
 }
 
-/// One episode: `slow` or `flaky` on some nodes, then `fast`.
+/// The final schedule of the netem family: both undos on every node.
+pub fn heal() -> Vec<FaultOp> {
+    vec![undo(Verb::Slow), undo(Verb::Flaky)]
+}
+
+/// One episode: `slow` or `flaky` on some nodes, then its undo on every node.
 pub fn episode(rng: &mut Rng) -> (FaultOp, FaultOp) {
     let spec = *rng.pick(&NETEM_SPECS).unwrap_or(&NodeSpec::One);
     let verb = if rng.chance(1, 2) {
@@ -132,7 +143,7 @@ pub fn episode(rng: &mut Rng) -> (FaultOp, FaultOp) {
     } else {
         Verb::Flaky
     };
-    (FaultOp::new(verb, FaultValue::Nodes(spec)), heal())
+    (FaultOp::new(verb, FaultValue::Nodes(spec)), undo(verb))
 }
 
 /// Shapes the targets' interfaces through the net.
@@ -155,7 +166,7 @@ impl Nemesis for NetemNemesis {
     fn invoke(&mut self, op: &FaultOp) -> FaultOutcome {
         let spec = match op.f {
             Verb::Slow | Verb::Flaky => NetemSpec::of(op.f),
-            Verb::Fast => None,
+            Verb::Unslow | Verb::Unflaky => None,
             other => return FaultOutcome::failed(format!("netem nemesis cannot {other}")),
         };
         let mut failures = Vec::new();
@@ -181,7 +192,7 @@ impl Nemesis for NetemNemesis {
     }
 
     fn teardown(&mut self) -> Result<(), Error> {
-        // The final schedule runs `fast` on every node; the net's own teardown removes any
+        // The final schedule runs both undos on every node; the net's own teardown removes any
         // qdisc left after a failure.
         Ok(())
     }
@@ -213,7 +224,7 @@ mod tests {
             NetemSpec::FLAKY.args().join(" "),
             "delay 10ms loss 20% reorder 25%"
         );
-        assert_eq!(NetemSpec::of(Verb::Fast), None);
+        assert_eq!(NetemSpec::of(Verb::Unslow), None);
         assert_eq!(
             fallback_script(&NetemSpec::FLAKY, "eth0", "C"),
             "iptables -w -F C && iptables -w -A C -m statistic --mode random --probability 0.20 -j DROP"
@@ -225,7 +236,7 @@ mod tests {
     }
 
     #[test]
-    fn an_episode_starts_slow_or_flaky_and_ends_fast_on_every_node() {
+    fn an_episode_starts_slow_or_flaky_and_ends_with_its_undo_on_every_node() {
         // Every fault family ships its undo (faults.rs module docs).
         let mut verbs = std::collections::BTreeSet::new();
         for seed in 0..32 {
@@ -233,7 +244,9 @@ mod tests {
             assert!(matches!(start.f, Verb::Slow | Verb::Flaky), "{start:?}");
             assert_eq!(start.f.kind(), FaultKind::Netem);
             assert!(start.f.starts_fault());
-            assert_eq!(stop, heal());
+            assert_eq!(stop, undo(start.f));
+            assert_eq!(stop.value, FaultValue::Nodes(NodeSpec::All));
+            assert!(heal().contains(&stop), "the final schedule undoes it too");
             verbs.insert(start.f);
         }
         assert_eq!(verbs.len(), 2, "both slow and flaky are drawn");

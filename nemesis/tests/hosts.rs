@@ -455,7 +455,7 @@ fn the_netns_net_gives_nodes_real_addresses_cuts_links_and_shapes_interfaces() {
         shaped.contains("netem") || shaped.contains("statistic --mode random --probability 0.2"),
         "{how}: {shaped}"
     );
-    net.netem(1, None).expect("fast");
+    net.netem(1, None).expect("unflaky");
     let normal = format!(
         "{}{}",
         in_ns(0, "tc qdisc show dev eth0"),
