@@ -519,6 +519,13 @@ impl RemoteRun {
             .unwrap_or_else(|| "node".into());
         let remote = format!("{}/bin/{name}", self.shared.dir);
         let sum = local_sha256(&local)?;
+        let size_mb = std::fs::metadata(&local).map_or(0, |m| m.len() >> 20);
+        eprintln!(
+            "locksmith test: copying {} ({size_mb} MB, sha256 {}) to {} host(s)",
+            local.display(),
+            &sum[..12],
+            self.shared.sessions.len()
+        );
         // The first host alone, then the others at once: namespace hosts share one file
         // system and find the file there already; real hosts copy in parallel.
         if let Some(first) = self.shared.sessions.first() {
