@@ -16,9 +16,15 @@
 #   and renders the plots and `locksmith serve` (checker/tests/plots.rs, nemesis/tests/reports.rs).
 # - libxml2-utils: xmllint validates the JUnit reports against ci/junit.xsd
 #   (nemesis/tests/reports.rs).
-set -euo pipefail
 
 packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils)
+# - openssh-server, openssh-client, iproute2: `locksmith hosts up N` (network namespaces on a
+#   bridge, `ip`; one sshd per namespace, started by the harness with a config and keys of
+#   its own, never the package's service) and `locksmith test --hosts` (the system `ssh`;
+#   `tc` from iproute2 for the slow/flaky faults); nemesis/tests/hosts.rs, root only.
+set -euo pipefail
+
+packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2)
 
 missing=()
 for package in "${packages[@]}"; do

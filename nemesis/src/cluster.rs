@@ -57,6 +57,21 @@ pub struct LaunchOptions {
 pub trait Launcher: Send + Sync {
     /// The command for node `id`; the cluster sets its process group and output files.
     fn command(&self, id: NodeId, options: &LaunchOptions) -> Command;
+
+    /// For a node that runs elsewhere (a remote host: [`crate::hosts::remote`]), whose local
+    /// child is only the `ssh` session that lives as long as the node: sends `signal` to the
+    /// real node (SIGKILL: SIGCONT first, and waits until it is gone). `None`: the node is
+    /// the local child, which the cluster signals itself.
+    fn remote_signal(&self, _id: NodeId, _signal: Signal) -> Option<Result<(), Error>> {
+        None
+    }
+
+    /// Called right after the command of node `id` was spawned: returns once the node really
+    /// runs (a remote node: its pid is known on its host), so that a signal that follows
+    /// reaches it. Local nodes run at once.
+    fn started(&self, _id: NodeId) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The addresses and directories of a cluster on loopback.
@@ -283,7 +298,7 @@ impl Cluster {
         node.paused = false;
         node.starts += 1;
         node.since = Some(Instant::now());
-        Ok(())
+        self.launcher.started(id)
     }
 
     /// The pid of a running (or paused) node.
@@ -353,11 +368,13 @@ impl Cluster {
         node.kills += 1;
         node.stopped();
         drop(procs);
+        let remote = self.launcher.remote_signal(id, Signal::SIGKILL);
         let pgid = Pid::from_raw(child.id() as i32);
         let _ = killpg(pgid, Signal::SIGCONT);
         let _ = killpg(pgid, Signal::SIGKILL);
         let reaped = reap(&mut child, Duration::from_millis(REAP_TIMEOUT_MS));
         registry().remove(&(child.id() as i32));
+        remote.unwrap_or(Ok(()))?;
         reaped
             .map(|_| ())
             .map_err(|e| Error::Cluster(format!("node {id}: {e}")))
@@ -383,8 +400,11 @@ impl Cluster {
                 "node {id} is down; cannot {signal}"
             )));
         };
-        killpg(Pid::from_raw(child.id() as i32), signal)
-            .map_err(|e| Error::Cluster(format!("node {id}: {signal}: {e}")))?;
+        match self.launcher.remote_signal(id, signal) {
+            Some(result) => result?,
+            None => killpg(Pid::from_raw(child.id() as i32), signal)
+                .map_err(|e| Error::Cluster(format!("node {id}: {signal}: {e}")))?,
+        }
         if paused && !node.paused {
             node.pauses += 1;
         }

@@ -23,9 +23,9 @@ pub struct TestArgs {
     /// Length of the fault phase, seconds.
     #[arg(long, default_value_t = 60)]
     time_s: u64,
-    /// Fault kinds: kill, pause, partition, clock (comma-separated; `none` for none).
-    /// Default: the system's own (lockd: all four; etcd: kill,pause, plus partition with
-    /// --net kernel as root).
+    /// Fault kinds: kill, pause, partition, clock, netem (comma-separated; `none` for none).
+    /// Default: the system's own (lockd: kill,pause,partition,clock, plus netem with --hosts;
+    /// etcd: kill,pause, plus partition with --net kernel as root).
     #[arg(long)]
     nemesis: Option<String>,
     /// Client slots.
@@ -41,7 +41,8 @@ pub struct TestArgs {
     #[arg(long)]
     bug: Option<String>,
     /// Partition backend: proxy (default) or kernel (root: iptables on per-link ports; for
-    /// etcd, one system user per node and nftables rules on the sending uid).
+    /// etcd, one system user per node and nftables rules on the sending uid), or netns
+    /// (root: each node in a network namespace on a bridge; allows --nemesis netem).
     #[arg(long, default_value = "proxy")]
     net: String,
     /// The system under test: lockd, or etcd (kill, pause; partition with --net kernel as root).
@@ -66,6 +67,14 @@ pub struct TestArgs {
     /// Also write a JUnit XML report (one testcase per check, liveness, node health).
     #[arg(long, value_name = "FILE.xml")]
     junit: Option<PathBuf>,
+    /// Run the nodes on these hosts over SSH, one node per host: USER@HOST,USER@HOST,...
+    /// (sets --nodes; `locksmith hosts up N` prints a value for it).
+    #[arg(long)]
+    hosts: Option<String>,
+    /// The SSH private key for --hosts (default: the key `locksmith hosts up` wrote, when
+    /// there is one, else your own keys and agent).
+    #[arg(long)]
+    ssh_key: Option<PathBuf>,
 }
 
 /// The fault kinds a system applies when `--nemesis` is not given, and what it leaves out
@@ -94,7 +103,13 @@ fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
 }
 
 fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
+    let hosts = args
+        .hosts
+        .as_deref()
+        .map(|h| nemesis::hosts::HostsOptions::parse(h, args.ssh_key.clone()))
+        .transpose()?;
     let nemesis = match args.nemesis.as_deref() {
+        None if hosts.is_some() => nemesis::netem::default_kinds_with_hosts(),
         None => default_nemesis(args),
         Some("none") | Some("") => Vec::new(),
         Some(list) => list
@@ -102,7 +117,20 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
             .map(|s| s.trim().parse::<FaultKind>())
             .collect::<Result<_, _>>()?,
     };
-    if args.nodes == 0 || args.concurrency == 0 || args.keys == 0 {
+    if hosts.is_none() && args.net != "netns" && nemesis.contains(&FaultKind::Netem) {
+        anyhow::bail!(
+            "--nemesis netem needs --hosts or --net netns (tc netem on the nodes' own interfaces)"
+        );
+    }
+    if hosts.is_some() && (args.system != "lockd" || args.net != "proxy") {
+        anyhow::bail!(
+            "--hosts runs lockd, partitioned by iptables on the hosts: drop --system and --net"
+        );
+    }
+    let nodes = hosts
+        .as_ref()
+        .map_or(args.nodes, |h| h.targets.len() as u64);
+    if nodes == 0 || args.concurrency == 0 || args.keys == 0 {
         anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
     }
     match args.system.as_str() {
@@ -143,7 +171,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     });
     let think_ms = parse_range(&args.think_ms)?;
     Ok(TestOptions {
-        nodes: args.nodes,
+        nodes,
         time_s: args.time_s,
         nemesis,
         concurrency: args.concurrency,
@@ -157,6 +185,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         think_ms,
         overhold_percent: args.overhold_percent.min(100),
         progress: true,
+        hosts,
     })
 }
 
@@ -210,6 +239,8 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         nemesis::cluster::kill_registered();
+        nemesis::hosts::teardown_registered();
+        nemesis::net::netns::teardown_registered();
         nemesis::net::kernel::teardown_registered();
         nemesis::net::owner::teardown_registered();
         default_hook(info);
@@ -223,6 +254,8 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             r = run::run(&options, system) => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => {
                 let killed = nemesis::cluster::kill_registered();
+                nemesis::hosts::teardown_registered();
+                nemesis::net::netns::teardown_registered();
                 nemesis::net::kernel::teardown_registered();
         nemesis::net::owner::teardown_registered();
                 Err(anyhow::anyhow!("interrupted (Ctrl-C); killed {killed} node process(es)"))
@@ -336,8 +369,17 @@ fn rerun_flags(o: &TestOptions, system: &str) -> String {
     if o.recovery_s != d.recovery_s {
         s.push_str(&format!(" --recovery-s {}", o.recovery_s));
     }
+    if let Some(h) = &o.hosts {
+        s.push_str(&format!(" --hosts {}", h.targets.join(",")));
+        if let Some(key) = &h.ssh_key {
+            s.push_str(&format!(" --ssh-key {}", key.display()));
+        }
+    }
     if o.net != d.net {
-        s.push_str(" --net kernel");
+        s.push_str(match o.net {
+            NetKind::Netns => " --net netns",
+            _ => " --net kernel",
+        });
     }
     s
 }

@@ -36,6 +36,9 @@ pub enum FaultKind {
     Partition,
     /// Skew or strobe a node's lease clock.
     Clock,
+    /// Latency, loss and reordering with `tc netem` on a host's interface (`--hosts` only;
+    /// not in [`FaultKind::ALL`]: see [`crate::netem`]).
+    Netem,
 }
 
 impl FaultKind {
@@ -54,6 +57,7 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::Partition => "partition",
             FaultKind::Clock => "clock",
+            FaultKind::Netem => "netem",
         }
     }
 }
@@ -64,10 +68,11 @@ impl FromStr for FaultKind {
     fn from_str(s: &str) -> Result<Self, Error> {
         FaultKind::ALL
             .into_iter()
+            .chain([FaultKind::Netem])
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 Error::BadArgument(format!(
-                    "--nemesis {s:?}: expected a list of kill, pause, partition, clock"
+                    "--nemesis {s:?}: expected a list of kill, pause, partition, clock, netem"
                 ))
             })
     }
@@ -97,15 +102,9 @@ impl VerbExt for Verb {
             Verb::Pause | Verb::Resume | Verb::PauseClients | Verb::ResumeClients => {
                 Some(FaultKind::Pause)
             }
-            // The link faults (hold, slow, flaky) are the net's, as partitions are.
-            Verb::Partition
-            | Verb::Heal
-            | Verb::Hold
-            | Verb::Release
-            | Verb::Slow
-            | Verb::Unslow
-            | Verb::Flaky
-            | Verb::Unflaky => Some(FaultKind::Partition),
+            // hold is the net's, as partitions are; slow and flaky are netem's.
+            Verb::Partition | Verb::Heal | Verb::Hold | Verb::Release => Some(FaultKind::Partition),
+            Verb::Slow | Verb::Unslow | Verb::Flaky | Verb::Unflaky => Some(FaultKind::Netem),
             Verb::Skew | Verb::Strobe | Verb::ResetClock => Some(FaultKind::Clock),
             Verb::Recover => None,
         }
@@ -428,6 +427,10 @@ pub fn resolve(op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultOp {
                 .filter(|n| ctx.paused.contains(n))
                 .collect(),
         ),
+        // A host's interface is there whether its node runs or not.
+        (Verb::Slow | Verb::Flaky | Verb::Unslow | Verb::Unflaky, FaultValue::Nodes(s)) => {
+            FaultValue::Targets(pick_nodes(*s, &ctx.nodes, &BTreeSet::new(), ctx, rng))
+        }
         (Verb::Partition, FaultValue::Shape(shape)) => {
             FaultValue::Grudge(*shape, shape_grudge(*shape, ctx, rng))
         }
@@ -641,6 +644,7 @@ pub fn final_schedule(kind: FaultKind) -> Vec<FaultOp> {
         ],
         FaultKind::Partition => vec![FaultOp::new(Verb::Heal, FaultValue::None)],
         FaultKind::Clock => vec![reset_clock()],
+        FaultKind::Netem => crate::netem::heal(),
     }
 }
 
@@ -739,6 +743,7 @@ pub fn episode(kind: FaultKind, rng: &mut Rng) -> (FaultOp, FaultOp) {
             };
             (start, reset_clock())
         }
+        FaultKind::Netem => crate::netem::episode(rng),
     }
 }
 

@@ -17,7 +17,9 @@
 //!
 //! Beside the harness: [`etcd`], etcd as a second system under test (a cluster of real
 //! processes, a lock client, [`etcd::Etcd`] for the [`system::System`] trait), and
-//! [`bench`], acquire+release cycles per second, latency percentiles and leader failover.
+//! [`bench`], acquire+release cycles per second, latency percentiles and leader failover;
+//! [`hosts`], nodes on other machines over SSH (`--hosts`) and namespace hosts to try it on
+//! (`locksmith hosts up N`), with the `slow` and `flaky` faults of [`netem`].
 #![deny(missing_docs)]
 
 pub mod bench;
@@ -25,9 +27,11 @@ pub mod checks;
 pub mod cluster;
 pub mod etcd;
 pub mod faults;
+pub mod hosts;
 pub mod lockd_system;
 pub mod nemeses;
 pub mod net;
+pub mod netem;
 pub mod progress;
 pub mod recorder;
 pub mod reports;

@@ -6,6 +6,7 @@
 mod cmd_bench;
 mod cmd_check;
 mod cmd_client;
+mod cmd_hosts;
 mod cmd_model;
 mod cmd_node;
 mod cmd_serve;
@@ -45,6 +46,8 @@ enum Command {
     Node(cmd_node::NodeArgs),
     /// Browse the store's runs in a web browser (loopback by default).
     Serve(cmd_serve::ServeArgs),
+    /// Namespace hosts with sshd on this machine for `test --hosts` (root): up N, down.
+    Hosts(cmd_hosts::HostsArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => exit_code(nemesis::sim::cmd::run(args)),
         Command::Node(args) => cmd_node::run(args),
         Command::Serve(args) => cmd_serve::run(args),
+        Command::Hosts(args) => cmd_hosts::run(args),
         Command::Model(args) => match cmd_model::run(args) {
             Ok(code) => code,
             Err(e) => {

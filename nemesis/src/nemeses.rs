@@ -236,6 +236,7 @@ pub fn package(kind: FaultKind, targets: &Targets) -> Package {
             layout: targets.layout.clone(),
             runtime: targets.runtime.clone(),
         }),
+        FaultKind::Netem => Box::new(crate::netem::NetemNemesis::new(targets.net.clone())),
     };
     Package {
         plan: PackagePlan {

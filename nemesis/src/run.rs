@@ -76,6 +76,8 @@ pub struct TestOptions {
     pub overhold_percent: u64,
     /// Print a progress line.
     pub progress: bool,
+    /// Nodes on remote hosts over SSH, one per host (`--hosts`); `None`: local processes.
+    pub hosts: Option<crate::hosts::HostsOptions>,
 }
 
 impl Default for TestOptions {
@@ -95,6 +97,7 @@ impl Default for TestOptions {
             think_ms: (10, 100),
             overhold_percent: 0,
             progress: true,
+            hosts: None,
         }
     }
 }
@@ -421,7 +424,21 @@ async fn start_net(
     Ok(match kind {
         NetKind::Proxy => Arc::new(Proxy::start(&layout.peer).await?),
         NetKind::Kernel => Arc::new(Kernel::start(&layout.peer).await?),
+        NetKind::Netns => Arc::new(crate::net::netns::Netns::start(layout)?),
     })
+}
+
+/// A short id for a remote run's directory and iptables chain, unique enough across the
+/// runs of one host: the seed, this process and the clock.
+fn remote_run_id(seed: u64) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    format!(
+        "{:08x}",
+        (seed as u32) ^ std::process::id().rotate_left(16) ^ nanos
+    )
 }
 
 /// Waits until some node says it leads, or gives up.
@@ -527,7 +544,22 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     let (mut layout, reservation) = Layout::reserve(options.nodes, data.path())?;
     layout.log_dir = dir.join("node-logs");
     std::fs::create_dir_all(&layout.log_dir).map_err(|e| Error::Io(e.to_string()))?;
-    let net = start_net(options.net, system.as_ref(), &mut layout).await?;
+    // With --hosts, the nodes, their net and their launcher are the remote hosts'.
+    let remote = match &options.hosts {
+        Some(hosts) => Some(crate::hosts::remote::RemoteRun::connect(
+            hosts,
+            &remote_run_id(options.seed),
+            &layout.log_dir,
+        )?),
+        None => None,
+    };
+    let net = match &remote {
+        Some(remote) => {
+            layout = remote.layout();
+            remote.net()?
+        }
+        None => start_net(options.net, system.as_ref(), &mut layout).await?,
+    };
     let mut dial = BTreeMap::new();
     for s in &layout.nodes {
         for t in &layout.nodes {
@@ -536,7 +568,10 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             }
         }
     }
-    let launcher = system.launcher(&layout, dial)?;
+    let mut launcher = net.wrap_launcher(system.launcher(&layout, dial)?);
+    if let Some(remote) = &remote {
+        launcher = remote.launcher(launcher)?;
+    }
     // The net's listeners are bound: the nodes' ports can be let go now.
     reservation.release();
     let cluster = Arc::new(Cluster::start(launcher, &layout.nodes, &layout.log_dir)?);
@@ -559,8 +594,13 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         clients: clients.clone(),
     };
     // Every family's nemesis is built, so the final schedule can undo anything.
+    let extra = options
+        .nemesis
+        .iter()
+        .filter(|k| !FaultKind::ALL.contains(k));
     let packages: Vec<_> = FaultKind::ALL
         .iter()
+        .chain(extra)
         .map(|k| nemeses::package(*k, &targets))
         .collect();
     let final_schedule: Vec<FaultOp> = packages
@@ -596,7 +636,13 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     .await;
     driver.reap_crashed();
     let node_stats = cluster.stats();
-    let teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
+    let mut teardown_error = teardown(&driver, &cluster, net.as_ref()).await;
+    if let Some(Err(e)) = remote.as_ref().map(|r| r.finish()) {
+        teardown_error = Some(format!(
+            "{}{e}",
+            teardown_error.map(|t| t + "; ").unwrap_or_default()
+        ));
+    }
     recorder.finish()?;
     let exited = driver
         .exited

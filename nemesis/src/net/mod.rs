@@ -16,10 +16,15 @@
 //!   runs as its own user, and nftables drops packets by the sending uid (`--net kernel`
 //!   with `--system etcd`).
 //!
+//! - [`netns::Netns`] (`--net netns`, root only): every node in a network namespace of its
+//!   own on a bridge, real addresses; iptables partitions and the `slow`/`flaky` faults inside
+//!   the namespaces.
+//!
 //! The first two are checked by one test body (`nemesis/tests/net_conformance.rs`).
 
 pub mod grudge;
 pub mod kernel;
+pub mod netns;
 pub mod owner;
 pub mod proxy;
 
@@ -36,6 +41,9 @@ pub enum NetKind {
     Proxy,
     /// iptables rules on the per-link loopback ports (root only).
     Kernel,
+    /// Every node in a network namespace of its own on a bridge (root only): real
+    /// interfaces and addresses, iptables partitions, slow and flaky ([`netns`]).
+    Netns,
 }
 
 impl std::str::FromStr for NetKind {
@@ -45,8 +53,9 @@ impl std::str::FromStr for NetKind {
         match s {
             "proxy" => Ok(NetKind::Proxy),
             "kernel" => Ok(NetKind::Kernel),
+            "netns" => Ok(NetKind::Netns),
             other => Err(Error::BadArgument(format!(
-                "--net {other:?}: expected proxy or kernel"
+                "--net {other:?}: expected proxy, kernel or netns"
             ))),
         }
     }
@@ -67,4 +76,24 @@ pub trait Net: Send + Sync {
 
     /// Removes everything the net installed (rules, listeners). Idempotent.
     fn teardown(&self) -> Result<(), Error>;
+
+    /// The launcher that starts nodes where this net needs them (netns: inside their
+    /// namespaces); most nets take the system's as it is.
+    fn wrap_launcher(
+        &self,
+        launcher: Box<dyn crate::cluster::Launcher>,
+    ) -> Box<dyn crate::cluster::Launcher> {
+        launcher
+    }
+
+    /// Shapes what node `node` sends with `tc netem` (`None`: back to normal), and says how
+    /// (netem, or a stand-in on a kernel without it). Only nets whose nodes have interfaces
+    /// of their own can (remote and namespace hosts).
+    fn netem(&self, node: NodeId, spec: Option<&crate::netem::NetemSpec>) -> Result<String, Error> {
+        let _ = (node, spec);
+        Err(Error::Unsupported(
+            "slow and flaky need hosts with interfaces of their own (--hosts or --net netns)"
+                .into(),
+        ))
+    }
 }
