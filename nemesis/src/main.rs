@@ -8,6 +8,7 @@ mod cmd_check;
 mod cmd_client;
 mod cmd_model;
 mod cmd_node;
+mod cmd_replay;
 mod cmd_test;
 
 use std::process::ExitCode;
