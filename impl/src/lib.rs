@@ -86,3 +86,4 @@ pub mod server;
 pub mod storage;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod trace;

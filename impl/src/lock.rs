@@ -208,7 +208,13 @@ impl LockTable {
                     client: rename(o.client),
                     request: o.request,
                 });
-                (key.clone(), Held { origin, ..held.clone() })
+                (
+                    key.clone(),
+                    Held {
+                        origin,
+                        ..held.clone()
+                    },
+                )
             })
             .collect();
         let dedupe = self

@@ -220,6 +220,8 @@ pub enum LockdActor {
         wait_ms: u64,
         /// How many `NotLeader` answers it takes before it stops.
         retries_max: u32,
+        /// The server it asks first.
+        first_target: usize,
     },
 }
 
@@ -244,6 +246,11 @@ impl Actor for LockdActor {
                 relative_time,
             } => {
                 let ServerStorage { durable, ledger } = storage.clone().unwrap_or_default();
+                if storage.is_some() {
+                    super::replay::with_recording(|w| {
+                        let _ = w.restart(config.id, &durable, 0);
+                    });
+                }
                 // A restarted process has a new monotonic clock; the core re-arms every lease
                 // in full from it, which is conservative.
                 let (mut node, first) = Node::new((**config).clone(), durable.clone(), 0);
@@ -274,10 +281,10 @@ impl Actor for LockdActor {
                 }
                 ModelState::Server(Box::new(server))
             }
-            LockdActor::Client { servers, .. } => {
+            LockdActor::Client { first_target, .. } => {
                 let client = ClientState {
                     seq: 1,
-                    target: 0,
+                    target: *first_target,
                     rounds_done: 0,
                     retries: 0,
                     phase: Phase::Acquiring,
@@ -299,7 +306,13 @@ impl Actor for LockdActor {
         o: &mut Out<Self>,
     ) {
         match (self, &**state) {
-            (LockdActor::Server { config, relative_time }, ModelState::Server(server)) => {
+            (
+                LockdActor::Server {
+                    config,
+                    relative_time,
+                },
+                ModelState::Server(server),
+            ) => {
                 let input = match msg {
                     ModelMsg::Raft(msg) => Input::Message {
                         from: node_id(usize::from(src)),
@@ -529,7 +542,11 @@ fn step_server(
 ) -> Option<ServerState> {
     let mut node = server.node.clone();
     let mut durable = server.durable.clone();
-    let first = node.step(input);
+    let first = node.step(input.clone());
+    let id = node.status().id;
+    super::replay::with_recording(|w| {
+        let _ = w.step(id, &input, Some(&first));
+    });
     let output = drive(&mut node, &mut durable, first);
     if output.is_empty() && node == server.node && fired.is_none() {
         return None;
@@ -587,7 +604,12 @@ fn drive(node: &mut Node, durable: &mut Durable, first: Output) -> Output {
         durable.apply(&persist);
         saved = true;
         let (term, index) = last_durable(durable);
-        out = node.step(Input::Persisted { term, index });
+        let input = Input::Persisted { term, index };
+        out = node.step(input.clone());
+        let id = node.status().id;
+        super::replay::with_recording(|w| {
+            let _ = w.step(id, &input, Some(&out));
+        });
     }
     panic!("the node asked to persist more than {PERSIST_ROUNDS_MAX} times in one step");
 }

@@ -40,6 +40,7 @@ pub mod explain;
 pub mod history;
 pub mod properties;
 pub mod reduce;
+pub mod replay;
 pub mod simulate;
 
 use std::fmt;
@@ -127,7 +128,7 @@ impl Default for ModelConfig {
             term_max: 2,
             log_max: 6,
             messages_in_flight_max: 8,
-            depth_max: 13,
+            depth_max: 12,
             snapshot_threshold_entries: 2,
             pre_vote: true,
             check_quorum: true,
@@ -176,6 +177,23 @@ impl fmt::Display for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The configuration random walks run: the same actors with looser bounds (walks do not
+    /// enumerate, so the bounds need not keep the state space small), clients that try
+    /// harder (more retries, two rounds), so that walks reach re-grants and leader changes.
+    pub fn for_walks(mut self) -> Self {
+        self.term_max = self.term_max.max(4);
+        self.log_max = self.log_max.max(12);
+        self.messages_in_flight_max = self.messages_in_flight_max.max(16);
+        self.client_retries_max = self.client_retries_max.max(6);
+        self.rounds_per_client = self.rounds_per_client.max(2);
+        // Acquires wait at the leader for a held key, so that a freed key goes to a waiter:
+        // re-grants (and stale releases and expiries that meet a newer grant) become common.
+        self.wait_ms = self.wait_ms.max(self.lease_ms);
+        // The last client may give up mid-acquire, so that phantom locks are in reach.
+        self.give_up_clients = self.give_up_clients.max(1).min(self.clients);
+        self
+    }
+
     /// The core configuration of server `index`.
     pub fn node_config(&self, index: usize) -> Config {
         let members = (0..self.servers).map(actor::node_id).collect();
@@ -204,6 +222,13 @@ impl ModelConfig {
         });
         let first_giving_up = self.clients.saturating_sub(self.give_up_clients);
         let clients = (0..self.clients).map(move |c| LockdActor::Client {
+            // With symmetry every client asks server n1 first, so that the other servers
+            // start interchangeable; without, clients spread over the servers.
+            first_target: if self.symmetry {
+                0
+            } else {
+                (self.servers + c) % self.servers
+            },
             servers: self.servers,
             rounds: self.rounds_per_client,
             gives_up: c >= first_giving_up,

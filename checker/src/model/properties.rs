@@ -62,9 +62,7 @@ pub fn all(cfg: &ModelConfig) -> Vec<Property<LockdModel>> {
             invariants::log_matching(&live_nodes(s)).is_ok()
         }),
         Property::always(LEADER_COMPLETENESS, |_, s| leader_completeness(s).is_ok()),
-        Property::always(STATE_MACHINE_SAFETY, |_, s| {
-            state_machine_safety(s).is_ok()
-        }),
+        Property::always(STATE_MACHINE_SAFETY, |_, s| state_machine_safety(s).is_ok()),
         Property::always(TOKENS_INCREASE, |_, s| tokens_increase(s).is_ok()),
         Property::always(ONE_HOLDER, |_, s| one_holder(s).is_ok()),
         Property::always(EXPIRE_KEEPS_NEWER, |_, s| {
@@ -88,9 +86,10 @@ pub fn all(cfg: &ModelConfig) -> Vec<Property<LockdModel>> {
         }),
     ];
     if cfg.clients >= 2 {
-        properties.push(Property::sometimes(SOMETIMES_REGRANTED, |_, s: &LockdState| {
-            s.history.regranted_to_another_client()
-        }));
+        properties.push(Property::sometimes(
+            SOMETIMES_REGRANTED,
+            |_, s: &LockdState| s.history.regranted_to_another_client(),
+        ));
     }
     if cfg.servers >= 2 || cfg.max_crashes >= 1 {
         properties.push(Property::sometimes(SOMETIMES_LEADER_CHANGES, |_, s| {

@@ -44,9 +44,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use lockd::raft::{
-    NodeId, Renaming, RequestId, Response, rewrite_request, rewrite_response,
-};
+use lockd::raft::{NodeId, Renaming, RequestId, Response, rewrite_request, rewrite_response};
 use stateright::actor::{ActorModelState, Id};
 use stateright::{Model, Path, Property, Rewrite, RewritePlan};
 
@@ -134,7 +132,11 @@ fn local_key(server: &ServerState, crashed: bool, storage: Option<&ServerStorage
     (crashed, status.role, status.term, status.commit_index).hash(&mut h);
     (status.last_log_index, status.leader == Some(status.id)).hash(&mut h);
     let durable = &server.durable.hard_state;
-    (durable.voted_for == Some(status.id), durable.voted_for.is_some()).hash(&mut h);
+    (
+        durable.voted_for == Some(status.id),
+        durable.voted_for.is_some(),
+    )
+        .hash(&mut h);
     server.node.log().hash(&mut h);
     server.node.snapshot().hash(&mut h);
     server.node.table().hash(&mut h);
@@ -143,12 +145,20 @@ fn local_key(server: &ServerState, crashed: bool, storage: Option<&ServerStorage
     }
     if let Some(storage) = storage {
         (&storage.durable.entries, &storage.durable.snapshot).hash(&mut h);
-        (storage.durable.hard_state.term, storage.durable.hard_state.commit).hash(&mut h);
+        (
+            storage.durable.hard_state.term,
+            storage.durable.hard_state.commit,
+        )
+            .hash(&mut h);
         storage.ledger.len().hash(&mut h);
     }
     server.ledger.len().hash(&mut h);
     h.finish()
 }
+
+/// A message in flight as a server sees it: sent or received, the actor at the other end
+/// (a server by its local key, a client by its id), the message's hash.
+type MessageKey = (bool, (u64, usize), u64);
 
 /// The keys of every server: its own state (`local_key`), refined once by the keys of the
 /// servers it names (vote, leader) and of the actors at the other end of its messages in
@@ -175,7 +185,7 @@ fn server_keys(state: &LockdState) -> Vec<Option<u64>> {
         }
     };
     let node_key = |node: Option<NodeId>| node.map(|n| other(Id::from((n - 1) as usize)));
-    let mut messages: Vec<Vec<(bool, (u64, usize), u64)>> = vec![Vec::new(); local.len()];
+    let mut messages: Vec<Vec<MessageKey>> = vec![Vec::new(); local.len()];
     for envelope in state.network.iter_all() {
         let mut h = DefaultHasher::new();
         match envelope.msg {
@@ -354,7 +364,10 @@ impl LockdModel {
     /// Returns the path unchanged when symmetry is off, or if a step cannot be matched
     /// (which would be a bug in the reduction; the reduced path is still a valid path of
     /// the reduced model).
-    pub fn real_path(&self, path: &Path<LockdState, LockdAction>) -> Vec<(LockdState, Option<LockdAction>)> {
+    pub fn real_path(
+        &self,
+        path: &Path<LockdState, LockdAction>,
+    ) -> Vec<(LockdState, Option<LockdAction>)> {
         let steps = path.clone().into_vec();
         if !self.cfg.symmetry || steps.is_empty() {
             return steps;

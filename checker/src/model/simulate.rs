@@ -131,10 +131,27 @@ fn kind(action: &LockdAction) -> usize {
     }
 }
 
-/// One walk's bounds and weights.
+/// The actor an action happens at (the receiver of a delivery).
+fn actor(action: &LockdAction) -> usize {
+    match action {
+        ActorModelAction::Deliver { dst, .. } => usize::from(*dst),
+        ActorModelAction::Timeout(id, _)
+        | ActorModelAction::Crash(id)
+        | ActorModelAction::Recover(id) => usize::from(*id),
+        ActorModelAction::Drop(envelope) => usize::from(envelope.dst),
+        ActorModelAction::SelectRandom { actor, .. } => usize::from(*actor),
+    }
+}
+
+/// Actors a walk weighs separately (more are weighed alike).
+const ACTORS: usize = 8;
+
+/// One walk's bounds and weights: per kind of action and per actor, so that one walk keeps a
+/// client slow (a late release, a late acquire) and another a server.
 struct Swarm {
     depth: usize,
     weights: [u64; KINDS],
+    actor_weights: [u64; ACTORS],
 }
 
 impl Swarm {
@@ -143,6 +160,7 @@ impl Swarm {
             return Swarm {
                 depth: options.depth_max,
                 weights: [1; KINDS],
+                actor_weights: [1; ACTORS],
             };
         }
         let half = options.depth_max / 2;
@@ -153,18 +171,30 @@ impl Swarm {
             let floor = u64::from(k <= 3);
             *w = [0, 1, 2, 4, 8][(splitmix64(rng) % 5) as usize].max(floor);
         }
-        Swarm { depth, weights }
+        let mut actor_weights = [1; ACTORS];
+        for w in actor_weights.iter_mut() {
+            *w = [1, 1, 4, 16][(splitmix64(rng) % 4) as usize];
+        }
+        Swarm {
+            depth,
+            weights,
+            actor_weights,
+        }
+    }
+
+    fn weight(&self, action: &LockdAction) -> u64 {
+        self.weights[kind(action)] * self.actor_weights[actor(action).min(ACTORS - 1)]
     }
 
     /// Picks an action by weight (uniformly among the enabled ones when all weigh zero).
     fn choose(&self, actions: &[LockdAction], rng: &mut u64) -> usize {
-        let total: u64 = actions.iter().map(|a| self.weights[kind(a)]).sum();
+        let total: u64 = actions.iter().map(|a| self.weight(a)).sum();
         if total == 0 {
             return (splitmix64(rng) % actions.len() as u64) as usize;
         }
         let mut pick = splitmix64(rng) % total;
         for (i, a) in actions.iter().enumerate() {
-            let w = self.weights[kind(a)];
+            let w = self.weight(a);
             if pick < w {
                 return i;
             }
@@ -196,7 +226,10 @@ pub fn walk(model: &LockdModel, options: &WalkOptions) -> WalkReport {
             scope.spawn(|| walk_thread(model, options, &shared, start));
         }
     });
-    let walks = shared.next_walk.load(Ordering::Relaxed).min(options.walks_max);
+    let walks = shared
+        .next_walk
+        .load(Ordering::Relaxed)
+        .min(options.walks_max);
     let stopped_by_violation = shared.stop.load(Ordering::Relaxed);
     let found = shared.found.into_inner().unwrap_or_else(|e| e.into_inner());
     let mut report = WalkReport {
@@ -250,8 +283,7 @@ fn walk_thread(model: &LockdModel, options: &WalkOptions, shared: &Shared, start
         while taken.len() < swarm.depth {
             actions.clear();
             model.actors.actions(&state, &mut actions);
-            let Some(next) = step(model, &state, &mut actions, &swarm, &mut rng, &mut taken)
-            else {
+            let Some(next) = step(model, &state, &mut actions, &swarm, &mut rng, &mut taken) else {
                 break;
             };
             state = next;
@@ -360,7 +392,8 @@ pub fn shorten(
     limit: Duration,
 ) -> Vec<LockdAction> {
     let start = Instant::now();
-    let taken = |run: &Run| -> Vec<LockdAction> { run.iter().filter_map(|(_, a)| a.clone()).collect() };
+    let taken =
+        |run: &Run| -> Vec<LockdAction> { run.iter().filter_map(|(_, a)| a.clone()).collect() };
     let (run, violated) = replay(model, &actions, Some(property));
     if !violated {
         return actions; // Cannot happen for a walk's own run; kept unshortened if it does.
@@ -375,8 +408,11 @@ pub fn shorten(
                 return actions;
             }
             let end = (at + chunk).min(actions.len());
-            let candidate: Vec<LockdAction> =
-                actions[..at].iter().chain(&actions[end..]).cloned().collect();
+            let candidate: Vec<LockdAction> = actions[..at]
+                .iter()
+                .chain(&actions[end..])
+                .cloned()
+                .collect();
             let (run, violated) = replay(model, &candidate, Some(property));
             if violated {
                 actions = taken(&run);

@@ -17,8 +17,8 @@
 //!
 //! Both are pure functions of the node's state; neither is used by the server.
 
-use super::io::{ClientRequest, Durable, RequestId, Response, Timer};
 use super::invariants::Ledger;
+use super::io::{ClientRequest, Durable, RequestId, Response, Timer};
 use super::message::{Entry, HardState, NodeId, Snapshot};
 use super::{Node, Pending, PendingKind, Waiter};
 use crate::lock::{Origin, Proposal};
