@@ -51,7 +51,7 @@ struct ModelOptions {
     #[arg(long, default_value_t = ModelConfig::default().clients)]
     clients: usize,
     /// Search depth (steps from the initial state); with --simulate, the walks' depth
-    /// [default: 12 for the search, 60 for walks].
+    /// [default: 11 for the search, 60 for walks].
     #[arg(long)]
     depth: Option<usize>,
     /// Inject a bug of the core (repeatable), e.g. release-by-key.

@@ -128,7 +128,7 @@ impl Default for ModelConfig {
             term_max: 2,
             log_max: 6,
             messages_in_flight_max: 8,
-            depth_max: 12,
+            depth_max: 11,
             snapshot_threshold_entries: 2,
             pre_vote: true,
             check_quorum: true,
