@@ -87,3 +87,4 @@ pub mod storage;
 pub mod sys;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod trace;

@@ -197,6 +197,41 @@ impl LockTable {
         self.bugs
     }
 
+    /// This table with every client id renamed by `rename` (holders and the dedupe table),
+    /// for the model's symmetry reduction.
+    pub fn rewrite_clients(&self, rename: impl Fn(u64) -> u64) -> LockTable {
+        let locks = self
+            .locks
+            .iter()
+            .map(|(key, held)| {
+                let origin = held.origin.map(|o| Origin {
+                    client: rename(o.client),
+                    request: o.request,
+                });
+                (
+                    key.clone(),
+                    Held {
+                        origin,
+                        ..held.clone()
+                    },
+                )
+            })
+            .collect();
+        let dedupe = self
+            .dedupe
+            .iter()
+            .map(|(client, answer)| (rename(*client), answer.clone()))
+            .collect();
+        LockTable {
+            locks,
+            last_applied: self.last_applied,
+            last_token: self.last_token,
+            dedupe,
+            bugs: self.bugs,
+            local_counter: self.local_counter,
+        }
+    }
+
     /// Forgets node-local state after a restart (only the `token-from-local-counter` mutant
     /// has any).
     pub fn reset_local(&mut self) {

@@ -1,12 +1,15 @@
-//! `locksmith model check|explore`: the stateright model of the real core
-//! (`checker::model`), as stateright's examples do it: `check` runs a BFS (or DFS) and prints
-//! every property's result with a counterexample path in words; `explore` serves the
-//! stateright Explorer.
+//! `locksmith model check|explore|replay`: the stateright model of the real core
+//! (`checker::model`), as stateright's examples do it: `check` runs a BFS (or DFS) within the
+//! bounds, then a swarm of random walks that go deeper (`--simulate` runs only the walks), and
+//! prints every property's result with a counterexample path in words; `explore` serves the
+//! stateright Explorer; `replay` checks a recorded trace against the model's properties
+//! (`cmd_replay.rs`).
 //!
 //! Exit codes: 0 every safety property holds (within the bounds), 1 a safety property is
 //! violated, 2 the check could not run or did not finish (bad arguments, a port in use, the
 //! time limit reached).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
@@ -15,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use checker::model::explain::describe_path;
 use checker::model::properties::violations;
+use checker::model::simulate::{Run, WalkOptions, WalkReport, walk};
 use checker::model::{LockdModel, ModelConfig};
 use clap::{Args, Subcommand};
 use lockd::bugs::{Bug, BugSet};
@@ -33,6 +37,8 @@ enum ModelCommand {
     Check(CheckArgs),
     /// Serve the stateright Explorer (a web UI to walk the state space).
     Explore(ExploreArgs),
+    /// Replay a recorded run (trace.jsonl) through the real core under the model's checks.
+    Replay(crate::cmd_replay::ReplayArgs),
 }
 
 /// What to model; the defaults are `ModelConfig::default()`.
@@ -44,9 +50,10 @@ struct ModelOptions {
     /// Client actors.
     #[arg(long, default_value_t = ModelConfig::default().clients)]
     clients: usize,
-    /// Search depth (steps from the initial state).
-    #[arg(long, default_value_t = ModelConfig::default().depth_max)]
-    depth: usize,
+    /// Search depth (steps from the initial state); with --simulate, the walks' depth
+    /// [default: 11 for the search, 60 for walks].
+    #[arg(long)]
+    depth: Option<usize>,
     /// Inject a bug of the core (repeatable), e.g. release-by-key.
     #[arg(long = "bug", value_name = "NAME")]
     bugs: Vec<Bug>,
@@ -80,6 +87,15 @@ struct ModelOptions {
     /// Run the core without check-quorum (one timer less).
     #[arg(long)]
     no_check_quorum: bool,
+    /// Switch off the symmetry reduction of servers (to measure what it saves).
+    #[arg(long)]
+    no_symmetry: bool,
+    /// Keep absolute clock readings in the state (to measure what relative time saves).
+    #[arg(long)]
+    absolute_time: bool,
+    /// Keep the clients' grants in arrival order (to measure what canonical order saves).
+    #[arg(long)]
+    no_canonical_order: bool,
 }
 
 impl ModelOptions {
@@ -90,13 +106,13 @@ impl ModelOptions {
         if !(1..=4).contains(&self.clients) {
             bail!("--clients {}: the model runs 1 to 4 clients", self.clients);
         }
-        if self.depth == 0 {
+        if self.depth == Some(0) {
             bail!("--depth 0: the search needs at least one step");
         }
         let mut cfg = ModelConfig::default();
         cfg.servers = self.servers;
         cfg.clients = self.clients;
-        cfg.depth_max = self.depth;
+        cfg.depth_max = self.depth.unwrap_or(cfg.depth_max);
         cfg.bugs = BugSet::of(&self.bugs);
         cfg.rounds_per_client = self.rounds;
         cfg.give_up_clients = self.give_up.min(self.clients);
@@ -108,6 +124,9 @@ impl ModelOptions {
         cfg.wait_ms = self.wait_ms;
         cfg.pre_vote = !self.no_pre_vote;
         cfg.check_quorum = !self.no_check_quorum;
+        cfg.symmetry = !self.no_symmetry;
+        cfg.relative_time = !self.absolute_time;
+        cfg.canonical_order = !self.no_canonical_order;
         Ok(cfg)
     }
 }
@@ -119,7 +138,33 @@ struct CheckArgs {
     /// Depth-first instead of breadth-first (less memory; paths are not the shortest).
     #[arg(long)]
     dfs: bool,
-    /// Stop after this many seconds (the result is then incomplete: exit 2).
+    /// Only random walks (swarm search), no exhaustive search; --depth is the walks' depth.
+    #[arg(long)]
+    simulate: bool,
+    /// Random walks after the search (at most; see --walk-time-s).
+    #[arg(long, default_value_t = 1_000_000)]
+    walks: u64,
+    /// The walks' depth when they follow the search.
+    #[arg(long, default_value_t = 60)]
+    walk_depth: usize,
+    /// Seconds of random walks (they stop at --walks or after this long, whichever first).
+    #[arg(long, default_value_t = 30)]
+    walk_time_s: u64,
+    /// No random walks after the search.
+    #[arg(long, conflicts_with = "simulate")]
+    no_walks: bool,
+    /// No small-scope search (one server, one crash, every state to depth 11) before the
+    /// main search.
+    #[arg(long)]
+    no_small_scope: bool,
+    /// Uniform random choices instead of swarm search (random bounds and weights per walk).
+    #[arg(long)]
+    no_swarm: bool,
+    /// The walks' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop the exhaustive search after this many seconds (the result is then incomplete:
+    /// exit 2).
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
     /// Checker threads.
@@ -153,28 +198,188 @@ pub fn run(args: ModelArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         ModelCommand::Check(check) => run_check(check),
         ModelCommand::Explore(explore) => run_explore(explore),
+        ModelCommand::Replay(replay) => crate::cmd_replay::run(replay),
     }
 }
 
+/// A property's discovery, by the search or by a walk, as a run of the unreduced model.
+struct Discovery {
+    by: String,
+    run: Run,
+}
+
+/// What the exhaustive search did.
+struct SearchSummary {
+    states: usize,
+    unique: usize,
+    depth: usize,
+    elapsed: Duration,
+    complete: bool,
+}
+
 fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args.model.config()?;
+    let mut cfg = args.model.config()?;
+    if args.simulate {
+        cfg.depth_max = args.model.depth.unwrap_or(60);
+    }
     let model = cfg.into_model();
     println!("model: {cfg}");
-    println!(
-        "search: {} with {} thread(s), {}, time limit {} s",
-        if args.dfs { "DFS" } else { "BFS" },
-        args.threads,
-        if args.keep_going {
-            "every state within the bounds"
-        } else {
-            "stop at the first safety violation"
-        },
-        args.timeout_s
-    );
+    let mut found: BTreeMap<&'static str, Discovery> = BTreeMap::new();
+    let mut search = None;
+    if !args.simulate && !args.no_small_scope && cfg.servers > 1 {
+        let small = small_scope(&cfg);
+        println!("small scope: {small}: BFS to depth {}", small.depth_max);
+        let summary = run_search(&small.into_model(), &args, &mut found);
+        for d in found.values_mut() {
+            d.by = "the small-scope search (1 server)".to_owned();
+        }
+        println!(
+            "small scope done: {} unique states, {:.1} s",
+            summary.unique,
+            summary.elapsed.as_secs_f64()
+        );
+    }
+    let violated = |found: &BTreeMap<&'static str, Discovery>| {
+        model
+            .properties()
+            .iter()
+            .any(|p| p.expectation == Expectation::Always && found.contains_key(p.name))
+    };
+    if !args.simulate && (!violated(&found) || args.keep_going) {
+        println!(
+            "search: {} to depth {} with {} thread(s), {}, time limit {} s",
+            if args.dfs { "DFS" } else { "BFS" },
+            cfg.depth_max,
+            args.threads,
+            if args.keep_going {
+                "every state within the bounds"
+            } else {
+                "stop at the first safety violation"
+            },
+            args.timeout_s
+        );
+        search = Some(run_search(&model, &args, &mut found));
+    }
+    let mut walks = None;
+    let mut reported = model.clone();
+    if (args.simulate || !args.no_walks) && (!violated(&found) || args.keep_going) {
+        let options = walk_options(&args, &cfg);
+        let walk_cfg = cfg.for_walks();
+        let walk_model = walk_cfg.into_model();
+        println!("walk model: {walk_cfg}");
+        println!(
+            "walks: up to {} {} walks of depth {} on {} thread(s), seed {}, time limit {} s",
+            options.walks_max,
+            if options.swarm { "swarm" } else { "uniform" },
+            options.depth_max,
+            options.threads,
+            options.seed,
+            options.time_limit.as_secs()
+        );
+        let report = walk(&walk_model, &options);
+        // The walk model may have more properties (phantom locks): report over its list.
+        reported = walk_model;
+        for (name, f) in &report.found {
+            found.entry(name).or_insert_with(|| Discovery {
+                by: if f.steps_before_shortening > f.run.len().saturating_sub(1) {
+                    format!(
+                        "walk {} (shortened from {} steps)",
+                        f.walk, f.steps_before_shortening
+                    )
+                } else {
+                    format!("walk {}", f.walk)
+                },
+                run: f.run.clone(),
+            });
+        }
+        walks = Some(report);
+    }
+    if let Some(path) = &args.junit {
+        write_junit(path, &reported, &cfg.to_string(), &found);
+    }
+    Ok(report(
+        &reported,
+        &args,
+        search.as_ref(),
+        walks.as_ref(),
+        &found,
+    ))
+}
+
+/// `--junit`: one testcase per property: a violated `always` fails (naming what found it),
+/// an unreached `sometimes` is skipped.
+fn write_junit(
+    path: &std::path::Path,
+    model: &LockdModel,
+    config: &str,
+    found: &BTreeMap<&'static str, Discovery>,
+) {
+    use checker::report::junit::{Case, Outcome, Suite};
+    let mut suite = Suite::new(&format!("locksmith model check {config}"));
+    for property in model.properties() {
+        let name = format!("{:?} {}", property.expectation, property.name).to_lowercase();
+        let discovery = found.get(property.name);
+        let case = match (property.expectation, discovery) {
+            (Expectation::Sometimes, Some(_)) => Case::passed(&name, "model"),
+            (Expectation::Sometimes, None) => Case {
+                outcome: Outcome::Skipped {
+                    message: "not reached within the bounds".into(),
+                },
+                ..Case::passed(&name, "model")
+            },
+            (_, Some(d)) => Case::failed(
+                &name,
+                "model",
+                &format!("\"{}\" violated: found by {}", property.name, d.by),
+            ),
+            (_, None) => Case::passed(&name, "model"),
+        };
+        suite.push(case);
+    }
+    if let Err(e) = checker::report::junit::write(path, &[suite]) {
+        eprintln!("locksmith model check: {}: {e}", path.display());
+    }
+}
+
+/// The small scope searched first: one server with one crash, every state to depth 11 (a
+/// second or two). Most mutants of the lock table and the storage contract show there, with
+/// the shortest counterexamples.
+fn small_scope(cfg: &ModelConfig) -> ModelConfig {
+    let mut small = *cfg;
+    small.servers = 1;
+    small.max_crashes = 1;
+    small.depth_max = 11;
+    small.symmetry = false;
+    small
+}
+
+fn walk_options(args: &CheckArgs, cfg: &ModelConfig) -> WalkOptions {
+    let mut options = WalkOptions::default();
+    options.walks_max = args.walks;
+    options.depth_max = if args.simulate {
+        cfg.depth_max
+    } else {
+        args.walk_depth
+    }
+    .max(2);
+    options.threads = args.threads.max(1);
+    options.seed = args.seed;
+    options.swarm = !args.no_swarm;
+    options.time_limit = Duration::from_secs(args.walk_time_s);
+    options
+}
+
+/// Runs the exhaustive search with progress on stderr; records its discoveries.
+fn run_search(
+    model: &LockdModel,
+    args: &CheckArgs,
+    found: &mut BTreeMap<&'static str, Discovery>,
+) -> SearchSummary {
     let builder = model
+        .clone()
         .checker()
         .threads(args.threads)
-        .target_max_depth(cfg.depth_max)
+        .target_max_depth(model.cfg.depth_max)
         .timeout(Duration::from_secs(args.timeout_s))
         .finish_when(if args.keep_going {
             HasDiscoveries::AllFailures
@@ -183,18 +388,18 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         });
     let start = Instant::now();
     if args.dfs {
-        Ok(wait_and_report(builder.spawn_dfs(), &args, start))
+        wait_search(builder.spawn_dfs(), args, start, found)
     } else {
-        Ok(wait_and_report(builder.spawn_bfs(), &args, start))
+        wait_search(builder.spawn_bfs(), args, start, found)
     }
 }
 
-/// Shows progress on stderr until the search ends, then reports.
-fn wait_and_report(
+fn wait_search(
     checker: impl Checker<LockdModel>,
     args: &CheckArgs,
     start: Instant,
-) -> ExitCode {
+    found: &mut BTreeMap<&'static str, Discovery>,
+) -> SearchSummary {
     let progress = Duration::from_secs(args.progress_s.max(1));
     let mode = match nemesis::progress::Mode::for_stderr() {
         nemesis::progress::Mode::Lines(_) => nemesis::progress::Mode::Lines(progress),
@@ -219,54 +424,71 @@ fn wait_and_report(
     bar.finish("search done");
     let checker = checker.join();
     let elapsed = start.elapsed();
-    if let Some(path) = &args.junit {
-        let timeout = Duration::from_secs(args.timeout_s);
-        let config = args
-            .model
-            .config()
-            .map(|c| c.to_string())
-            .unwrap_or_default();
-        let suite =
-            nemesis::reports::model_suite(&checker, checker.model(), &config, elapsed, timeout);
-        if let Err(e) = checker::report::junit::write(path, &[suite]) {
-            eprintln!("locksmith model check: {}: {e}", path.display());
-        }
+    let model = checker.model();
+    for (name, path) in checker.discoveries() {
+        found.insert(
+            name,
+            Discovery {
+                by: "the search".to_owned(),
+                run: model.real_path(&path),
+            },
+        );
     }
-    report(&checker, checker.model(), elapsed, args)
+    SearchSummary {
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        elapsed,
+        complete: elapsed < Duration::from_secs(args.timeout_s),
+    }
 }
 
 /// Prints the figures and every property's result; returns the exit code.
 fn report(
-    checker: &impl Checker<LockdModel>,
     model: &LockdModel,
-    elapsed: Duration,
     args: &CheckArgs,
+    search: Option<&SearchSummary>,
+    walks: Option<&WalkReport>,
+    found: &BTreeMap<&'static str, Discovery>,
 ) -> ExitCode {
-    let timeout_s = args.timeout_s;
-    let unique = checker.unique_state_count();
-    let secs = elapsed.as_secs_f64().max(1e-3);
-    println!(
-        "done: {} states, {unique} unique, max depth {}, {:.1} s, {:.0} states/s ({:.0} unique/s)",
-        checker.state_count(),
-        checker.max_depth(),
-        secs,
-        checker.state_count() as f64 / secs,
-        unique as f64 / secs,
-    );
+    if let Some(s) = search {
+        let secs = s.elapsed.as_secs_f64().max(1e-3);
+        println!(
+            "search done: {} states, {} unique, max depth {}, {:.1} s, {:.0} states/s ({:.0} unique/s)",
+            s.states,
+            s.unique,
+            s.depth,
+            secs,
+            s.states as f64 / secs,
+            s.unique as f64 / secs,
+        );
+    }
+    if let Some(w) = walks {
+        let secs = w.elapsed.as_secs_f64().max(1e-3);
+        println!(
+            "walks done: {} walks, {} steps, {:.1} s, {:.0} steps/s{}",
+            w.walks,
+            w.steps,
+            secs,
+            w.steps as f64 / secs,
+            if w.timed_out { " (time limit)" } else { "" }
+        );
+    }
     let mut violated = false;
     let mut out = std::io::stdout().lock();
     for property in model.properties() {
-        let discovery = checker.discovery(property.name);
+        let discovery = found.get(property.name);
         match (property.expectation, discovery) {
-            (Expectation::Sometimes, Some(path)) => {
+            (Expectation::Sometimes, Some(d)) => {
                 let _ = writeln!(
                     out,
-                    "example   sometimes \"{}\": reached in {} steps",
+                    "example   sometimes \"{}\": reached in {} steps by {}",
                     property.name,
-                    path.last_state_depth()
+                    d.run.len().saturating_sub(1),
+                    d.by
                 );
                 if args.examples {
-                    for line in describe_path(model, &path.into_vec()) {
+                    for line in describe_path(model, &d.run) {
                         let _ = writeln!(out, "    {line}");
                     }
                 }
@@ -281,24 +503,25 @@ fn report(
             (_, None) => {
                 let _ = writeln!(out, "holds     always \"{}\"", property.name);
             }
-            (_, Some(path)) => {
+            (_, Some(d)) => {
                 violated = true;
-                let steps = path.clone().into_vec();
                 let _ = writeln!(
                     out,
-                    "VIOLATED  always \"{}\": counterexample in {} steps:",
+                    "VIOLATED  always \"{}\": counterexample in {} steps, found by {}:",
                     property.name,
-                    steps.len().saturating_sub(1)
+                    d.run.len().saturating_sub(1),
+                    d.by
                 );
-                for line in describe_path(model, &steps) {
+                for line in describe_path(model, &d.run) {
                     let _ = writeln!(out, "    {line}");
                 }
-                for (name, why) in violations(path.last_state()) {
-                    if name == property.name {
-                        let _ = writeln!(out, "    => {why}");
+                if let Some((last, _)) = d.run.last() {
+                    for (name, why) in violations(last) {
+                        if name == property.name {
+                            let _ = writeln!(out, "    => {why}");
+                        }
                     }
                 }
-                let _ = writeln!(out, "    (Explorer path: {})", path.encode(model));
             }
         }
     }
@@ -306,23 +529,33 @@ fn report(
         println!("result: a safety property is violated");
         return ExitCode::from(1);
     }
-    if elapsed >= Duration::from_secs(timeout_s) {
-        println!("result: unknown: the time limit of {timeout_s} s was reached first");
+    if let Some(s) = search
+        && !s.complete
+    {
+        println!(
+            "result: unknown: the time limit of {} s was reached before the search finished",
+            args.timeout_s
+        );
         return ExitCode::from(2);
     }
-    println!("result: every safety property holds within the bounds ({unique} unique states)");
-    ExitCode::SUCCESS
-}
-
-/// The depth of a path's last state.
-trait PathDepth {
-    fn last_state_depth(&self) -> usize;
-}
-
-impl<S: Clone, A: Clone> PathDepth for stateright::Path<S, A> {
-    fn last_state_depth(&self) -> usize {
-        self.clone().into_actions().len()
+    match (search, walks) {
+        (Some(s), Some(w)) => println!(
+            "result: every safety property holds within the bounds ({} unique states), and in \
+             {} random walks of up to {} steps",
+            s.unique, w.walks, args.walk_depth
+        ),
+        (Some(s), None) => println!(
+            "result: every safety property holds within the bounds ({} unique states)",
+            s.unique
+        ),
+        (None, Some(w)) => println!(
+            "result: no safety property was violated in {} random walks (not a proof: walks \
+             sample the state space)",
+            w.walks
+        ),
+        (None, None) => println!("result: nothing was run"),
     }
+    ExitCode::SUCCESS
 }
 
 fn run_explore(args: ExploreArgs) -> anyhow::Result<ExitCode> {

@@ -9,6 +9,7 @@ mod cmd_client;
 mod cmd_hosts;
 mod cmd_model;
 mod cmd_node;
+mod cmd_replay;
 mod cmd_serve;
 mod cmd_test;
 

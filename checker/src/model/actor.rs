@@ -32,7 +32,7 @@ use lockd::lock::{Command, Origin, Outcome, Token};
 use lockd::raft::invariants::Ledger;
 use lockd::raft::{
     ClientRequest, Committed, Config, Durable, Index, Input, Message, Node, NodeId, Output,
-    RequestId, Response, Role, Term, Timer, TimerCmd,
+    REBASED_NOW_MS, RequestId, Response, Role, Term, Timer, TimerCmd,
 };
 use stateright::actor::{Actor, Id, Out, model_timeout};
 
@@ -127,7 +127,7 @@ pub struct ServerState {
     /// What this server made durable so far (the save of every step).
     pub durable: Durable,
     /// The core timers that are armed as stateright timers.
-    armed: BTreeSet<Timer>,
+    pub(crate) armed: BTreeSet<Timer>,
     /// Every entry this node applied, with its outcome (a ghost; see [`ServerStorage`]).
     pub ledger: Ledger,
     /// The first disagreement of this node's own applies with its ledger (an entry applied
@@ -203,6 +203,8 @@ pub enum LockdActor {
     Server {
         /// The node's configuration.
         config: Box<Config>,
+        /// Whether the node's clock is rebased after every step (see `reduce.rs`).
+        relative_time: bool,
     },
     /// A client.
     Client {
@@ -218,6 +220,8 @@ pub enum LockdActor {
         wait_ms: u64,
         /// How many `NotLeader` answers it takes before it stops.
         retries_max: u32,
+        /// The server it asks first.
+        first_target: usize,
     },
 }
 
@@ -230,15 +234,23 @@ impl Actor for LockdActor {
 
     fn name(&self) -> String {
         match self {
-            LockdActor::Server { config } => format!("n{}", config.id),
+            LockdActor::Server { config, .. } => format!("n{}", config.id),
             LockdActor::Client { .. } => "client".to_owned(),
         }
     }
 
     fn on_start(&self, id: Id, storage: &Option<ServerStorage>, o: &mut Out<Self>) -> ModelState {
         match self {
-            LockdActor::Server { config } => {
+            LockdActor::Server {
+                config,
+                relative_time,
+            } => {
                 let ServerStorage { durable, ledger } = storage.clone().unwrap_or_default();
+                if storage.is_some() {
+                    super::replay::with_recording(|w| {
+                        let _ = w.restart(config.id, &durable, 0);
+                    });
+                }
                 // A restarted process has a new monotonic clock; the core re-arms every lease
                 // in full from it, which is conservative.
                 let (mut node, first) = Node::new((**config).clone(), durable.clone(), 0);
@@ -264,12 +276,15 @@ impl Actor for LockdActor {
                     changed_ledger,
                     o,
                 );
+                if *relative_time {
+                    server.node.rebase_clock(REBASED_NOW_MS);
+                }
                 ModelState::Server(Box::new(server))
             }
-            LockdActor::Client { servers, .. } => {
+            LockdActor::Client { first_target, .. } => {
                 let client = ClientState {
                     seq: 1,
-                    target: usize::from(id) % servers,
+                    target: *first_target,
                     rounds_done: 0,
                     retries: 0,
                     phase: Phase::Acquiring,
@@ -291,7 +306,13 @@ impl Actor for LockdActor {
         o: &mut Out<Self>,
     ) {
         match (self, &**state) {
-            (LockdActor::Server { config }, ModelState::Server(server)) => {
+            (
+                LockdActor::Server {
+                    config,
+                    relative_time,
+                },
+                ModelState::Server(server),
+            ) => {
                 let input = match msg {
                     ModelMsg::Raft(msg) => Input::Message {
                         from: node_id(usize::from(src)),
@@ -307,7 +328,7 @@ impl Actor for LockdActor {
                 };
                 // A cancel is always consumed, even when the core ignores it, so that the
                 // ghost can note that the client left.
-                let next = step_server(config.bugs, server, input, None, o)
+                let next = step_server(config.bugs, *relative_time, server, input, None, o)
                     .or_else(|| gone.map(|_| (**server).clone()));
                 if let Some(mut next) = next {
                     if let Some(rid) = gone {
@@ -335,14 +356,22 @@ impl Actor for LockdActor {
         o: &mut Out<Self>,
     ) {
         match (self, &**state, timer) {
-            (LockdActor::Server { config }, ModelState::Server(server), ModelTimer::Core(t)) => {
+            (
+                LockdActor::Server {
+                    config,
+                    relative_time,
+                },
+                ModelState::Server(server),
+                ModelTimer::Core(t),
+            ) => {
                 let Some(deadline) = server.node.deadline(t) else {
                     return; // Disarmed meanwhile; stateright drops the timer.
                 };
                 let input = Input::Tick {
                     now_ms: deadline.max(server.node.now_ms()),
                 };
-                if let Some(next) = step_server(config.bugs, server, input, Some(t), o) {
+                let stepped = step_server(config.bugs, *relative_time, server, input, Some(t), o);
+                if let Some(next) = stepped {
                     *state.to_mut() = ModelState::Server(Box::new(next));
                 }
             }
@@ -464,7 +493,10 @@ impl LockdActor {
                         self.send_request(id, &next, o);
                     }
                     _ => {
-                        next.target = (client.target + 1) % servers;
+                        // Without a hint the client asks the same server again after its
+                        // retry timer (by then the server may know a leader). Moving on to
+                        // "the next server" would order the servers, and the model's symmetry
+                        // reduction needs clients that treat servers alike.
                         o.set_timer(ModelTimer::ClientRetry, model_timeout());
                     }
                 }
@@ -502,6 +534,7 @@ impl LockdActor {
 /// changed (a no-op delivery). `fired` is the stateright timer whose timeout this is.
 fn step_server(
     bugs: BugSet,
+    relative_time: bool,
     server: &ServerState,
     input: Input,
     fired: Option<&Timer>,
@@ -509,7 +542,11 @@ fn step_server(
 ) -> Option<ServerState> {
     let mut node = server.node.clone();
     let mut durable = server.durable.clone();
-    let first = node.step(input);
+    let first = node.step(input.clone());
+    let id = node.status().id;
+    super::replay::with_recording(|w| {
+        let _ = w.step(id, &input, Some(&first));
+    });
     let output = drive(&mut node, &mut durable, first);
     if output.is_empty() && node == server.node && fired.is_none() {
         return None;
@@ -517,6 +554,9 @@ fn step_server(
     let mut next = server.clone();
     next.durable = durable;
     carry_out(bugs, &mut next, node, output, fired, false, o);
+    if relative_time {
+        next.node.rebase_clock(REBASED_NOW_MS);
+    }
     Some(next)
 }
 
@@ -564,7 +604,12 @@ fn drive(node: &mut Node, durable: &mut Durable, first: Output) -> Output {
         durable.apply(&persist);
         saved = true;
         let (term, index) = last_durable(durable);
-        out = node.step(Input::Persisted { term, index });
+        let input = Input::Persisted { term, index };
+        out = node.step(input.clone());
+        let id = node.status().id;
+        super::replay::with_recording(|w| {
+            let _ = w.step(id, &input, Some(&out));
+        });
     }
     panic!("the node asked to persist more than {PERSIST_ROUNDS_MAX} times in one step");
 }

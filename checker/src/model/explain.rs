@@ -73,7 +73,10 @@ fn action_and_actor(
                 (ModelState::Server(s), ModelTimer::Core(t)) => s
                     .node
                     .deadline(t)
-                    .map(|at| format!(" (its clock reads {at} ms)"))
+                    .map(|at| {
+                        let after = at.saturating_sub(s.node.now_ms());
+                        format!(" ({after} ms after the node's previous step)")
+                    })
                     .unwrap_or_default(),
                 _ => String::new(),
             };

@@ -152,7 +152,8 @@ pub struct History {
     token_floor: BTreeMap<Id, Token>,
     /// The highest token any client has been told so far.
     max_returned_token: Token,
-    /// Every grant a client was told about, in the order the answers arrived.
+    /// Every grant a client was told about: in the order the answers arrived, or sorted with
+    /// [`ModelConfig::canonical_order`].
     pub grants: Vec<(Id, Key, Token)>,
     /// The lock each client believes it holds: granted, and not yet released by it.
     pub beliefs: BTreeMap<Id, (Key, Token)>,
@@ -219,7 +220,7 @@ pub fn record_invoke(
 /// operation. Only deliveries that the client acted on reach here (stateright records no
 /// history for a no-op delivery), and the client acts only on the answer to its open request.
 pub fn record_return(
-    _cfg: &ModelConfig,
+    cfg: &ModelConfig,
     history: &History,
     envelope: Envelope<&ModelMsg>,
 ) -> Option<History> {
@@ -254,7 +255,15 @@ pub fn record_return(
             ));
         }
         next.max_returned_token = next.max_returned_token.max(*token);
-        next.grants.push((client, key.clone(), *token));
+        let grant = (client, key.clone(), *token);
+        if cfg.canonical_order {
+            // A sorted set: states that differ only in the order answers arrived count once.
+            if let Err(at) = next.grants.binary_search(&grant) {
+                next.grants.insert(at, grant);
+            }
+        } else {
+            next.grants.push(grant);
+        }
         next.beliefs.insert(client, (key, *token));
     }
     let _ = next.linear.on_return(client, ret);

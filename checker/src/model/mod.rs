@@ -28,21 +28,20 @@
 //! assert!(checker.unique_state_count() > 1);
 //! ```
 //!
-//! # Symmetry reduction
+//! # Reductions
 //!
-//! Not used. stateright's `symmetry()` needs `Rewrite<Id>` for every actor state, message,
-//! timer and storage, so that a permutation of actor ids can be applied to the whole state.
-//! A server's state is the real `Node`, whose private fields embed node ids (votes, leader,
-//! per-follower progress) and client ids (request ids and origins of pending requests, log
-//! entries, the dedupe table and lock holders). Rewriting them needs access the core does not
-//! give (and should not: the model may not re-implement or reach into it). Servers are not
-//! interchangeable either: each has its own seeded election timeout. Bounds (depth, terms,
-//! log length, messages in flight) keep the state space small instead.
+//! Symmetry of servers, relative time and canonical order shrink the state space while the
+//! real code still runs; see [`reduce`] (and the figures in `checker/src/model/README.md`).
+//! Each can be switched off ([`ModelConfig::symmetry`], [`ModelConfig::relative_time`],
+//! [`ModelConfig::canonical_order`]) to measure what it saves.
 
 pub mod actor;
 pub mod explain;
 pub mod history;
 pub mod properties;
+pub mod reduce;
+pub mod replay;
+pub mod simulate;
 
 use std::fmt;
 
@@ -52,12 +51,17 @@ use stateright::actor::{ActorModel, ActorModelState, LossyNetwork, Network};
 
 pub use actor::{LockdActor, ModelMsg, ModelState, ModelTimer};
 pub use history::{History, LockOp, LockRet, LockSpec};
+pub use reduce::LockdModel;
+
+/// The RNG seed of every server.
+pub const MODEL_SEED: u64 = 1;
 
 /// The key every client acquires.
 pub const MODEL_KEY: &str = "a";
 
-/// The model: lockd actors, the configuration, the client-visible history.
-pub type LockdModel = ActorModel<LockdActor, ModelConfig, History>;
+/// stateright's actor model of lockd: actors, the configuration, the client-visible
+/// history. [`LockdModel`] wraps it with the reductions.
+pub type ActorLockdModel = ActorModel<LockdActor, ModelConfig, History>;
 
 /// A state of the model.
 pub type LockdState = ActorModelState<LockdActor, History>;
@@ -100,6 +104,12 @@ pub struct ModelConfig {
     pub check_quorum: bool,
     /// Injected bugs.
     pub bugs: BugSet,
+    /// Symmetry reduction of servers (see [`reduce`]).
+    pub symmetry: bool,
+    /// Clocks rebased after every step, so that only deadlines relative to now count.
+    pub relative_time: bool,
+    /// Sets kept in a canonical order (the clients' grants).
+    pub canonical_order: bool,
 }
 
 impl Default for ModelConfig {
@@ -113,16 +123,19 @@ impl Default for ModelConfig {
             lease_ms: 1_000,
             wait_ms: 0,
             client_retries_max: 2,
-            max_crashes: 0,
+            max_crashes: 1,
             lossy: false,
             term_max: 2,
             log_max: 6,
             messages_in_flight_max: 8,
-            depth_max: 13,
+            depth_max: 11,
             snapshot_threshold_entries: 2,
             pre_vote: true,
             check_quorum: true,
             bugs: BugSet::NONE,
+            symmetry: true,
+            relative_time: true,
+            canonical_order: true,
         }
     }
 }
@@ -144,6 +157,17 @@ impl fmt::Display for ModelConfig {
             self.log_max,
             self.messages_in_flight_max,
         )?;
+        let reductions: Vec<&str> = [
+            (self.symmetry, "symmetry"),
+            (self.relative_time, "relative time"),
+            (self.canonical_order, "canonical order"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if !reductions.is_empty() {
+            write!(f, "; reductions: {}", reductions.join(", "))?;
+        }
         let bugs: Vec<&str> = self.bugs.iter().map(|b| b.name()).collect();
         if !bugs.is_empty() {
             write!(f, "; bugs: {}", bugs.join(", "))?;
@@ -153,6 +177,23 @@ impl fmt::Display for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The configuration random walks run: the same actors with looser bounds (walks do not
+    /// enumerate, so the bounds need not keep the state space small), clients that try
+    /// harder (more retries, two rounds), so that walks reach re-grants and leader changes.
+    pub fn for_walks(mut self) -> Self {
+        self.term_max = self.term_max.max(4);
+        self.log_max = self.log_max.max(12);
+        self.messages_in_flight_max = self.messages_in_flight_max.max(16);
+        self.client_retries_max = self.client_retries_max.max(6);
+        self.rounds_per_client = self.rounds_per_client.max(2);
+        // Acquires wait at the leader for a held key, so that a freed key goes to a waiter:
+        // re-grants (and stale releases and expiries that meet a newer grant) become common.
+        self.wait_ms = self.wait_ms.max(self.lease_ms);
+        // The last client may give up mid-acquire, so that phantom locks are in reach.
+        self.give_up_clients = self.give_up_clients.max(1).min(self.clients);
+        self
+    }
+
     /// The core configuration of server `index`.
     pub fn node_config(&self, index: usize) -> Config {
         let members = (0..self.servers).map(actor::node_id).collect();
@@ -161,6 +202,9 @@ impl ModelConfig {
         config.pre_vote = self.pre_vote;
         config.check_quorum = self.check_quorum;
         config.bugs = self.bugs;
+        // One seed for every server: servers differ only in their id, so that they are
+        // interchangeable (symmetry reduction) and a restart draws the same timeouts.
+        config.seed = MODEL_SEED;
         config
     }
 
@@ -174,9 +218,17 @@ impl ModelConfig {
         assert!(self.clients >= 1, "the model needs a client");
         let servers = (0..self.servers).map(|i| LockdActor::Server {
             config: Box::new(self.node_config(i)),
+            relative_time: self.relative_time,
         });
         let first_giving_up = self.clients.saturating_sub(self.give_up_clients);
         let clients = (0..self.clients).map(move |c| LockdActor::Client {
+            // With symmetry every client asks server n1 first, so that the other servers
+            // start interchangeable; without, clients spread over the servers.
+            first_target: if self.symmetry {
+                0
+            } else {
+                (self.servers + c) % self.servers
+            },
             servers: self.servers,
             rounds: self.rounds_per_client,
             gives_up: c >= first_giving_up,
@@ -184,7 +236,7 @@ impl ModelConfig {
             wait_ms: self.wait_ms,
             retries_max: self.client_retries_max,
         });
-        let model = ActorModel::new(self, History::default())
+        let actors = ActorModel::new(self, History::default())
             .actors(servers)
             .actors(clients)
             .init_network(Network::new_unordered_nonduplicating([]))
@@ -197,7 +249,7 @@ impl ModelConfig {
             .record_msg_out(history::record_invoke)
             .record_msg_in(history::record_return)
             .within_boundary(within_boundary);
-        properties::add_all(model, &self)
+        LockdModel::new(actors, self)
     }
 }
 

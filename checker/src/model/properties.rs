@@ -11,7 +11,7 @@
 use lockd::lock::{Command, Outcome, Token};
 use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{Node, Role};
-use stateright::Expectation;
+use stateright::Property;
 use stateright::semantics::ConsistencyTester;
 
 use super::actor::{ModelState, ServerState, node_id};
@@ -51,65 +51,57 @@ pub const SOMETIMES_LEADER_CHANGES: &str = "the leader changes while a lock is h
 /// The leader's Release for a client that left frees its lock.
 pub const SOMETIMES_PHANTOM: &str = "a phantom lock is released";
 
-/// Adds every property that applies to `cfg` (a `Sometimes` property that `cfg` cannot
-/// reach, such as a re-grant with one client, is left out).
-pub fn add_all(model: LockdModel, cfg: &ModelConfig) -> LockdModel {
-    let mut model = model
-        .property(Expectation::Always, ELECTION_SAFETY, |_, s| {
+/// Every property that applies to `cfg` (a `Sometimes` property that `cfg` cannot reach,
+/// such as a re-grant with one client, is left out).
+pub fn all(cfg: &ModelConfig) -> Vec<Property<LockdModel>> {
+    let mut properties = vec![
+        Property::always(ELECTION_SAFETY, |_, s| {
             invariants::election_safety(&live_nodes(s)).is_ok()
-        })
-        .property(Expectation::Always, LOG_MATCHING, |_, s| {
+        }),
+        Property::always(LOG_MATCHING, |_, s| {
             invariants::log_matching(&live_nodes(s)).is_ok()
-        })
-        .property(Expectation::Always, LEADER_COMPLETENESS, |_, s| {
-            leader_completeness(s).is_ok()
-        })
-        .property(Expectation::Always, STATE_MACHINE_SAFETY, |_, s| {
-            state_machine_safety(s).is_ok()
-        })
-        .property(Expectation::Always, TOKENS_INCREASE, |_, s| {
-            tokens_increase(s).is_ok()
-        })
-        .property(Expectation::Always, ONE_HOLDER, |_, s| {
-            one_holder(s).is_ok()
-        })
-        .property(Expectation::Always, EXPIRE_KEEPS_NEWER, |_, s| {
+        }),
+        Property::always(LEADER_COMPLETENESS, |_, s| leader_completeness(s).is_ok()),
+        Property::always(STATE_MACHINE_SAFETY, |_, s| state_machine_safety(s).is_ok()),
+        Property::always(TOKENS_INCREASE, |_, s| tokens_increase(s).is_ok()),
+        Property::always(ONE_HOLDER, |_, s| one_holder(s).is_ok()),
+        Property::always(EXPIRE_KEEPS_NEWER, |_, s| {
             live_servers(s).all(|server| server.ghost.expire_removed_other.is_none())
-        })
-        .property(Expectation::Always, RELEASE_OWN_TOKEN, |_, s| {
+        }),
+        Property::always(RELEASE_OWN_TOKEN, |_, s| {
             live_servers(s).all(|server| server.ghost.release_removed_other.is_none())
-        })
-        .property(Expectation::Always, PHANTOM_RELEASED, |_, s| {
-            phantom_released(s).is_ok()
-        })
-        .property(Expectation::Always, LEASE_NOT_EARLY, |_, s| {
+        }),
+        Property::always(PHANTOM_RELEASED, |_, s| phantom_released(s).is_ok()),
+        Property::always(LEASE_NOT_EARLY, |_, s| {
             live_servers(s).all(|server| server.ghost.early_lease.is_none())
-        })
-        .property(Expectation::Always, LINEARIZABLE, |_, s| {
+        }),
+        Property::always(LINEARIZABLE, |_, s: &LockdState| {
             s.history.linear.is_consistent()
-        })
-        .property(Expectation::Sometimes, SOMETIMES_GRANTED, |_, s| {
+        }),
+        Property::sometimes(SOMETIMES_GRANTED, |_, s: &LockdState| {
             !s.history.grants.is_empty()
-        })
-        .property(Expectation::Sometimes, SOMETIMES_EXPIRES, |_, s| {
+        }),
+        Property::sometimes(SOMETIMES_EXPIRES, |_, s| {
             live_servers(s).any(|server| server.ghost.expired)
-        });
+        }),
+    ];
     if cfg.clients >= 2 {
-        model = model.property(Expectation::Sometimes, SOMETIMES_REGRANTED, |_, s| {
-            s.history.regranted_to_another_client()
-        });
+        properties.push(Property::sometimes(
+            SOMETIMES_REGRANTED,
+            |_, s: &LockdState| s.history.regranted_to_another_client(),
+        ));
     }
     if cfg.servers >= 2 || cfg.max_crashes >= 1 {
-        model = model.property(Expectation::Sometimes, SOMETIMES_LEADER_CHANGES, |_, s| {
+        properties.push(Property::sometimes(SOMETIMES_LEADER_CHANGES, |_, s| {
             leader_changed_while_held(s)
-        });
+        }));
     }
     if cfg.give_up_clients >= 1 {
-        model = model.property(Expectation::Sometimes, SOMETIMES_PHANTOM, |_, s| {
+        properties.push(Property::sometimes(SOMETIMES_PHANTOM, |_, s| {
             live_servers(s).any(|server| server.ghost.phantom_released)
-        });
+        }));
     }
-    model
+    properties
 }
 
 /// The servers that are up, with their actor index.

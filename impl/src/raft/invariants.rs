@@ -273,6 +273,15 @@ impl Ledger {
         Ok(())
     }
 
+    /// A copy with `f` applied to every entry (the model renames ids with it).
+    pub fn map_entries(&self, mut f: impl FnMut(&mut LedgerEntry)) -> Ledger {
+        let mut entries = self.entries.clone();
+        for entry in entries.values_mut() {
+            f(entry);
+        }
+        Ledger { entries }
+    }
+
     /// The recorded entry at `index`.
     pub fn get(&self, index: Index) -> Option<&LedgerEntry> {
         self.entries.get(&index)

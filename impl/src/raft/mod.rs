@@ -37,11 +37,16 @@ mod message;
 mod quorum;
 mod replication;
 mod requests;
+mod rewrite;
 
 pub use io::{
     ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
+pub use rewrite::{
+    REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request, rewrite_response,
+    rewrite_timer,
+};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -1,0 +1,54 @@
+//! States per second of the model checker (`cargo bench -p checker --bench model`): the
+//! default configuration (3 servers, 2 clients, 1 crash, all reductions) by BFS to depth 10
+//! on 2 threads, then the same with the reductions off, then swarm walks for 10 s. Prints
+//! the figures and the load average, since the machine may be shared.
+
+use std::time::{Duration, Instant};
+
+use checker::model::ModelConfig;
+use checker::model::simulate::{WalkOptions, walk};
+use stateright::{Checker, Model};
+
+fn bfs(cfg: ModelConfig, depth: usize) {
+    let start = Instant::now();
+    let checker = cfg
+        .into_model()
+        .checker()
+        .threads(2)
+        .target_max_depth(depth)
+        .spawn_bfs()
+        .join();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "bfs depth {depth}: {} states, {} unique, {secs:.1} s, {:.0} states/s, {:.0} unique/s ({cfg})",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.state_count() as f64 / secs,
+        checker.unique_state_count() as f64 / secs
+    );
+}
+
+fn main() {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average: {}", load.trim());
+    let cfg = ModelConfig::default();
+    bfs(cfg, 10);
+    let mut plain = cfg;
+    plain.symmetry = false;
+    plain.relative_time = false;
+    plain.canonical_order = false;
+    bfs(plain, 10);
+    let mut options = WalkOptions::default();
+    options.time_limit = Duration::from_secs(10);
+    let model = cfg.for_walks().into_model();
+    let report = walk(&model, &options);
+    let secs = report.elapsed.as_secs_f64();
+    println!(
+        "walks: {} walks, {} steps, {secs:.1} s, {:.0} steps/s ({} properties found)",
+        report.walks,
+        report.steps,
+        report.steps as f64 / secs,
+        report.found.len()
+    );
+    let _ = model.properties();
+}
