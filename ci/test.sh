@@ -29,4 +29,4 @@ echo "== cargo build --workspace (the harness's tests start the lockd binary)"
 cargo build --workspace --bins
 
 echo "== cargo test --workspace"
-cargo test --workspace
+cargo test --workspace --no-fail-fast

@@ -538,7 +538,7 @@ mod tests {
         assert!(report.errors > 0, "{report:?}");
         assert_eq!(
             report.first_error.as_deref(),
-            Some("acquire: Info(\"call 2\")")
+            Some("acquire: Info(Timeout)")
         );
         assert!(
             report.p50_ms >= 1.0 && report.p50_ms <= report.p99_ms,
