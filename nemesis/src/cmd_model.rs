@@ -327,11 +327,34 @@ fn write_junit(
                 },
                 ..Case::passed(&name, "model")
             },
-            (_, Some(d)) => Case::failed(
-                &name,
-                "model",
-                &format!("\"{}\" violated: found by {}", property.name, d.by),
-            ),
+            (_, Some(d)) => {
+                // The message is the last state's violation; the text adds the whole path.
+                let why: Vec<String> = d
+                    .run
+                    .last()
+                    .map(|(last, _)| violations(last))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(n, _)| *n == property.name)
+                    .map(|(_, why)| why)
+                    .collect();
+                let message = why.first().cloned().unwrap_or_else(|| {
+                    format!("\"{}\" violated (found by {})", property.name, d.by)
+                });
+                let mut text = format!(
+                    "\"{}\" violated: counterexample in {} steps, found by {}\n",
+                    property.name,
+                    d.run.len().saturating_sub(1),
+                    d.by
+                );
+                for line in describe_path(model, &d.run) {
+                    text.push_str(&format!("  {line}\n"));
+                }
+                Case {
+                    outcome: Outcome::Failed { message, text },
+                    ..Case::passed(&name, "model")
+                }
+            }
             (_, None) => Case::passed(&name, "model"),
         };
         suite.push(case);
