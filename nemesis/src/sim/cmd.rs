@@ -65,6 +65,9 @@ pub struct SimArgs {
     /// Do not shrink a failing seed.
     #[arg(long)]
     pub no_shrink: bool,
+    /// Also write a JUnit XML report: one testcase per seed that did not pass, and a summary.
+    #[arg(long, value_name = "FILE.xml")]
+    pub junit: Option<PathBuf>,
 }
 
 /// Runs the command; the exit code (0 every seed valid, 1 a seed failed, 2 could not run or
@@ -112,6 +115,9 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
     let mut failed = outcome.failed.into_inner().unwrap_or_default();
     failed.sort_by_key(|r| r.case.seed);
     let unknown = outcome.unknown.into_inner().unwrap_or_default();
+    if let Some(path) = &args.junit {
+        write_junit(path, done, &failed, &unknown, elapsed)?;
+    }
     for result in &unknown {
         println!(
             "seed {}: unknown: {}",
@@ -131,6 +137,29 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
     }
     report_failure(first, args)?;
     Ok(1)
+}
+
+/// `--junit`: one testcase per seed that did not pass, plus a summary.
+fn write_junit(
+    path: &Path,
+    done: usize,
+    failed: &[CaseResult],
+    unknown: &[CaseResult],
+    elapsed: Duration,
+) -> Result<(), String> {
+    use checker::report::junit::{self, SeedOutcome};
+    let bad: Vec<SeedOutcome> = failed
+        .iter()
+        .chain(unknown)
+        .map(|r| SeedOutcome {
+            seed: r.case.seed,
+            verdict: r.verdict().as_str().to_owned(),
+            explanation: r.check.explanation(),
+            rerun: format!("rerun: {}", r.case.rerun_command()),
+        })
+        .collect();
+    let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed.as_secs_f64());
+    junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn unknown_reason(verdict: &Verdict) -> String {
