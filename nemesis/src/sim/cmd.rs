@@ -11,11 +11,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use checker::Verdict;
 use clap::Args;
 use serde::Serialize;
 
-use super::shrink::shrink;
+use super::shrink::shrink_with;
 use super::{CaseResult, SimCase, run_case};
 use crate::faults::FaultKind;
 
@@ -26,12 +25,11 @@ pub struct SimArgs {
     /// Seeds: `A..B` (B excluded), `A..=B`, `S`, or a comma list.
     #[arg(long, default_value = "1..1000")]
     pub seeds: String,
-    /// Worker threads (default 1). Each seed replays exactly when seeds run one at a time;
-    /// two simulations running at once in one process were seen to disturb each other
-    /// (the digest check, `LOCKSMITH_SIM_DIGESTS=1`), so more than one job is faster but a
-    /// failing seed must then be rerun alone. Across machines or processes use `--shard`.
-    #[arg(long, default_value_t = 1)]
-    pub jobs: usize,
+    /// Seeds run at once, each in a child process of its own (default: every core). One
+    /// process per seed is what makes a seed replay exactly (README "Deterministic
+    /// simulation"). Across machines use `--shard`.
+    #[arg(long)]
+    pub jobs: Option<usize>,
     /// Run only shard I of N (0-based): the seeds whose position in the list is I mod N.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
@@ -68,6 +66,102 @@ pub struct SimArgs {
     /// Also write a JUnit XML report: one testcase per seed that did not pass, and a summary.
     #[arg(long, value_name = "FILE.xml")]
     pub junit: Option<PathBuf>,
+    /// Internal: run the one seed given in this process and report it on stdout (the parent
+    /// runs every seed in a child process of its own; see [`run_child`]).
+    #[arg(long, hide = true)]
+    pub child: bool,
+    /// Internal, with `--child`: no node logs and no store (a shrinking candidate).
+    #[arg(long, hide = true)]
+    pub child_quiet: bool,
+}
+
+/// What a child process said about its seed.
+#[derive(Clone, Debug)]
+struct SeedReport {
+    seed: u64,
+    verdict: String,
+    sim_ms: u64,
+    /// The explanation and the store lines (everything the child printed after its status).
+    text: String,
+}
+
+impl SeedReport {
+    fn is_invalid(&self) -> bool {
+        self.verdict == "invalid"
+    }
+}
+
+/// One process per seed: a seed replays exactly only as the first simulation of its process
+/// (state of the process, suspected tokio's task ids, changes how a crashed host's tasks are
+/// dropped; README "Deterministic simulation"). The child runs the seed once, with the nodes'
+/// logs on unless quiet, and writes the store of a seed that did not pass.
+fn run_child(args: &SimArgs) -> Result<i32, String> {
+    let seeds = parse_seeds(&args.seeds)?;
+    let [seed] = seeds[..] else {
+        return Err("--child takes exactly one seed".to_owned());
+    };
+    let mut case = template(args)?;
+    case.seed = seed;
+    case.logs = !args.child_quiet;
+    let result = run_case(&case);
+    if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
+        eprintln!(
+            "seed {seed}: {} ops, history digest {:016x}",
+            result.ops.len(),
+            super::history_digest(&result.ops)
+        );
+    }
+    println!(
+        "SEED {seed} {} {}",
+        result.verdict().as_str(),
+        result.sim_ms
+    );
+    if !result.verdict().is_valid() {
+        println!("{}", result.check.explanation());
+        if !args.child_quiet {
+            let dir = write_store(&args.store, &result)?;
+            println!("store: {}", dir.display());
+            println!("timeline: {}", dir.join("timeline.html").display());
+        }
+    }
+    Ok(result.verdict().exit_code())
+}
+
+/// Runs `case` in a child process (`locksmith sim --child ...`).
+fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let rerun = case.rerun_command();
+    let mut command = std::process::Command::new(exe);
+    command.args(rerun.split_whitespace().skip(1));
+    command.arg("--child").arg("--store").arg(store);
+    if quiet {
+        command.arg("--child-quiet");
+    }
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start a child for seed {}: {e}", case.seed))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut lines = stdout.lines();
+    let status = lines.next().unwrap_or_default();
+    let words: Vec<&str> = status.split_whitespace().collect();
+    match words[..] {
+        ["SEED", seed, verdict, sim_ms] => Ok(SeedReport {
+            seed: seed.parse().unwrap_or(case.seed),
+            verdict: verdict.to_owned(),
+            sim_ms: sim_ms.parse().unwrap_or(0),
+            text: lines.collect::<Vec<_>>().join("\n"),
+        }),
+        _ => Ok(SeedReport {
+            seed: case.seed,
+            verdict: "unknown".to_owned(),
+            sim_ms: 0,
+            text: format!(
+                "the child for seed {} ended without a report ({}): {stdout}",
+                case.seed, output.status
+            ),
+        }),
+    }
 }
 
 /// Runs the command; the exit code (0 every seed valid, 1 a seed failed, 2 could not run or
@@ -83,9 +177,15 @@ pub fn run(args: SimArgs) -> i32 {
 }
 
 fn run_inner(args: &SimArgs) -> Result<i32, String> {
+    if args.child {
+        return run_child(args);
+    }
     let seeds = select_shard(parse_seeds(&args.seeds)?, args.shard.as_deref())?;
     let template = template(args)?;
-    let jobs = args.jobs.max(1);
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
     eprintln!(
         "locksmith sim: {} seeds ({}..), {} simulated s each, {} nodes, {} clients, {} jobs{}",
         seeds.len(),
@@ -100,7 +200,7 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
             .unwrap_or_default()
     );
     let started = Instant::now();
-    let outcome = run_seeds(&seeds, &template, jobs, !args.keep_going);
+    let outcome = run_seeds(&seeds, &template, jobs, !args.keep_going, &args.store)?;
     let elapsed = started.elapsed();
     let sim_s = outcome.sim_ms.load(Ordering::Relaxed) as f64 / 1000.0;
     let done = outcome.done.load(Ordering::Relaxed);
@@ -113,17 +213,13 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
         outcome.unknown.lock().map(|f| f.len()).unwrap_or(0),
     );
     let mut failed = outcome.failed.into_inner().unwrap_or_default();
-    failed.sort_by_key(|r| r.case.seed);
+    failed.sort_by_key(|r| r.seed);
     let unknown = outcome.unknown.into_inner().unwrap_or_default();
     if let Some(path) = &args.junit {
-        write_junit(path, done, &failed, &unknown, elapsed)?;
+        write_junit(path, done, &failed, &unknown, elapsed, &template)?;
     }
     for result in &unknown {
-        println!(
-            "seed {}: unknown: {}",
-            result.case.seed,
-            unknown_reason(&result.check.verdict)
-        );
+        println!("seed {}: unknown: {}", result.seed, result.text);
     }
     let Some(first) = failed.first() else {
         if !unknown.is_empty() {
@@ -133,9 +229,9 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
         return Ok(0);
     };
     for result in &failed {
-        println!("seed {}: invalid", result.case.seed);
+        println!("seed {}: invalid", result.seed);
     }
-    report_failure(first, args)?;
+    report_failure(first, &template, args)?;
     Ok(1)
 }
 
@@ -143,66 +239,52 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
 fn write_junit(
     path: &Path,
     done: usize,
-    failed: &[CaseResult],
-    unknown: &[CaseResult],
+    failed: &[SeedReport],
+    unknown: &[SeedReport],
     elapsed: Duration,
+    template: &SimCase,
 ) -> Result<(), String> {
     use checker::report::junit::{self, SeedOutcome};
     let bad: Vec<SeedOutcome> = failed
         .iter()
         .chain(unknown)
         .map(|r| SeedOutcome {
-            seed: r.case.seed,
-            verdict: r.verdict().as_str().to_owned(),
-            explanation: r.check.explanation(),
-            rerun: format!("rerun: {}", r.case.rerun_command()),
+            seed: r.seed,
+            verdict: r.verdict.clone(),
+            explanation: r.text.clone(),
+            rerun: format!(
+                "rerun: {}",
+                SimCase {
+                    seed: r.seed,
+                    ..template.clone()
+                }
+                .rerun_command()
+            ),
         })
         .collect();
     let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed.as_secs_f64());
     junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn unknown_reason(verdict: &Verdict) -> String {
-    match verdict {
-        Verdict::Unknown { reason } => reason.clone(),
-        other => other.as_str().to_owned(),
-    }
-}
-
-/// Prints the failing seed's explanation, writes its store (rerun with the nodes' logs),
-/// shrinks it, and prints both rerun commands.
-fn report_failure(result: &CaseResult, args: &SimArgs) -> Result<(), String> {
-    let case = &result.case;
-    println!(
-        "\nseed {} failed:\n{}",
-        case.seed,
-        result.check.explanation()
-    );
-    let mut with_logs = case.clone();
-    with_logs.logs = true;
-    let logged = run_case(&with_logs);
-    if logged.verdict() != result.verdict() || logged.ops != result.ops {
-        println!(
-            "warning: the rerun with logs did not replay the run exactly (a leak of \
-             nondeterminism); the store holds the rerun"
-        );
-    }
-    let dir = write_store(&args.store, &logged)?;
-    println!("store: {}", dir.display());
-    println!("timeline: {}", dir.join("timeline.html").display());
+/// Prints the failing seed's explanation and store (its child wrote it, with the nodes'
+/// logs), shrinks it (each candidate in a child of its own), and prints both rerun commands.
+fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Result<(), String> {
+    let case = SimCase {
+        seed: report.seed,
+        ..template.clone()
+    };
+    println!("\nseed {} failed:\n{}", case.seed, report.text);
     println!("rerun: {}", case.rerun_command());
     if !args.no_shrink {
         eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
-        let shrunk = shrink(case);
+        let shrunk = shrink_with(&case, |candidate| {
+            spawn_child(candidate, &args.store, true).is_ok_and(|r| r.is_invalid())
+        });
         println!(
             "smallest failing case found ({} reruns): {} simulated s, {} clients, {} planned faults",
             shrunk.runs, shrunk.case.time_s, shrunk.case.clients, shrunk.faults_left
         );
         println!("rerun (shrunk): {}", shrunk.case.rerun_command());
-        let _ = fs::write(
-            dir.join("shrunk.txt"),
-            format!("{}\n", shrunk.case.rerun_command()),
-        );
     }
     Ok(())
 }
@@ -279,11 +361,17 @@ pub fn select_shard(seeds: Vec<u64>, shard: Option<&str>) -> Result<Vec<u64>, St
 struct Outcome {
     done: AtomicUsize,
     sim_ms: AtomicU64,
-    failed: Mutex<Vec<CaseResult>>,
-    unknown: Mutex<Vec<CaseResult>>,
+    failed: Mutex<Vec<SeedReport>>,
+    unknown: Mutex<Vec<SeedReport>>,
 }
 
-fn run_seeds(seeds: &[u64], template: &SimCase, jobs: usize, stop_early: bool) -> Outcome {
+fn run_seeds(
+    seeds: &[u64],
+    template: &SimCase,
+    jobs: usize,
+    stop_early: bool,
+    store: &Path,
+) -> Result<Outcome, String> {
     let outcome = Outcome {
         done: AtomicUsize::new(0),
         sim_ms: AtomicU64::new(0),
@@ -292,6 +380,7 @@ fn run_seeds(seeds: &[u64], template: &SimCase, jobs: usize, stop_early: bool) -
     };
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
+    let error: Mutex<Option<String>> = Mutex::new(None);
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(seeds.len().max(1)) {
@@ -303,29 +392,31 @@ fn run_seeds(seeds: &[u64], template: &SimCase, jobs: usize, stop_early: bool) -
                         seed,
                         ..template.clone()
                     };
-                    let result = run_case(&case);
-                    if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
-                        eprintln!(
-                            "seed {seed}: {} ops, history digest {:016x}",
-                            result.ops.len(),
-                            super::history_digest(&result.ops)
-                        );
-                    }
-                    outcome.sim_ms.fetch_add(result.sim_ms, Ordering::Relaxed);
+                    let report = match spawn_child(&case, store, false) {
+                        Ok(report) => report,
+                        Err(e) => {
+                            stop.store(true, Ordering::Relaxed);
+                            if let Ok(mut error) = error.lock() {
+                                *error = Some(e);
+                            }
+                            break;
+                        }
+                    };
+                    outcome.sim_ms.fetch_add(report.sim_ms, Ordering::Relaxed);
                     outcome.done.fetch_add(1, Ordering::Relaxed);
-                    match result.verdict() {
-                        Verdict::Valid => {}
-                        Verdict::Invalid => {
+                    match report.verdict.as_str() {
+                        "valid" => {}
+                        "invalid" => {
                             if stop_early {
                                 stop.store(true, Ordering::Relaxed);
                             }
                             if let Ok(mut failed) = outcome.failed.lock() {
-                                failed.push(result);
+                                failed.push(report);
                             }
                         }
-                        Verdict::Unknown { .. } => {
+                        _ => {
                             if let Ok(mut unknown) = outcome.unknown.lock() {
-                                unknown.push(result);
+                                unknown.push(report);
                             }
                         }
                     }
@@ -334,7 +425,10 @@ fn run_seeds(seeds: &[u64], template: &SimCase, jobs: usize, stop_early: bool) -
         }
         progress(&outcome, seeds.len(), started, &next, seeds.len(), &stop);
     });
-    outcome
+    if let Some(e) = error.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    Ok(outcome)
 }
 
 /// Prints progress every few seconds until every seed is done (or the run stops): a line
