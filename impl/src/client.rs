@@ -194,7 +194,7 @@ impl Client {
         Client {
             cluster,
             client_id,
-            next_request: AtomicU64::new(1),
+            next_request: AtomicU64::new(first_request_number()),
             leader: AtomicUsize::new(0),
             conns,
             one_op_at_a_time: tokio::sync::Mutex::new(()),
@@ -507,6 +507,16 @@ impl Client {
         // of cached connections is still usable.
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The first request number of a new [`Client`]: each client of this process numbers its
+/// requests in a range of its own (2^32 apart). The lock table's dedupe answers a request by
+/// (client id, request number); two clients given the same id both counting from 1 made it
+/// answer one client's new acquire with the other's old grant (a token granted twice, seen in
+/// the harness). Process-wide and counted, not random, so a simulated run still replays.
+fn first_request_number() -> u64 {
+    static CLIENTS: AtomicU64 = AtomicU64::new(0);
+    (CLIENTS.fetch_add(1, Ordering::Relaxed) << 32) + 1
 }
 
 /// A tarpc context for a call that ends at `deadline` on tokio's clock.
