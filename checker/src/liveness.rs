@@ -9,7 +9,8 @@
 //! - **R (recovery).** A nemesis row `recover` marks the final heal at time `R`. Every client
 //!   process whose first invoke after `R` comes before `R + recovery_bound_ms` must complete
 //!   some op `ok` by `R + recovery_bound_ms`, unless all its ops after `R` are abandoned
-//!   acquires (it chose to leave).
+//!   acquires (it chose to leave) or busy acquires while another grant of the key could be
+//!   live (then the process is not evaluable).
 //! - **P (phantom release).** An acquire that ends `info` with error `gave-up` or
 //!   `disconnected` was abandoned by its client at `L` (that row's time). An acquire of the
 //!   same key by another process invoked at `t >= L + phantom_release_bound_ms`, before the
@@ -23,12 +24,14 @@
 //! P and W are judged only where no fault is active (fault spans from the vocabulary's
 //! pairs, [`history::fault_spans`]); each rule counts what it evaluated and what it could
 //! not. "Possibly live" is conservative: a grant that ended `ok` is live from its invoke until
-//! an `ok` release of its token, or until `settle(return) + lease·(1+drift)`; one that ended
-//! `info` (other than an abandon) likewise from its `info` row; one never completed forever.
-//! `settle(x)` is the end of the faults active at `x` (or `x`): a grant made under a fault
-//! (a slow clock, a deposed leader) may outlive its lease until the fault ends. An
-//! abandoned grant whose client left at least `phantom_release_bound_ms` ago is not live:
-//! it should have been released, and a busy it causes is what rule P reports.
+//! an `ok` release of its token, or until `return + lease·(1+drift)`; one that ended `info`
+//! likewise from its `info` row; one never completed forever. Every fault that begins while
+//! a grant may be live pushes that end to the fault's end plus a whole lease: a new leader
+//! starts every lease over on its own clock, and a slow clock stretches it. An abandoned
+//! grant is not live once its phantom release was owed: its client left at least
+//! `phantom_release_bound_ms` ago and no fault was active from its invoke to then. A busy it
+//! causes after that is what rule P reports; an abandon under a fault may keep its key until
+//! the lease runs out, so it stays possibly live.
 
 use std::collections::BTreeMap;
 
@@ -276,12 +279,34 @@ impl<'a> Context<'a> {
             .any(|(s, e)| *s <= to_ns && *e >= from_ns)
     }
 
-    /// The end of the faults active at `at_ns`, or `at_ns`.
-    fn settle(&self, at_ns: u64) -> u64 {
-        self.faults
-            .iter()
-            .find(|(s, e)| *s <= at_ns && at_ns <= *e)
-            .map_or(at_ns, |(_, e)| *e)
+    /// `end`, pushed out by every fault that begins before it while a grant of `lease_ns`
+    /// that began at `start` may still hold its key: a leader change starts the lease over
+    /// on the new leader's clock, and a slow clock stretches it, so such a grant may hold
+    /// until the fault ends plus a whole lease (and a later fault in that time pushes again).
+    fn extended_by_faults(&self, start: u64, mut end: u64, lease_ns: u64) -> u64 {
+        // Merged and sorted by start, so one pass reaches the fixpoint.
+        for &(fault_start, fault_end) in &self.faults {
+            if fault_start > end {
+                break;
+            }
+            if fault_end >= start {
+                end = end.max(fault_end.saturating_add(lease_ns));
+            }
+        }
+        end
+    }
+
+    /// Whether the abandoned `grant` owed its phantom release by `at`: its client left at
+    /// least `phantom_release_bound_ms` before `at`, and no fault was active from its invoke
+    /// to the end of that bound. Under a fault the release may be lost or never proposed (a
+    /// deposed leader, a held link that hid the departure), and the grant may stay until its
+    /// lease runs out.
+    fn release_owed_by(&self, grant: &Operation, at: u64) -> bool {
+        let bound = self.options.phantom_release_bound_ms * MS;
+        Self::left_at(grant).is_some_and(|left| {
+            let due = left.saturating_add(bound);
+            due <= at && self.fault_free(grant.call_ns(), due)
+        })
     }
 
     fn lease_ns(&self, op: &Operation, factor: f64) -> u64 {
@@ -301,6 +326,7 @@ impl<'a> Context<'a> {
     fn live_interval(&self, grant: &Operation) -> Option<(u64, u64)> {
         let c = grant.completion.as_ref();
         let lease = self.lease_ns(grant, 1.0 + self.drift);
+        let start = grant.call_ns();
         match c.map(|c| c.op_type) {
             Some(OpType::Fail) => None,
             Some(OpType::Ok) => {
@@ -318,28 +344,29 @@ impl<'a> Context<'a> {
                     })
                     .filter_map(|r| r.return_ns())
                     .min();
-                let expiry = self.settle(grant.return_ns()?).saturating_add(lease);
-                Some((grant.call_ns(), released.map_or(expiry, |r| r.min(expiry))))
+                let expiry = grant.return_ns()?.saturating_add(lease);
+                let expiry = self.extended_by_faults(start, expiry, lease);
+                Some((start, released.map_or(expiry, |r| r.min(expiry))))
             }
             Some(_) => {
                 let at = c.map_or(u64::MAX, |c| c.time_ns);
-                Some((grant.call_ns(), self.settle(at).saturating_add(lease)))
+                let expiry = self.extended_by_faults(start, at.saturating_add(lease), lease);
+                Some((start, expiry))
             }
-            None => Some((grant.call_ns(), u64::MAX)),
+            None => Some((start, u64::MAX)),
         }
     }
 
     /// Other grants of `key` (not `except`) that may hold it at some instant of
-    /// `[from, to]`, apart from abandoned ones whose client left by `from - phantom bound`.
+    /// `[from, to]`, apart from abandoned ones whose phantom release was owed by `from`.
     fn possibly_live(&self, key: &str, except: &[u64], from: u64, to: u64) -> Vec<&Operation> {
-        let departed_by = from.saturating_sub(self.options.phantom_release_bound_ms * MS);
         self.acquires_by_key
             .get(key)
             .into_iter()
             .flatten()
             .copied()
             .filter(|g| !except.contains(&g.invoke.index))
-            .filter(|g| Self::left_at(g).is_none_or(|l| l > departed_by))
+            .filter(|g| !self.release_owed_by(g, from))
             .filter(|g| {
                 self.live_interval(g)
                     .is_some_and(|(s, e)| s <= to && e >= from)
@@ -395,6 +422,11 @@ impl Context<'_> {
                 report.recovery.not_evaluable += 1;
                 continue;
             }
+            if !succeeded && ops.iter().all(|o| self.excused_in_recovery(o)) {
+                // Every op was turned away by a grant that may still legally hold its key.
+                report.recovery.not_evaluable += 1;
+                continue;
+            }
             report.recovery.evaluated += 1;
             if succeeded {
                 continue;
@@ -421,6 +453,24 @@ impl Context<'_> {
 }
 
 impl Context<'_> {
+    /// Whether rule R may not blame `op`: the client's own abandon, or a busy acquire while
+    /// another grant of its key could be live (a lease that began before or under a fault
+    /// may outlast the recovery bound; a lock service must not end it early).
+    fn excused_in_recovery(&self, op: &Operation) -> bool {
+        if Self::left_at(op).is_some() {
+            return true;
+        }
+        let Some(c) = op.completion.as_ref() else {
+            return false;
+        };
+        op.f == OpName::Acquire
+            && c.op_type == OpType::Fail
+            && c.error == ErrorWord::Busy
+            && !self
+                .possibly_live(&op.key, &[op.invoke.index], op.call_ns(), c.time_ns)
+                .is_empty()
+    }
+
     /// Rule P: busy acquires after an abandoned acquire's bound, with no other live grant.
     fn phantom(&self, report: &mut LivenessReport) {
         let bound = self.options.phantom_release_bound_ms * MS;
@@ -665,7 +715,7 @@ mod tests {
 
     #[test]
     fn a_grant_made_under_a_fault_may_outlive_its_lease_until_the_fault_ends() {
-        // settle(): a grant returned during a clock skew is possibly live until the skew's
+        // A grant whose client left during a clock skew is possibly live until the skew's
         // reset plus its lease, so a busy in that time is not blamed on the phantom.
         let rows = "0,100000000,1,invoke,acquire,a,20000,,,\n\
                     1,101000000,1,info,acquire,a,,,,disconnected\n\
@@ -678,7 +728,6 @@ mod tests {
         let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
-        assert_eq!(context.settle(170_000_000), 3_000_000_000);
         let grant = &paired.operations[1];
         let (_, until) = context.live_interval(grant).unwrap();
         assert_eq!(until, 3_000_000_000 + 505_000_000);
@@ -688,6 +737,44 @@ mod tests {
                 .len(),
             1
         );
+        let (report, _) = run(rows, LivenessOptions::default());
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn every_fault_while_a_grant_may_hold_starts_its_lease_over() {
+        // Found by `locksmith sim --seeds 4`: a 20 s grant whose client disconnected under a
+        // partition, then two kills of every node (each leader change restarts the lease on
+        // the new leader's clock), kept its key busy 40 s after the grant. That is legal,
+        // and rule P wrongly blamed the busy on a later leaver's fault-free abandon.
+        let rows = "0,1000000000,0,invoke,acquire,a,20000,,,\n\
+                    1,1010000000,0,info,acquire,a,,,,disconnected\n\
+                    2,1020000000,nemesis,info,partition,,n1 | n2 n3,,,\n\
+                    3,1500000000,nemesis,info,heal,,,,,\n\
+                    4,15000000000,nemesis,info,kill,,n1 n2 n3,,,\n\
+                    5,16000000000,nemesis,info,restart,,n1 n2 n3,,,\n\
+                    6,28000000000,1,invoke,acquire,a,20000,,,\n\
+                    7,28001000000,1,info,acquire,a,,,,disconnected\n\
+                    8,32000000000,2,invoke,acquire,a,500,,,\n\
+                    9,32010000000,2,fail,acquire,a,,,n1,busy\n";
+        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let paired = history::pair::pair_with_faults(&ops).unwrap();
+        let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
+        let (_, until) = context.live_interval(&paired.operations[0]).unwrap();
+        assert_eq!(until, 16_000_000_000 + 20_200_000_000);
+        let (report, result) = run(rows, LivenessOptions::default());
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.phantom.not_evaluable, 1);
+        assert!(!result.checked);
+        // Without the first leaver the busy has no excuse: a violation.
+        let alone: String = rows
+            .lines()
+            .skip(2)
+            .enumerate()
+            .map(|(i, l)| format!("{i}{}\n", &l[l.find(',').unwrap()..]))
+            .collect();
+        let (report, _) = run(&alone, LivenessOptions::default());
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     }
 
     #[test]
