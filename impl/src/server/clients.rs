@@ -90,6 +90,8 @@ struct GoneGuard {
     armed: bool,
     answer: oneshot::Receiver<Response>,
     key: Option<Key>,
+    /// An answer taken from the core that cannot be delivered (the connection had closed).
+    undelivered: Option<Response>,
 }
 
 impl GoneGuard {
@@ -99,7 +101,11 @@ impl GoneGuard {
             return None;
         }
         self.answer.close();
-        match self.answer.try_recv() {
+        let answer = match self.undelivered.take() {
+            Some(answer) => Ok(answer),
+            None => self.answer.try_recv(),
+        };
+        match answer {
             Ok(Response::Granted { token }) => Some(Event::Orphaned {
                 key: self.key.take()?,
                 token,
@@ -155,6 +161,7 @@ impl LockServer {
             armed: false,
             answer,
             key,
+            undelivered: None,
         };
         let event = Event::Request { id, request, reply };
         if self.events.send(event).await.is_err() {
@@ -168,6 +175,13 @@ impl LockServer {
             _ = closed.wait_for(|closed| *closed) => None,
         };
         match answered {
+            // The answer and the end of the connection may be ready at once (the select
+            // prefers the answer): an answer to a closed connection never reaches its client,
+            // so a grant in it is a phantom lock like one whose client left first.
+            Some(Ok(answer)) if *closed.borrow() => {
+                guard.undelivered = Some(answer);
+                unknown("the client connection closed")
+            }
             Some(answer) => {
                 guard.armed = false;
                 answer.unwrap_or_else(|_| unknown("the core dropped the request"))
@@ -311,8 +325,45 @@ mod tests {
             armed: true,
             answer,
             key: Some("k".to_owned()),
+            undelivered: None,
         };
         (guard, reply)
+    }
+
+    #[tokio::test]
+    async fn a_grant_answered_as_the_connection_closes_is_released_not_delivered() {
+        // Review defect "requests whose client leaves": the handler's select prefers the
+        // answer, so a grant that came in the same turn as the end of the connection was
+        // handed to a dead connection and kept as a phantom lock until its lease ran out.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (close, closed) = watch::channel(false);
+        let server = LockServer {
+            events,
+            next_id: Arc::new(AtomicU64::new(1)),
+            closed,
+        };
+        let request = ClientRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 20_000,
+            wait_ms: 0,
+            origin: None,
+        };
+        let handler = tokio::spawn(server.call(request));
+        let Some(Event::Request { reply, .. }) = inbox.recv().await else {
+            panic!("the handler should forward the request to the core");
+        };
+        // Both in one turn: the connection ends and the core answers.
+        close.send_replace(true);
+        reply.send(Response::Granted { token: 11 }).unwrap();
+        let response = handler.await.unwrap();
+        assert!(
+            matches!(response, Response::Unknown { .. }),
+            "a closed connection gets no grant: {response:?}"
+        );
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 11)),
+            other => panic!("expected the grant reported as orphaned, got {other:?}"),
+        }
     }
 
     #[tokio::test]
