@@ -27,7 +27,11 @@
 //! A grant that arrives on a retry after an earlier attempt was *abandoned* (its connection
 //! broke or its deadline passed after the request was sent) is reported `Unknown` too, with
 //! the token in the reason: the server saw that abandoned attempt's client leave and may
-//! already have released the grant as a phantom lock, so the token cannot be promised.
+//! already have released the grant as a phantom lock, so the token cannot be promised. The
+//! client releases that grant itself before it answers, so that the key does not stay held
+//! until the lease runs out by a client that does not know it holds it. An attempt that the
+//! node answered `Unknown` counts as abandoned: the node gave up on it and treats the client
+//! as gone.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -241,10 +245,22 @@ impl Client {
             wait_ms,
         };
         let (result, node) = self.run(op, wait_ms, deadline).await;
+        if let Ok((Response::Granted { token }, true)) = &result {
+            // Reported unknown below, so nobody would ever release this grant: it would keep
+            // its key until the lease ran out (a phantom lock held by a live client). Give it
+            // back now; `NotHolder` means the server had already released it.
+            let cleanup = Instant::now() + Duration::from_millis(self.options.attempt_timeout_ms);
+            let release = Op::Release {
+                key: key.to_owned(),
+                token: *token,
+            };
+            let _ = self.run(release, 0, cleanup).await;
+        }
         let result = result.and_then(|(response, abandoned)| match response {
             Response::Granted { token } if abandoned => Err(ClientError::Unknown(format!(
                 "granted token {token} on a retry after an earlier attempt was abandoned; \
-                 the server may have released it as a phantom lock"
+                 the server may have released it as a phantom lock, and this client released \
+                 it too"
             ))),
             Response::Granted { token } => Ok(token),
             Response::Busy => Err(ClientError::Busy),
@@ -372,7 +388,11 @@ impl Client {
                     }
                 }
                 Attempt::Answer(Response::Unknown { reason }) => {
+                    // The node gave up on this attempt (its deadline passed at the node, or
+                    // it lost the connection): it counts the client as gone and releases a
+                    // grant of this origin as a phantom lock, even one a retry gets back.
                     sent = true;
+                    abandoned = true;
                     last = format!("node {}: {reason}", target + 1);
                     target = (target + 1) % self.cluster.len();
                     true
@@ -579,6 +599,111 @@ mod tests {
         }
         let unknown = ClientError::Unknown("x".into());
         assert!(!unknown.is_definite());
+    }
+
+    /// A scripted node: answers each acquire with the next response of `acquires` and
+    /// records every release it gets.
+    #[derive(Clone)]
+    struct ScriptedNode {
+        acquires: Arc<Mutex<Vec<Response>>>,
+        releases: Arc<Mutex<Vec<(Key, Token)>>>,
+    }
+
+    impl crate::rpc::LockService for ScriptedNode {
+        async fn acquire(
+            self,
+            _: context::Context,
+            _key: Key,
+            _lease_ms: u64,
+            _wait_ms: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            self.acquires.lock().unwrap().remove(0)
+        }
+
+        async fn release(
+            self,
+            _: context::Context,
+            key: Key,
+            token: Token,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            self.releases.lock().unwrap().push((key, token));
+            Response::Released
+        }
+
+        async fn status(self, _: context::Context) -> NodeStatus {
+            futures::future::pending().await
+        }
+
+        async fn set_clock(
+            self,
+            _: context::Context,
+            _rate: f64,
+            _jump_ms: i64,
+        ) -> Result<ClockReading, String> {
+            Err("scripted".into())
+        }
+    }
+
+    async fn serve_scripted(node: ScriptedNode) -> SocketAddr {
+        use futures::StreamExt;
+        use tarpc::server::{BaseChannel, Channel};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let node = node.clone();
+                let transport = crate::server::transport(crate::sys::net::TcpStream::Tokio(stream));
+                tokio::spawn(
+                    BaseChannel::with_defaults(transport)
+                        .execute(crate::rpc::LockService::serve(node))
+                        .for_each(|request| async move {
+                            tokio::spawn(request);
+                        }),
+                );
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_grant_after_the_node_gave_up_on_an_attempt_is_unknown_and_given_back() {
+        // Review defect "answers after a retry": a node that answers `Unknown` gave up on the
+        // attempt and releases its grant as a phantom lock, yet the client took the grant a
+        // retry got back by dedupe as its own (two holders once the phantom release ran).
+        // And a grant it reported unknown it never released: a key held until the lease
+        // ran out by a live client that did not know it held it.
+        let node = ScriptedNode {
+            acquires: Arc::new(Mutex::new(vec![
+                Response::Unknown {
+                    reason: "the caller's timeout passed before an answer".into(),
+                },
+                Response::Granted { token: 7 },
+            ])),
+            releases: Arc::new(Mutex::new(Vec::new())),
+        };
+        let addr = serve_scripted(node.clone()).await;
+        let options = ClientOptions {
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answered = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert!(
+            matches!(&answered.result, Err(ClientError::Unknown(reason)) if reason.contains("token 7")),
+            "{:?}",
+            answered.result
+        );
+        assert_eq!(
+            *node.releases.lock().unwrap(),
+            vec![("k".to_owned(), 7)],
+            "the client gives back the grant it will not report"
+        );
     }
 
     #[tokio::test]
