@@ -12,10 +12,15 @@
 //!   acquires (it chose to leave) or busy acquires while another grant of the key could be
 //!   live (then the process is not evaluable).
 //! - **P (phantom release).** An acquire that ends `info` with error `gave-up` or
-//!   `disconnected` was abandoned by its client at `L` (that row's time). An acquire of the
-//!   same key by another process invoked at `t >= L + phantom_release_bound_ms`, before the
-//!   abandoned acquire's lease could have run out, that fails `busy` while no other grant of
-//!   the key can be live is a violation.
+//!   `disconnected` was abandoned by its client at `L` (that row's time). It is judged only
+//!   with a *witness*: another process's grant of the key that held it from before the
+//!   abandoned acquire was invoked until `phantom_witness_margin_ms` after `L`, so the node
+//!   heard of the departure before it could grant. (Without one, the grant and the departure
+//!   may have crossed on the wire, and a node cannot tell that from a client that got its
+//!   grant and died, which keeps the lock until its lease ends.) An acquire of the same key
+//!   by another process invoked at `t >= L + phantom_release_bound_ms`, before the abandoned
+//!   acquire's lease could have run out, that fails `busy` while no other grant of the key
+//!   can be live is a violation.
 //! - **W (waiters).** An acquire whose value is `LEASE_MS WAIT_MS` must complete (`ok` or
 //!   `fail`) by `invoke + WAIT_MS + waiter_slack_ms`; and a waiter that fails `busy` although
 //!   the key was certainly free for longer than `waiter_grant_bound_ms` inside its wait is a
@@ -48,6 +53,9 @@ pub struct LivenessOptions {
     pub recovery_bound_ms: u64,
     /// Rule P: how soon after its client left an abandoned acquire's key must be grantable.
     pub phantom_release_bound_ms: u64,
+    /// Rule P: how long after the client left the key's witness must still hold it, so that
+    /// the node heard of the departure before it could grant (longer than a message's trip).
+    pub phantom_witness_margin_ms: u64,
     /// Rule W: how long after its wait a waiting acquire may take to be answered.
     pub waiter_slack_ms: u64,
     /// Rule W: the longest a key may stay free while a waiter waits for it.
@@ -59,6 +67,7 @@ impl Default for LivenessOptions {
         LivenessOptions {
             recovery_bound_ms: 10_000,
             phantom_release_bound_ms: 3_000,
+            phantom_witness_margin_ms: 250,
             waiter_slack_ms: 2_000,
             waiter_grant_bound_ms: 1_000,
         }
@@ -78,6 +87,14 @@ impl LivenessOptions {
     pub fn with_phantom_release_bound_ms(self, phantom_release_bound_ms: u64) -> Self {
         LivenessOptions {
             phantom_release_bound_ms,
+            ..self
+        }
+    }
+
+    /// With another witness margin (rule P).
+    pub fn with_phantom_witness_margin_ms(self, phantom_witness_margin_ms: u64) -> Self {
+        LivenessOptions {
+            phantom_witness_margin_ms,
             ..self
         }
     }
@@ -305,8 +322,49 @@ impl<'a> Context<'a> {
         let bound = self.options.phantom_release_bound_ms * MS;
         Self::left_at(grant).is_some_and(|left| {
             let due = left.saturating_add(bound);
-            due <= at && self.fault_free(grant.call_ns(), due)
+            due <= at && self.fault_free(grant.call_ns(), due) && self.witness(grant).is_some()
         })
+    }
+
+    /// The grant that proves `abandoned` left before it could have been granted: another
+    /// process's `ok` grant of the key, returned before `abandoned` was invoked, that still
+    /// held the key `phantom_witness_margin_ms` after the client left (no release of its
+    /// token invoked by then, its lease not run out even on a fast clock), with no fault from
+    /// its invoke to then. Without one, the node's grant and the client's departure may have
+    /// crossed on the wire: the node handed the answer to a connection whose client was
+    /// already leaving, and a lock service cannot tell that from a client that took its
+    /// grant and then died, which keeps the lock until its lease ends.
+    fn witness(&self, abandoned: &Operation) -> Option<&Operation> {
+        let left = Self::left_at(abandoned)?;
+        let until = left.saturating_add(self.options.phantom_witness_margin_ms * MS);
+        self.acquires_by_key
+            .get(abandoned.key.as_str())?
+            .iter()
+            .copied()
+            .find(|g| {
+                let Some(c) = g.completion.as_ref() else {
+                    return false;
+                };
+                if g.process == abandoned.process
+                    || c.op_type != OpType::Ok
+                    || c.time_ns > abandoned.call_ns()
+                    || !self.fault_free(g.call_ns(), until)
+                    || g.call_ns()
+                        .saturating_add(self.lease_ns(g, 1.0 - self.drift))
+                        < until
+                {
+                    return false;
+                }
+                let released_by = self
+                    .releases_by_key
+                    .get(g.key.as_str())
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r.invoke.token.is_some() && r.invoke.token == c.token)
+                    .map(|r| r.call_ns())
+                    .min();
+                released_by.is_none_or(|r| r >= until)
+            })
     }
 
     fn lease_ns(&self, op: &Operation, factor: f64) -> u64 {
@@ -479,6 +537,7 @@ impl Context<'_> {
                 let Some(left) = Self::left_at(abandoned) else {
                     continue;
                 };
+                let witness = self.witness(abandoned);
                 let lease_end = abandoned
                     .call_ns()
                     .saturating_add(self.lease_ns(abandoned, 1.0 - self.drift));
@@ -495,7 +554,8 @@ impl Context<'_> {
                         continue;
                     }
                     let except = [abandoned.invoke.index, later.invoke.index];
-                    if !self.fault_free(abandoned.call_ns(), c.time_ns)
+                    if witness.is_none()
+                        || !self.fault_free(abandoned.call_ns(), c.time_ns)
                         || (busy
                             && !self
                                 .possibly_live(key, &except, later.call_ns(), c.time_ns)
@@ -512,11 +572,14 @@ impl Context<'_> {
                         rule: 'P',
                         message: format!(
                             "a key whose client left is grantable again: violated: the client of \
-                             {} left at {}; {}, more than phantom_release_bound_ms {} later, \
-                             before that acquire's lease ({} ms) could have run out, while no \
-                             other grant of {key} could be live and no fault was active",
+                             {} left at {}, while {} still held the key (so the node heard of the \
+                             departure before it could grant); {}, more than \
+                             phantom_release_bound_ms {} later, before that acquire's lease ({} \
+                             ms) could have run out, while no other grant of {key} could be live \
+                             and no fault was active",
                             describe(abandoned),
                             ms(left),
+                            witness.map(describe).unwrap_or_default(),
                             describe(later),
                             self.options.phantom_release_bound_ms,
                             self.lease_ns(abandoned, 1.0) / MS,
@@ -676,8 +739,8 @@ mod tests {
                            1,110000000,0,ok,acquire,a,,1,n1,\n\
                            2,200000000,1,invoke,acquire,a,20000 10000,,,\n\
                            3,500000000,1,info,acquire,a,,,,gave-up\n\
-                           4,600000000,0,invoke,release,a,,1,,\n\
-                           5,610000000,0,ok,release,a,,,n1,\n";
+                           4,800000000,0,invoke,release,a,,1,,\n\
+                           5,810000000,0,ok,release,a,,,n1,\n";
 
     #[test]
     fn a_busy_after_the_phantom_bound_fails_and_a_longer_bound_passes() {
@@ -702,7 +765,7 @@ mod tests {
     fn a_fault_in_the_window_makes_the_busy_not_evaluable() {
         // Only fault-free windows are judged: a partition healed after the busy.
         let rows = format!(
-            "{GAVE_UP}6,700000000,nemesis,info,partition,,n1 | n2 n3,,,\n\
+            "{GAVE_UP}6,900000000,nemesis,info,partition,,n1 | n2 n3,,,\n\
              7,4000000000,2,invoke,acquire,a,1000,,,\n\
              8,4010000000,2,fail,acquire,a,,,n1,busy\n\
              9,4500000000,nemesis,info,heal,,,,,\n"
@@ -747,33 +810,77 @@ mod tests {
         // partition, then two kills of every node (each leader change restarts the lease on
         // the new leader's clock), kept its key busy 40 s after the grant. That is legal,
         // and rule P wrongly blamed the busy on a later leaver's fault-free abandon.
-        let rows = "0,1000000000,0,invoke,acquire,a,20000,,,\n\
-                    1,1010000000,0,info,acquire,a,,,,disconnected\n\
-                    2,1020000000,nemesis,info,partition,,n1 | n2 n3,,,\n\
-                    3,1500000000,nemesis,info,heal,,,,,\n\
-                    4,15000000000,nemesis,info,kill,,n1 n2 n3,,,\n\
-                    5,16000000000,nemesis,info,restart,,n1 n2 n3,,,\n\
-                    6,28000000000,1,invoke,acquire,a,20000,,,\n\
-                    7,28001000000,1,info,acquire,a,,,,disconnected\n\
-                    8,32000000000,2,invoke,acquire,a,500,,,\n\
-                    9,32010000000,2,fail,acquire,a,,,n1,busy\n";
+        let first = "0,1000000000,0,invoke,acquire,a,20000,,,\n\
+                     1,1010000000,0,info,acquire,a,,,,disconnected\n\
+                     2,1020000000,nemesis,info,partition,,n1 | n2 n3,,,\n\
+                     3,1500000000,nemesis,info,heal,,,,,\n\
+                     4,15000000000,nemesis,info,kill,,n1 n2 n3,,,\n\
+                     5,16000000000,nemesis,info,restart,,n1 n2 n3,,,\n";
+        // The later leaver waits behind a holder that releases well after it left, so the
+        // node heard of its departure before it could grant (rule P's witness).
+        let later = |i: u64| {
+            format!(
+                "{},27000000000,5,invoke,acquire,a,60000,,,\n\
+                 {},27010000000,5,ok,acquire,a,,9,n1,\n\
+                 {},28000000000,1,invoke,acquire,a,20000 5000,,,\n\
+                 {},28001000000,1,info,acquire,a,,,,disconnected\n\
+                 {},28500000000,5,invoke,release,a,,9,,\n\
+                 {},28510000000,5,ok,release,a,,,n1,\n\
+                 {},32000000000,2,invoke,acquire,a,500,,,\n\
+                 {},32010000000,2,fail,acquire,a,,,n1,busy\n",
+                i,
+                i + 1,
+                i + 2,
+                i + 3,
+                i + 4,
+                i + 5,
+                i + 6,
+                i + 7
+            )
+        };
+        let rows = format!("{first}{}", later(6));
         let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
         let (_, until) = context.live_interval(&paired.operations[0]).unwrap();
         assert_eq!(until, 16_000_000_000 + 20_200_000_000);
-        let (report, result) = run(rows, LivenessOptions::default());
+        let (report, result) = run(&rows, LivenessOptions::default());
         assert!(report.violations.is_empty(), "{:?}", report.violations);
         assert_eq!(report.phantom.not_evaluable, 1);
         assert!(!result.checked);
         // Without the first leaver the busy has no excuse: a violation.
-        let alone: String = rows
-            .lines()
-            .skip(2)
-            .enumerate()
-            .map(|(i, l)| format!("{i}{}\n", &l[l.find(',').unwrap()..]))
-            .collect();
-        let (report, _) = run(&alone, LivenessOptions::default());
+        let (report, _) = run(&later(0), LivenessOptions::default());
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+    }
+
+    #[test]
+    fn an_abandon_without_a_witness_is_not_judged_and_may_keep_its_key() {
+        // The node may have handed the grant to the connection just as the client left (the
+        // answer and the departure crossed): nothing in the history can rule that out, so the
+        // abandon is not judged, and its grant may hold until its lease ends.
+        let rows = "0,1000000000,1,invoke,acquire,a,20000,,,\n\
+                    1,1010000000,1,info,acquire,a,,,,gave-up\n\
+                    2,5000000000,2,invoke,acquire,a,500,,,\n\
+                    3,5010000000,2,fail,acquire,a,,,n1,busy\n";
+        let (report, result) = run(rows, LivenessOptions::default());
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.phantom.not_evaluable, 1);
+        assert!(!result.checked);
+        // A witness that released too soon after the client left does not count either.
+        let rows = "0,900000000,0,invoke,acquire,a,60000,,,\n\
+                    1,910000000,0,ok,acquire,a,,1,n1,\n\
+                    2,1000000000,1,invoke,acquire,a,20000 5000,,,\n\
+                    3,1010000000,1,info,acquire,a,,,,gave-up\n\
+                    4,1020000000,0,invoke,release,a,,1,,\n\
+                    5,1030000000,0,ok,release,a,,,n1,\n\
+                    6,5000000000,2,invoke,acquire,a,500,,,\n\
+                    7,5010000000,2,fail,acquire,a,,,n1,busy\n";
+        let (report, _) = run(rows, LivenessOptions::default());
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        let (report, _) = run(
+            rows,
+            LivenessOptions::default().with_phantom_witness_margin_ms(5),
+        );
         assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     }
 
