@@ -412,12 +412,16 @@ pub const PROBE_LEASE_MS: u64 = 20_000;
 /// How long the probe waits after the leaver left before it tries the key, ms: the
 /// phantom-release bound of the liveness check (3 s) plus a margin.
 pub const PROBE_DELAY_MS: u64 = 3_500;
+/// How long the probe's holder keeps the key after the waiter left, ms (see
+/// `checker::liveness`, rule P's witness).
+pub const PROBE_HOLD_AFTER_LEAVE_MS: u64 = 500;
 /// First process id of the probe's clients (far above the workers' ids).
 pub const PROBE_PROCESS_BASE: u64 = 1_000_000;
 
 /// The phantom-lock probe, after recovery with no fault active: per key, a holder takes the
 /// key, a waiter queues for it with a 20 s lease and leaves (gives up on even keys,
-/// disconnects on odd ones), the holder releases, and [`PROBE_DELAY_MS`] after the waiter
+/// disconnects on odd ones), the holder releases [`PROBE_HOLD_AFTER_LEAVE_MS`] later, and
+/// [`PROBE_DELAY_MS`] after the waiter
 /// left a third client tries the key. A lock service that keeps the gone waiter's lock
 /// (`--bug skip-phantom-release`) answers it `busy`, which the liveness check's rule P
 /// reports. Returns how many keys the probe ran on (a key whose holder got no grant is
@@ -471,6 +475,9 @@ async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
     let left = leaver
         .perform(&acquire(PROBE_LEASE_MS, 10_000, Some(leave)))
         .await;
+    // Hold on past the liveness check's witness margin (250 ms): the node then surely heard
+    // of the departure before it could grant, and rule P judges this abandon.
+    tokio::time::sleep(Duration::from_millis(PROBE_HOLD_AFTER_LEAVE_MS)).await;
     let release = ClientOp::Release {
         key: key.to_owned(),
         token,

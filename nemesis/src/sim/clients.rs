@@ -9,7 +9,9 @@
 //! tarpc cancels it) or drops its connection (`disconnected`: the whole client is dropped),
 //! at a random instant while the request may be anywhere between the client and the
 //! committed grant. lockd must then free the key well before the lease (the phantom-lock
-//! release), which the liveness check judges.
+//! release). The liveness check judges a leave where another grant held the key until after
+//! the client left (so the grant cannot have crossed the departure on the wire); after
+//! recovery, the phantom-lock probe makes one such leave per key.
 //!
 //! Rows are recorded with the simulator's clock, in nanoseconds since the run started.
 
@@ -25,6 +27,7 @@ use lockd::raft::{NodeId, Role};
 use tokio::time::Instant;
 
 use crate::rng::Rng;
+use crate::workload::{PROBE_DELAY_MS, PROBE_HOLD_AFTER_LEAVE_MS, PROBE_PROCESS_BASE};
 
 /// Where each node listens for clients in the simulation.
 pub const CLIENT_PORT: u16 = 7100;
@@ -197,6 +200,7 @@ pub async fn run_clients(
             for slot in slots {
                 let _ = slot.await;
             }
+            probe(shared, fenced, cluster, workload).await;
         })
         .await;
     Ok(())
@@ -450,25 +454,44 @@ impl Worker {
         }
     }
 
-    /// A leaver: acquires with a long lease and leaves at a random instant while the
-    /// request may be in flight. Returns the client to go on with (a new one after a
-    /// disconnect).
+    /// A leaver: acquires with a long lease (trying once, or waiting half the time) and
+    /// leaves at a random instant while the request may be in flight. Returns the client to
+    /// go on with (a new one after a disconnect).
     async fn leave(&mut self, client: Client, key: &str) -> Client {
-        let disconnect = self.rng.chance(1, 2);
-        let after_ms = self.rng.range(0, 40);
+        let plan = LeavePlan {
+            disconnect: self.rng.chance(1, 2),
+            after_ms: self.rng.range(0, 40),
+            wait_ms: if self.rng.chance(1, 2) {
+                self.rng.range(500, 3_000)
+            } else {
+                0
+            },
+        };
+        self.leave_as(client, key, plan).await.0
+    }
+
+    /// Acquires `key` with the leaver's lease and leaves as `plan` says, unless the answer
+    /// comes first (then the grant is written to and released like any other). Returns the
+    /// client to go on with and whether the client left.
+    async fn leave_as(&mut self, client: Client, key: &str, plan: LeavePlan) -> (Client, bool) {
+        let LeavePlan {
+            disconnect,
+            after_ms,
+            wait_ms,
+        } = plan;
         self.shared.record(
             self.process(),
             OpType::Invoke,
             Row {
                 f: OpName::Acquire.as_str(),
                 key: key.to_owned(),
-                value: acquire_value(LEAVER_LEASE_MS, 0),
+                value: acquire_value(LEAVER_LEASE_MS, wait_ms),
                 ..Row::default()
             },
         );
-        let deadline = Instant::now() + Duration::from_millis(OP_TIMEOUT_MS);
+        let deadline = Instant::now() + Duration::from_millis(wait_ms + OP_TIMEOUT_MS);
         let outcome = {
-            let call = client.acquire_traced(key, LEAVER_LEASE_MS, 0, deadline);
+            let call = client.acquire_traced(key, LEAVER_LEASE_MS, wait_ms, deadline);
             tokio::pin!(call);
             tokio::select! {
                 biased;
@@ -496,7 +519,7 @@ impl Worker {
             };
             self.shared.record(self.process(), OpType::Info, row);
             self.retire();
-            return client;
+            return (client, true);
         };
         // The answer came before the client meant to leave: an ordinary acquire.
         let mut row = Row {
@@ -514,7 +537,7 @@ impl Worker {
             }
             Err(error) => self.complete_failed(row, &error),
         }
-        client
+        (client, false)
     }
 
     /// The recovery phase: acquire (waiting), write, release, until one cycle succeeds or
@@ -533,6 +556,79 @@ impl Worker {
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
         }
+    }
+}
+
+/// How a leaver leaves.
+#[derive(Clone, Copy, Debug)]
+struct LeavePlan {
+    /// Drop the whole client (`disconnected`), or only the request (`gave-up`).
+    disconnect: bool,
+    /// How long after the invoke, ms.
+    after_ms: u64,
+    /// The acquire's wait, ms (0: try once).
+    wait_ms: u64,
+}
+
+/// The phantom-lock probe, as `locksmith test` runs it (`nemesis::workload::phantom_probe`):
+/// after recovery, with no fault active, per key a holder takes the key, a waiter queues
+/// behind it with a 20 s lease and leaves (gives up on even keys, disconnects on odd ones),
+/// the holder releases [`PROBE_HOLD_AFTER_LEAVE_MS`] later, and
+/// [`PROBE_DELAY_MS`] after the waiter left a third client tries the key.
+/// A lock service that keeps the gone waiter's lock answers it `busy`: rule P.
+async fn probe(
+    shared: Rc<Shared>,
+    fenced: Rc<RefCell<BTreeMap<String, u64>>>,
+    cluster: Vec<SocketAddr>,
+    workload: Workload,
+) {
+    let probes = (0..workload.keys).map(|i| {
+        let worker = |j: u64| Worker {
+            shared: shared.clone(),
+            fenced: fenced.clone(),
+            cluster: cluster.clone(),
+            workload: workload.clone(),
+            slot: workload.clients + 3 * i + j,
+            process: PROBE_PROCESS_BASE + 10 * i + j,
+            client_generation: 0,
+            rng: Rng::derive(workload.seed, PROBE_STREAM, 3 * i + j),
+        };
+        let (holder, leaver, prober) = (worker(0), worker(1), worker(2));
+        probe_key(format!("k{i}"), i % 2 == 1, holder, leaver, prober)
+    });
+    futures::future::join_all(probes).await;
+}
+
+const PROBE_STREAM: u64 = 0x009e_0be5;
+
+async fn probe_key(
+    key: String,
+    disconnect: bool,
+    mut holder: Worker,
+    mut leaver: Worker,
+    mut prober: Worker,
+) {
+    let holding = holder.new_client();
+    let Some(token) = holder.acquire(&holding, &key, LEAVER_LEASE_MS, 2_000).await else {
+        return;
+    };
+    let plan = LeavePlan {
+        disconnect,
+        after_ms: 300,
+        wait_ms: 10_000,
+    };
+    let leaving = leaver.new_client();
+    let (leaving, left) = leaver.leave_as(leaving, &key, plan).await;
+    drop(leaving);
+    if left {
+        tokio::time::sleep(Duration::from_millis(PROBE_HOLD_AFTER_LEAVE_MS)).await;
+    }
+    holder.release(&holding, &key, token).await;
+    let after_leave = PROBE_DELAY_MS.saturating_sub(PROBE_HOLD_AFTER_LEAVE_MS);
+    tokio::time::sleep(Duration::from_millis(after_leave)).await;
+    let probing = prober.new_client();
+    if let Some(token) = prober.acquire(&probing, &key, 1_000, 0).await {
+        prober.release(&probing, &key, token).await;
     }
 }
 

@@ -103,6 +103,23 @@ fn run_child(args: &SimArgs) -> Result<i32, String> {
     let mut case = template(args)?;
     case.seed = seed;
     case.logs = !args.child_quiet;
+    // A node's panic is part of the verdict (node health) and its message is in the store;
+    // one line here, not a backtrace per panic, unless LOCKSMITH_SIM_BACKTRACE is set.
+    if std::env::var_os("LOCKSMITH_SIM_BACKTRACE").is_none() {
+        std::panic::set_hook(Box::new(move |info| {
+            let location = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|m| (*m).to_owned())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            eprintln!("locksmith sim: seed {seed}: panic{location}: {message}");
+        }));
+    }
     let result = run_case(&case);
     if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
         eprintln!(
@@ -266,6 +283,28 @@ fn write_junit(
     junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The failure text for the terminal: the first explanation lines and every summary and
+/// store line; the store's results.json keeps the whole explanation.
+fn abridged(text: &str) -> String {
+    const SHOWN: usize = 8;
+    let is_summary =
+        |l: &str| l.starts_with('(') || l.starts_with("store:") || l.starts_with("timeline:");
+    let explanation: Vec<&str> = text.lines().filter(|l| !is_summary(l)).collect();
+    let mut out: Vec<String> = explanation
+        .iter()
+        .take(SHOWN)
+        .map(|l| (*l).to_owned())
+        .collect();
+    if explanation.len() > SHOWN {
+        out.push(format!(
+            "... and {} more lines (results.json in the store has them all)",
+            explanation.len() - SHOWN
+        ));
+    }
+    out.extend(text.lines().filter(|l| is_summary(l)).map(str::to_owned));
+    out.join("\n")
+}
+
 /// Prints the failing seed's explanation and store (its child wrote it, with the nodes'
 /// logs), shrinks it (each candidate in a child of its own), and prints both rerun commands.
 fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Result<(), String> {
@@ -273,7 +312,7 @@ fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Re
         seed: report.seed,
         ..template.clone()
     };
-    println!("\nseed {} failed:\n{}", case.seed, report.text);
+    println!("\nseed {} failed:\n{}", case.seed, abridged(&report.text));
     println!("rerun: {}", case.rerun_command());
     if !args.no_shrink {
         eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
@@ -542,6 +581,20 @@ fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_failure_is_abridged_but_keeps_its_summary_and_store() {
+        let lines: Vec<String> = (0..20).map(|i| format!("violation {i}")).collect();
+        let text = format!(
+            "{}\n(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html",
+            lines.join("\n")
+        );
+        let short = abridged(&text);
+        assert!(short.contains("violation 7") && !short.contains("violation 8"));
+        assert!(short.contains("12 more lines"));
+        assert!(short.ends_with("(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html"));
+        assert_eq!(abridged("one\nstore: x"), "one\nstore: x");
+    }
 
     #[test]
     fn seeds_parse_in_every_form_and_shards_partition_them() {
