@@ -358,12 +358,22 @@ impl Worker {
     /// Holds `key` under `token`: writes, then releases, or lets the lease run out (and
     /// sometimes writes once more after it did).
     async fn hold(&mut self, client: &Client, key: &str, token: u64, lease_ms: u64) {
+        let held_at = Instant::now();
         let writes = self.rng.range(1, 3);
         for _ in 0..writes {
             let pause = self.rng.range(5, (lease_ms / 4).max(6));
             tokio::time::sleep(Duration::from_millis(pause)).await;
             self.stall().await;
             self.write(key, token);
+        }
+        if self.rng.chance(1, 6) {
+            // Use the key until just before the lease ends, then release: the release and
+            // the leader's Expire of the same token race (a late Expire must not remove the
+            // next holder's lock).
+            let until = lease_ms.saturating_sub(self.rng.range(0, 40));
+            tokio::time::sleep_until(held_at + Duration::from_millis(until)).await;
+            self.release(client, key, token).await;
+            return;
         }
         if self.rng.chance(1, 8) {
             // Let the lease run out; a late write must then be refused once a newer token

@@ -30,6 +30,9 @@ pub const LEAVER_ONE_IN: u64 = 12;
 /// Simulated time allowed beyond the fault phase and the recovery bound before the run is
 /// declared stuck, ms.
 const OVERRUN_MS: u64 = 20_000;
+/// Each seed's snapshot threshold (entries applied between snapshots) is drawn from here.
+const SNAPSHOT_THRESHOLD_MIN: u64 = 30;
+const SNAPSHOT_THRESHOLD_MAX: u64 = 400;
 const NEMESIS_STREAM: u64 = 0x5157_fa17;
 const NET_STREAM: u64 = 0x5157_0e70;
 
@@ -153,6 +156,9 @@ fn run_inner(case: &SimCase) -> Inner {
     let node_exits: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
     let mut net_rng = Rng::derive(case.seed, NET_STREAM, 0);
     let max_latency_ms = net_rng.range(2, 25);
+    // Snapshots, compaction and InstallSnapshot come into play within a run only with a
+    // threshold far below the server's default of 1000 entries.
+    let snapshot_threshold = net_rng.range(SNAPSHOT_THRESHOLD_MIN, SNAPSHOT_THRESHOLD_MAX);
     let mut builder = turmoil::Builder::new();
     builder
         .rng_seed(case.seed)
@@ -185,6 +191,7 @@ fn run_inner(case: &SimCase) -> Inner {
                 let mut raft = Config::new(id, members.clone());
                 raft.seed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(id);
                 raft.bugs = bugs;
+                raft.snapshot_threshold_entries = snapshot_threshold;
                 let listen = SocketAddr::new(turmoil::lookup(node_name(id)), CLIENT_PORT);
                 let mut config = ServerConfig::new(raft, peers, listen, "/data".into());
                 config.pause_gate = Some(gate);
