@@ -379,6 +379,7 @@ const SCRIPTS: &[&str] = &[
     "pre_vote_check_quorum",
     "phantom_release",
     "waiters",
+    "waiter_after_deduped_retry",
     "requests",
     "mutants",
 ];
@@ -407,6 +408,7 @@ scripts!(
     pre_vote_check_quorum,
     phantom_release,
     waiters,
+    waiter_after_deduped_retry,
     requests,
     mutants,
 );

@@ -29,9 +29,11 @@
 //!
 //! An acquire with `wait_ms > 0` for a taken key (held in the applied table, or a Grant ahead
 //! in the log, or waiters ahead) waits in a FIFO queue at the leader, bounded by
-//! `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
-//! proposes the Grant of the head waiter. Every key with waiters is taken (checked by
-//! `check_invariants`): a free event always pops the head.
+//! `waiters_per_key_max`. After every applied entry for a key that leaves it free (an
+//! applied Release or Expire, but also the last Grant ahead in the log applied without taking
+//! the key: a retry answered from the dedupe table), the leader proposes the Grant of the
+//! head waiter (`apply_entry` in `replication.rs`). Every key with waiters is taken (checked
+//! by `check_invariants`): an apply that leaves a key free always pops the head.
 //!
 //! At its wait deadline a waiter still queued gets a last try: its Grant is proposed as a
 //! try-acquire, and it is answered from the committed outcome (`GrantRejected` -> `Busy`).
@@ -72,9 +74,6 @@ impl Node {
                 token,
             });
             self.expired.remove(&(key.clone(), token));
-            if self.role == Role::Leader {
-                self.grant_head_waiter(&key);
-            }
         }
         if let Some((token, lease_ms)) = now_held {
             let at_ms = self.lease_deadline(lease_ms);
