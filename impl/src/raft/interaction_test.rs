@@ -380,6 +380,7 @@ const SCRIPTS: &[&str] = &[
     "phantom_release",
     "waiters",
     "waiter_after_deduped_retry",
+    "waiter_retry_after_busy",
     "requests",
     "mutants",
 ];
@@ -409,6 +410,7 @@ scripts!(
     phantom_release,
     waiters,
     waiter_after_deduped_retry,
+    waiter_retry_after_busy,
     requests,
     mutants,
 );
