@@ -381,6 +381,7 @@ const SCRIPTS: &[&str] = &[
     "waiters",
     "waiter_after_deduped_retry",
     "waiter_retry_after_busy",
+    "waiter_retry_of_own_grant",
     "requests",
     "mutants",
 ];
@@ -411,6 +412,7 @@ scripts!(
     waiters,
     waiter_after_deduped_retry,
     waiter_retry_after_busy,
+    waiter_retry_of_own_grant,
     requests,
     mutants,
 );

@@ -118,7 +118,10 @@ impl Node {
     fn handle_acquire(&mut self, waiter: Waiter) {
         let waits = waiter.deadline_ms > self.now_ms;
         let taken = self.key_taken(&waiter.key) || self.waiters.contains_key(&waiter.key);
-        if waits && taken {
+        // A retry whose own Grant already holds the key, or is ahead in the log, is proposed
+        // at once: the dedupe table answers it with its own token, where queued it would
+        // wait for its own lease to run out or its deadline to pass.
+        if waits && taken && !self.retries_grant_in_log(&waiter) {
             return self.queue_acquire(waiter);
         }
         if self.bug(Bug::StaleLeader) && !taken {
