@@ -382,6 +382,7 @@ const SCRIPTS: &[&str] = &[
     "waiter_after_deduped_retry",
     "waiter_retry_after_busy",
     "waiter_retry_of_own_grant",
+    "waiter_retry_while_queued",
     "requests",
     "mutants",
 ];
@@ -413,6 +414,7 @@ scripts!(
     waiter_after_deduped_retry,
     waiter_retry_after_busy,
     waiter_retry_of_own_grant,
+    waiter_retry_while_queued,
     requests,
     mutants,
 );

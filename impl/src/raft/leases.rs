@@ -30,7 +30,9 @@
 //! An acquire with `wait_ms > 0` for a taken key (held in the applied table, or a Grant ahead
 //! in the log, or waiters ahead) waits in a FIFO queue at the leader, bounded by
 //! `waiters_per_key_max`. A retry whose own Grant is the one holding the key (or ahead in
-//! the log) is proposed at once instead, to be answered its own token by the dedupe table. After every applied entry for a key that leaves it free (an
+//! the log) is proposed at once instead, to be answered its own token by the dedupe table;
+//! a retry whose earlier attempt is still queued takes that attempt's place (the earlier one
+//! is answered `Unknown`), so one acquire is never queued twice. After every applied entry for a key that leaves it free (an
 //! applied Release or Expire, but also the last Grant ahead in the log applied without taking
 //! the key: a retry answered from the dedupe table), the leader proposes the Grant of the
 //! head waiter (`apply_entry` in `replication.rs`). Every key with waiters is taken (checked
