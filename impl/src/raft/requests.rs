@@ -15,7 +15,9 @@
 //! - A request whose entry might still commit after this node lost leadership is answered
 //!   `Unknown` (the client records `info`); a request that was never proposed is answered
 //!   `NotLeader` or `Invalid`, which promise that nothing happened.
-//! - Retries are deduplicated by `LockTable::apply_proposal` through the entry's origin.
+//! - Retries are deduplicated by `LockTable::apply_proposal` through the entry's origin and
+//!   command (the rules are in `lock.rs`). A waiting retry is never queued behind its own
+//!   grant, nor next to its own earlier attempt (`leases.rs`, "Waiters").
 //! - A client that left before its Grant was answered gets its lock released by a
 //!   `Release{key, token}` with no origin (phantom-lock release, DESIGN.md).
 
