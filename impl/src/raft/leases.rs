@@ -32,11 +32,13 @@
 //! `waiters_per_key_max`. A retry whose own Grant is the one holding the key (or ahead in
 //! the log) is proposed at once instead, to be answered its own token by the dedupe table;
 //! a retry whose earlier attempt is still queued takes that attempt's place (the earlier one
-//! is answered `Unknown`), so one acquire is never queued twice. After every applied entry for a key that leaves it free (an
-//! applied Release or Expire, but also the last Grant ahead in the log applied without taking
-//! the key: a retry answered from the dedupe table), the leader proposes the Grant of the
-//! head waiter (`apply_entry` in `replication.rs`). Every key with waiters is taken (checked
-//! by `check_invariants`): an apply that leaves a key free always pops the head.
+//! is answered `Unknown`), so one acquire is never queued twice.
+//!
+//! After every applied entry for a key that leaves it free (an applied Release or Expire,
+//! but also the last Grant ahead in the log applied without taking the key: a retry answered
+//! from the dedupe table), the leader proposes the Grant of the head waiter (`apply_entry`
+//! in `replication.rs`). Every key with waiters is taken (checked by `check_invariants`): an
+//! apply that leaves a key free always pops the head.
 //!
 //! At its wait deadline a waiter still queued gets a last try: its Grant is proposed as a
 //! try-acquire, and it is answered from the committed outcome (`GrantRejected` -> `Busy`).
