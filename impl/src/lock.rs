@@ -18,8 +18,23 @@
 //! - `Noop` is Raft's entry at the start of each term and changes nothing.
 //!
 //! Retries: an entry may carry an [`Origin`] (client id, request sequence number). The table
-//! remembers the last outcome per client, so a retried Grant that was already applied answers
-//! with its own token instead of `GrantRejected` (Raft thesis §6.3).
+//! remembers the last request of each client, with its command and outcome, so a retried
+//! Grant that was already applied answers with its own token instead of `GrantRejected`
+//! (Raft thesis §6.3). The rules of [`LockTable::apply_proposal`]:
+//! - Only a retry is answered from the table: the same client, the same request number *and
+//!   the same command*. A different command under a used (client, request) is a new command
+//!   (a restarted client counting from 1 again, two clients sharing an id): it is applied,
+//!   and replaces the remembered request. Answering it from the table handed one client the
+//!   token of another's grant, a token granted twice. Refusing it would need an outcome the
+//!   seed does not have, and applying it answers it truthfully from its own log position.
+//! - Only an outcome that changed the table is replayed: `Granted` and `Released`. A retry of
+//!   a command that changed nothing (`GrantRejected`, `NotFound`) is applied again: that is
+//!   harmless, and its log position lies inside the op too, so the fresh answer is as
+//!   linearizable as the old one. Replaying a refusal stranded a waiting acquire whose lost
+//!   `Busy` it retried: its Grant came back refused from the table, round after round, while
+//!   the key was free.
+//! - The table keeps one request per client: a retry that arrives after the client's next
+//!   request was applied is applied as new. Clients run one request at a time per id.
 
 use std::collections::BTreeMap;
 
@@ -104,7 +119,8 @@ pub enum Outcome {
 pub struct Origin {
     /// A client id, unique per client process (chosen by the client library).
     pub client: u64,
-    /// The client's request sequence number; a retry reuses it.
+    /// The client's request sequence number; a retry reuses it with the same command, and a
+    /// new command takes a new number.
     pub request: u64,
 }
 
@@ -128,6 +144,28 @@ impl Proposal {
     }
 }
 
+/// A client's last applied request, its command and the outcome it got (the dedupe table).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+struct Answered {
+    /// The request number.
+    request: u64,
+    /// The command applied under it: a retry repeats it exactly.
+    command: Command,
+    /// The outcome it got.
+    outcome: Outcome,
+}
+
+impl Answered {
+    /// The stored outcome when `origin` and `command` are a retry of this request whose
+    /// first apply changed the table; `None` when the command must be applied (see the
+    /// module doc).
+    fn replay(&self, origin: Origin, command: &Command) -> Option<Outcome> {
+        let retry = self.request == origin.request && self.command == *command;
+        let changed = matches!(self.outcome, Outcome::Granted { .. } | Outcome::Released);
+        (retry && changed).then(|| self.outcome.clone())
+    }
+}
+
 /// One held lock.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Held {
@@ -148,8 +186,8 @@ pub struct LockTable {
     last_applied: u64,
     /// The highest token issued so far (0 before any).
     last_token: Token,
-    /// The last request and its outcome, per client, to answer retries.
-    dedupe: BTreeMap<u64, (u64, Outcome)>,
+    /// The last request of each client, to answer its retries.
+    dedupe: BTreeMap<u64, Answered>,
     /// Injected bugs (`lockd --bug`); empty in a correct build. Part of the state so that a
     /// snapshot carries it, and the same on every node of one cluster.
     bugs: BugSet,
@@ -220,6 +258,7 @@ impl LockTable {
         let dedupe = self
             .dedupe
             .iter()
+            // The remembered request, command and outcome name no client: only the key moves.
             .map(|(client, answer)| (rename(*client), answer.clone()))
             .collect();
         LockTable {
@@ -238,7 +277,8 @@ impl LockTable {
         self.local_counter = 0;
     }
 
-    /// Applies one committed entry at log `index`, with deduplication by origin.
+    /// Applies one committed entry at log `index`, with deduplication by origin and command
+    /// (see the module doc for which retries are answered from the table).
     ///
     /// # Panics
     ///
@@ -246,17 +286,22 @@ impl LockTable {
     /// in log order, and anything else is a bug in the caller.
     pub fn apply_proposal(&mut self, index: u64, proposal: &Proposal) -> Outcome {
         if let Some(origin) = proposal.origin
-            && let Some((request, outcome)) = self.dedupe.get(&origin.client)
-            && *request == origin.request
+            && let Some(outcome) = self
+                .dedupe
+                .get(&origin.client)
+                .and_then(|answered| answered.replay(origin, &proposal.command))
         {
-            let outcome = outcome.clone();
             self.advance(index);
             return outcome;
         }
         let outcome = self.apply(index, &proposal.command);
         if let Some(origin) = proposal.origin {
-            self.dedupe
-                .insert(origin.client, (origin.request, outcome.clone()));
+            let answered = Answered {
+                request: origin.request,
+                command: proposal.command.clone(),
+                outcome: outcome.clone(),
+            };
+            self.dedupe.insert(origin.client, answered);
             if let Some(held) = self.granted_lock(&outcome, &proposal.command) {
                 held.origin = Some(origin);
             }
@@ -568,6 +613,104 @@ mod tests {
         assert_eq!(t.apply_proposal(1, &p), Outcome::Granted { token: 1 });
         assert_eq!(t.apply_proposal(2, &p), Outcome::Granted { token: 1 });
         assert_eq!(t.holder("x").and_then(|h| h.origin), origin);
+    }
+
+    #[test]
+    fn a_different_grant_under_a_used_request_gets_no_stale_token() {
+        // DESIGN.md, "Retries": only a retried acquire gets its own token back. A client that
+        // reuses a (client, request) pair for another command (a restarted client counting
+        // from 1 again, two clients sharing an id) must not be handed the old grant's token:
+        // the same token granted twice in the harness.
+        let mut t = LockTable::new();
+        let origin = Some(Origin {
+            client: 9,
+            request: 1,
+        });
+        let first = Proposal {
+            origin,
+            command: grant("x"),
+        };
+        let other = Proposal {
+            origin,
+            command: grant("y"),
+        };
+        assert_eq!(t.apply_proposal(1, &first), Outcome::Granted { token: 1 });
+        assert_eq!(t.apply_proposal(2, &other), Outcome::Granted { token: 2 });
+        assert_eq!(t.holder("y").map(|h| h.token), Some(2));
+        assert_eq!(t.holder("x").map(|h| h.token), Some(1));
+    }
+
+    #[test]
+    fn a_release_under_a_used_request_is_applied_not_answered_granted() {
+        // DESIGN.md, "Retries": the dedupe answers a retry of the same command only; a
+        // Release reusing an acquire's (client, request) is a new command.
+        let mut t = LockTable::new();
+        let origin = Some(Origin {
+            client: 9,
+            request: 1,
+        });
+        let acquire = Proposal {
+            origin,
+            command: grant("x"),
+        };
+        let release = Proposal {
+            origin,
+            command: Command::Release {
+                key: "x".into(),
+                token: 1,
+            },
+        };
+        assert_eq!(t.apply_proposal(1, &acquire), Outcome::Granted { token: 1 });
+        assert_eq!(t.apply_proposal(2, &release), Outcome::Released);
+        assert!(t.holder("x").is_none());
+    }
+
+    #[test]
+    fn a_retried_grant_that_was_refused_is_applied_again() {
+        // DESIGN.md, "Retries" and requests.rs: a refused Grant changed nothing, so its retry
+        // is applied afresh and answered from the state at its own log position (a waiter
+        // retried after a lost Busy must be able to get the key once it is free).
+        let mut t = LockTable::new();
+        let origin = Some(Origin {
+            client: 9,
+            request: 1,
+        });
+        let p = Proposal {
+            origin,
+            command: grant("x"),
+        };
+        t.apply(1, &grant("x"));
+        assert_eq!(t.apply_proposal(2, &p), Outcome::GrantRejected);
+        t.apply(
+            3,
+            &Command::Release {
+                key: "x".into(),
+                token: 1,
+            },
+        );
+        assert_eq!(t.apply_proposal(4, &p), Outcome::Granted { token: 4 });
+        assert_eq!(t.holder("x").and_then(|h| h.origin), origin);
+    }
+
+    #[test]
+    fn a_retried_release_gets_released_again() {
+        // DESIGN.md, "Retries": a Release that freed the key answers its retry Released, not
+        // NotFound (the key it freed is no longer held under that token).
+        let mut t = LockTable::new();
+        let origin = Some(Origin {
+            client: 9,
+            request: 2,
+        });
+        let p = Proposal {
+            origin,
+            command: Command::Release {
+                key: "x".into(),
+                token: 1,
+            },
+        };
+        t.apply(1, &grant("x"));
+        assert_eq!(t.apply_proposal(2, &p), Outcome::Released);
+        assert_eq!(t.apply_proposal(3, &p), Outcome::Released);
     }
 
     #[test]

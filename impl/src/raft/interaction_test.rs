@@ -379,6 +379,10 @@ const SCRIPTS: &[&str] = &[
     "pre_vote_check_quorum",
     "phantom_release",
     "waiters",
+    "waiter_after_deduped_retry",
+    "waiter_retry_after_busy",
+    "waiter_retry_of_own_grant",
+    "waiter_retry_while_queued",
     "requests",
     "mutants",
 ];
@@ -407,6 +411,10 @@ scripts!(
     pre_vote_check_quorum,
     phantom_release,
     waiters,
+    waiter_after_deduped_retry,
+    waiter_retry_after_busy,
+    waiter_retry_of_own_grant,
+    waiter_retry_while_queued,
     requests,
     mutants,
 );

@@ -29,9 +29,16 @@
 //!
 //! An acquire with `wait_ms > 0` for a taken key (held in the applied table, or a Grant ahead
 //! in the log, or waiters ahead) waits in a FIFO queue at the leader, bounded by
-//! `waiters_per_key_max`. When an applied Release or Expire frees the key, the leader
-//! proposes the Grant of the head waiter. Every key with waiters is taken (checked by
-//! `check_invariants`): a free event always pops the head.
+//! `waiters_per_key_max`. A retry whose own Grant is the one holding the key (or ahead in
+//! the log) is proposed at once instead, to be answered its own token by the dedupe table;
+//! a retry whose earlier attempt is still queued takes that attempt's place (the earlier one
+//! is answered `Unknown`), so one acquire is never queued twice.
+//!
+//! After every applied entry for a key that leaves it free (an applied Release or Expire,
+//! but also the last Grant ahead in the log applied without taking the key: a retry answered
+//! from the dedupe table), the leader proposes the Grant of the head waiter (`apply_entry`
+//! in `replication.rs`). Every key with waiters is taken (checked by `check_invariants`): an
+//! apply that leaves a key free always pops the head.
 //!
 //! At its wait deadline a waiter still queued gets a last try: its Grant is proposed as a
 //! try-acquire, and it is answered from the committed outcome (`GrantRejected` -> `Busy`).
@@ -72,9 +79,6 @@ impl Node {
                 token,
             });
             self.expired.remove(&(key.clone(), token));
-            if self.role == Role::Leader {
-                self.grant_head_waiter(&key);
-            }
         }
         if let Some((token, lease_ms)) = now_held {
             let at_ms = self.lease_deadline(lease_ms);
@@ -160,6 +164,29 @@ impl Node {
     /// Whether `key` is held in the applied table or by a Grant ahead in the log.
     pub(super) fn key_taken(&self, key: &str) -> bool {
         self.table.holder(key).is_some() || self.grant_pending_for(key)
+    }
+
+    /// Whether `waiter` retries an acquire whose Grant (same origin, same command) holds its
+    /// key in the applied table or is ahead in the log.
+    pub(super) fn retries_grant_in_log(&self, waiter: &Waiter) -> bool {
+        let Some(origin) = waiter.origin else {
+            return false;
+        };
+        let command = Command::Grant {
+            key: waiter.key.clone(),
+            lease_ms: waiter.lease_ms,
+        };
+        let held = self
+            .table
+            .holder(&waiter.key)
+            .is_some_and(|h| h.origin == Some(origin) && h.lease_ms == waiter.lease_ms);
+        let from = self.table.last_applied() + 1;
+        held || (from <= self.log.last_index()
+            && self
+                .log
+                .entries_from(from, usize::MAX)
+                .iter()
+                .any(|e| e.proposal.origin == Some(origin) && e.proposal.command == command))
     }
 
     /// Proposes the Grant of the head waiter of `key` when the key is free at the leader.

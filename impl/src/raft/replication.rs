@@ -415,6 +415,14 @@ impl Node {
         self.after_apply_leases(&entry, before);
         self.answer_pending(&entry, &outcome);
         if self.role == Role::Leader
+            && let Some(key) = entry.proposal.command.key()
+        {
+            // Not only a Release or Expire frees a key for its waiters: a Grant that was the
+            // last one ahead in the log may apply without taking the key (a retry answered
+            // from the dedupe table), and the waiters queued behind it are then due.
+            self.grant_head_waiter(key);
+        }
+        if self.role == Role::Leader
             && entry.index == self.noop_index
             && entry.proposal.command == Command::Noop
         {

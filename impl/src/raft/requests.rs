@@ -15,7 +15,9 @@
 //! - A request whose entry might still commit after this node lost leadership is answered
 //!   `Unknown` (the client records `info`); a request that was never proposed is answered
 //!   `NotLeader` or `Invalid`, which promise that nothing happened.
-//! - Retries are deduplicated by `LockTable::apply_proposal` through the entry's origin.
+//! - Retries are deduplicated by `LockTable::apply_proposal` through the entry's origin and
+//!   command (the rules are in `lock.rs`). A waiting retry is never queued behind its own
+//!   grant, nor next to its own earlier attempt (`leases.rs`, "Waiters").
 //! - A client that left before its Grant was answered gets its lock released by a
 //!   `Release{key, token}` with no origin (phantom-lock release, DESIGN.md).
 
@@ -118,7 +120,13 @@ impl Node {
     fn handle_acquire(&mut self, waiter: Waiter) {
         let waits = waiter.deadline_ms > self.now_ms;
         let taken = self.key_taken(&waiter.key) || self.waiters.contains_key(&waiter.key);
-        if waits && taken {
+        // A retry whose own Grant already holds the key, or is ahead in the log, is proposed
+        // at once: the dedupe table answers it with its own token, where queued it would
+        // wait for its own lease to run out or its deadline to pass.
+        if waits && taken && !self.retries_grant_in_log(&waiter) {
+            if let Some(at) = self.queued_attempt_of(&waiter) {
+                return self.supersede_queued_attempt(at, waiter);
+            }
             return self.queue_acquire(waiter);
         }
         if self.bug(Bug::StaleLeader) && !taken {
@@ -135,6 +143,37 @@ impl Node {
             ..
         } = waiter.clone();
         self.propose_grant(id, key, lease_ms, origin, waits.then_some(waiter));
+    }
+
+    /// The queue position of an earlier attempt of the same acquire (same origin and command)
+    /// as `waiter`, if one is queued.
+    fn queued_attempt_of(&self, waiter: &Waiter) -> Option<usize> {
+        waiter.origin?;
+        self.waiters.get(&waiter.key)?.iter().position(|w| {
+            w.origin == waiter.origin && w.lease_ms == waiter.lease_ms && w.id != waiter.id
+        })
+    }
+
+    /// A retry takes the place in the queue of its earlier attempt, which the client gave up
+    /// on before this node saw it leave: queued twice, the earlier copy would be granted and
+    /// answered to nobody, and the retry would wait behind its own lock. The earlier attempt
+    /// is answered `Unknown` (its op goes on under the retry).
+    fn supersede_queued_attempt(&mut self, at: usize, waiter: Waiter) {
+        let Some(slot) = self
+            .waiters
+            .get_mut(&waiter.key)
+            .and_then(|q| q.get_mut(at))
+        else {
+            return;
+        };
+        let earlier = std::mem::replace(slot, waiter.clone());
+        self.cancel_timer(Timer::Wait { id: earlier.id });
+        self.set_timer(Timer::Wait { id: waiter.id }, waiter.deadline_ms);
+        let reason = format!(
+            "a retry of the same acquire (request {}) took this attempt's place in the queue for key {:?}",
+            waiter.id.0, waiter.key
+        );
+        self.respond(earlier.id, Response::Unknown { reason });
     }
 
     /// Queues an acquire of a taken key, bounded by `waiters_per_key_max`.
