@@ -49,7 +49,11 @@ fn main() {
     // `cargo bench` passes `--bench`; a name argument runs only the cases containing it.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let exe = std::env::current_exe().expect("the bench binary's own path");
-    let dir = tempfile::tempdir().expect("a temporary folder for the CSV files");
+    // LOCKSMITH_BENCH_CSV_DIR set: keep the CSV files there and reuse them on later runs
+    // (and a child can be run by hand under `perf`); unset: a temporary folder.
+    let temporary = tempfile::tempdir().expect("a temporary folder for the CSV files");
+    let kept = std::env::var_os(CSV_DIR_ENV).map(std::path::PathBuf::from);
+    let dir = kept.as_deref().unwrap_or(temporary.path());
     println!(
         "{:<14} {:>9} {:>12} {:>12} {:>10}  result",
         "case", "ops", "wall", "cpu", "peak RSS"
@@ -59,11 +63,13 @@ fn main() {
             continue;
         }
         if let Some((ops, crash_rate)) = csv_case(case) {
-            write_csv_case(dir.path(), case, ops, crash_rate);
+            if kept.is_none() || !dir.join(format!("{case}.csv")).exists() {
+                write_csv_case(dir, case, ops, crash_rate);
+            }
         }
         let output = Command::new(&exe)
             .env(CASE_ENV, case)
-            .env(CSV_DIR_ENV, dir.path())
+            .env(CSV_DIR_ENV, dir)
             .output()
             .expect("run a bench case in a child process");
         print!("{}", String::from_utf8_lossy(&output.stdout));

@@ -61,7 +61,16 @@ use crate::verdict::Verdict;
 /// n-th key); the results are merged in key order, so the verdict and the counterexample
 /// (the first failing key's) do not depend on the scheduling.
 pub fn check(history: &[Operation<LockModel>], budget: Budget) -> LinearReport {
-    let deadline = budget.deadline();
+    check_until(history, budget, budget.deadline())
+}
+
+/// [`check`] with the budget's time limit already turned into a deadline (so that the
+/// keys of one history checked one call at a time share one limit).
+pub fn check_until(
+    history: &[Operation<LockModel>],
+    budget: Budget,
+    deadline: Option<Instant>,
+) -> LinearReport {
     let parts = partition_by_key(history);
     let sweep_part = |part: &Vec<usize>| {
         let mut sweep = Sweep::new(history, part, budget.search_budget_states_max);

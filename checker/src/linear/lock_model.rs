@@ -264,8 +264,8 @@ impl LockOptions {
 
 /// Builds the lock model's operations from paired history operations: the lock ops the
 /// spec constrains, then the internal events (expiries, ends of hidden grants).
-pub fn lock_operations(
-    ops: &[history::pair::Operation],
+pub fn lock_operations<'a>(
+    ops: impl IntoIterator<Item = &'a history::pair::Operation>,
     options: LockOptions,
 ) -> Result<Vec<Operation<LockModel>>, CheckError> {
     let drift = options.drift;
