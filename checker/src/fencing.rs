@@ -201,7 +201,7 @@ fn accepted_tokens_granted(
     acquires: &[&Operation],
 ) -> Option<FencingViolation> {
     let acquires = acquires.iter().copied();
-    let granted: std::collections::HashSet<u64> = acquires
+    let granted: std::collections::HashSet<u64, FastBuildHasher> = acquires
         .clone()
         .filter(|op| op.is_ok())
         .filter_map(granted_token)

@@ -159,7 +159,7 @@ impl KeyContext {
     /// when it is not, an op cannot be read, or the budget ran out.
     fn sweep_key(&self, ops: &[&Operation]) -> Option<bool> {
         let lock_ops = lock_operations(ops.iter().copied(), self.lock_options).ok()?;
-        let report = lock_fast::check_until(&lock_ops, self.budget, self.deadline);
+        let report = lock_fast::check_one_key(&lock_ops, self.budget, self.deadline);
         (report.verdict == Verdict::Valid).then(|| lock_ops.iter().any(|op| op.process.is_some()))
     }
 }

@@ -71,7 +71,41 @@ pub fn check_until(
     budget: Budget,
     deadline: Option<Instant>,
 ) -> LinearReport {
-    let parts = partition_by_key(history);
+    check_parts(history, partition_by_key(history), budget, deadline)
+}
+
+/// [`check_until`] on the operations of one key (all of `history`, in order), without
+/// partitioning them again.
+///
+/// # Panics
+///
+/// When two operations have different keys (a caller's bug: the sweep would mix keys).
+pub fn check_one_key(
+    history: &[Operation<LockModel>],
+    budget: Budget,
+    deadline: Option<Instant>,
+) -> LinearReport {
+    if let Some(first) = history.first() {
+        assert!(
+            history.iter().all(|op| op.key == first.key),
+            "check_one_key got operations of more than one key (the first is {:?})",
+            first.key
+        );
+    }
+    let parts = if history.is_empty() {
+        Vec::new()
+    } else {
+        vec![(0..history.len()).collect()]
+    };
+    check_parts(history, parts, budget, deadline)
+}
+
+fn check_parts(
+    history: &[Operation<LockModel>],
+    parts: Vec<Vec<usize>>,
+    budget: Budget,
+    deadline: Option<Instant>,
+) -> LinearReport {
     let sweep_part = |part: &Vec<usize>| {
         let mut sweep = Sweep::new(history, part, budget.search_budget_states_max);
         let result = sweep.run(deadline);
