@@ -269,7 +269,10 @@ pub fn lock_operations<'a>(
     options: LockOptions,
 ) -> Result<Vec<Operation<LockModel>>, CheckError> {
     let drift = options.drift;
-    let mut out = Vec::new();
+    let ops = ops.into_iter();
+    // At most one operation per op, and one internal event per acquire: room for both
+    // up front, so that neither list is copied as it grows.
+    let mut out = Vec::with_capacity(ops.size_hint().0);
     let mut internal = Vec::new();
     for op in ops {
         let rows = Rows {
