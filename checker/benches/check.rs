@@ -149,7 +149,7 @@ fn csv_end_to_end(case: &str) {
     let started = Instant::now();
     let paired = checker::cli::read_paired(&path).expect("the generated CSV reads back");
     let read = started.elapsed().as_secs_f64();
-    let check = checker::check_operations(&paired.operations, &Options::default());
+    let check = checker::check_paired(&paired, &Options::default());
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu;
     assert_eq!(check.verdict, Verdict::Valid, "{}", check.explanation());
