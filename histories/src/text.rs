@@ -206,7 +206,8 @@ mod tests {
         assert!(Arc::ptr_eq(a.0.as_ref().unwrap(), b.0.as_ref().unwrap()));
         assert_eq!(a, Text::from("k17"));
         assert_eq!(a, "k17");
-        assert!(Text::from("a") < Text::from("b"));
+        let (a_text, b_text) = (Text::from("a"), Text::from("b"));
+        assert!(a_text < b_text);
         assert_eq!(interner.intern(""), Text::EMPTY);
         assert_eq!(Text::EMPTY.as_str(), "");
         assert_eq!(format!("{a} {a:?}"), "k17 \"k17\"");
