@@ -4,12 +4,13 @@
 //! /proc/self/status) is its own:
 //!
 //! - `csv-100k`, `csv-1m`, `csv-1m-crash50`, `csv-200mb`: end to end from a CSV file, as
-//!   `locksmith check FILE.csv` runs it (read and pair in one pass, then the three lock
-//!   checks): valid lock histories from `checker::generate` (the same as `locksmith gen
+//!   `locksmith check FILE.csv` runs it (read and pair in one pass, then
+//!   `checker::check_paired`: the three lock checks and liveness): valid lock histories from `checker::generate` (the same as `locksmith gen
 //!   lock --ops N --keys 100 --clients 20 --crash-rate P --seed 1`), 100 keys, 20 clients,
 //!   0.5 % crashed acquires (50 % for `crash50`); `csv-200mb` has as many ops as make a
-//!   200 MB file. The parent writes the files to a temporary folder; each child only reads
-//!   and checks, so its peak RSS is the checker's. Issue 12 targets: 1M ops in 1 s and
+//!   200 MB file. The parent writes the files to a temporary folder (or to
+//!   `LOCKSMITH_BENCH_CSV_DIR`, where they are kept and reused); each child only reads and
+//!   checks, so its peak RSS is the checker's. Issue 12 targets: 1M ops in 1 s and
 //!   300 MB, 100k in 100 ms, 200 MB CSV in 600 MB.
 //! - `lock-1m`: the same 1M-op history generated in memory, checks only (no CSV), with a
 //!   stage-by-stage breakdown.
