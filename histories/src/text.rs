@@ -2,9 +2,9 @@
 //!
 //! A long history repeats a handful of cell values a million times (`acquire`, `k17`,
 //! `10000`, `n1`, `busy`). An [`crate::Operation`] holds its cells as [`Text`]: a shared,
-//! immutable string, so that each distinct value is stored once per history and copying a
-//! cell is a reference-count increment, not an allocation. The empty cell, the commonest
-//! of all, is no allocation at all.
+//! immutable string, so that a repeated value is stored once (as long as it stays in its
+//! [`Interner`] slot) and copying a cell is a reference-count increment, not an
+//! allocation. The empty cell, the commonest of all, is no allocation at all.
 //!
 //! `Text` reads as a `&str` (it derefs to one, and compares with `str`, `&str` and
 //! `String`), so code written against `String` cells mostly reads the same.
