@@ -4,12 +4,13 @@
 //! /proc/self/status) is its own:
 //!
 //! - `csv-100k`, `csv-1m`, `csv-1m-crash50`, `csv-200mb`: end to end from a CSV file, as
-//!   `locksmith check FILE.csv` runs it (read and pair in one pass, then the three lock
-//!   checks): valid lock histories from `checker::generate` (the same as `locksmith gen
+//!   `locksmith check FILE.csv` runs it (read and pair in one pass, then
+//!   `checker::check_paired`: the three lock checks and liveness): valid lock histories from `checker::generate` (the same as `locksmith gen
 //!   lock --ops N --keys 100 --clients 20 --crash-rate P --seed 1`), 100 keys, 20 clients,
 //!   0.5 % crashed acquires (50 % for `crash50`); `csv-200mb` has as many ops as make a
-//!   200 MB file. The parent writes the files to a temporary folder; each child only reads
-//!   and checks, so its peak RSS is the checker's. Issue 12 targets: 1M ops in 1 s and
+//!   200 MB file. The parent writes the files to a temporary folder (or to
+//!   `LOCKSMITH_BENCH_CSV_DIR`, where they are kept and reused); each child only reads and
+//!   checks, so its peak RSS is the checker's. Issue 12 targets: 1M ops in 1 s and
 //!   300 MB, 100k in 100 ms, 200 MB CSV in 600 MB.
 //! - `lock-1m`: the same 1M-op history generated in memory, checks only (no CSV), with a
 //!   stage-by-stage breakdown.
@@ -49,7 +50,11 @@ fn main() {
     // `cargo bench` passes `--bench`; a name argument runs only the cases containing it.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let exe = std::env::current_exe().expect("the bench binary's own path");
-    let dir = tempfile::tempdir().expect("a temporary folder for the CSV files");
+    // LOCKSMITH_BENCH_CSV_DIR set: keep the CSV files there and reuse them on later runs
+    // (and a child can be run by hand under `perf`); unset: a temporary folder.
+    let temporary = tempfile::tempdir().expect("a temporary folder for the CSV files");
+    let kept = std::env::var_os(CSV_DIR_ENV).map(std::path::PathBuf::from);
+    let dir = kept.as_deref().unwrap_or(temporary.path());
     println!(
         "{:<14} {:>9} {:>12} {:>12} {:>10}  result",
         "case", "ops", "wall", "cpu", "peak RSS"
@@ -59,11 +64,13 @@ fn main() {
             continue;
         }
         if let Some((ops, crash_rate)) = csv_case(case) {
-            write_csv_case(dir.path(), case, ops, crash_rate);
+            if kept.is_none() || !dir.join(format!("{case}.csv")).exists() {
+                write_csv_case(dir, case, ops, crash_rate);
+            }
         }
         let output = Command::new(&exe)
             .env(CASE_ENV, case)
-            .env(CSV_DIR_ENV, dir.path())
+            .env(CSV_DIR_ENV, dir)
             .output()
             .expect("run a bench case in a child process");
         print!("{}", String::from_utf8_lossy(&output.stdout));
@@ -143,7 +150,7 @@ fn csv_end_to_end(case: &str) {
     let started = Instant::now();
     let paired = checker::cli::read_paired(&path).expect("the generated CSV reads back");
     let read = started.elapsed().as_secs_f64();
-    let check = checker::check_operations(&paired.operations, &Options::default());
+    let check = checker::check_paired(&paired, &Options::default());
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu;
     assert_eq!(check.verdict, Verdict::Valid, "{}", check.explanation());

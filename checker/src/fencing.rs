@@ -39,34 +39,45 @@ pub struct FencingViolation {
 /// Runs the four fencing checks; returns every violation found, the smallest slice first
 /// within each property.
 pub fn check(history: &[Operation]) -> Vec<FencingViolation> {
-    // One pass over the history (it is long, and its ops are large): grants, and per key
-    // the writes and the acquires.
-    let mut grants: Vec<&Operation> = Vec::new();
-    let mut by_key: HashMap<&str, KeyOps<'_>, FastBuildHasher> = HashMap::default();
-    for op in history {
-        match op.f.as_str() {
-            "acquire" => {
-                if op.is_ok() && granted_token(op).is_some() {
-                    grants.push(op);
-                }
-                by_key.entry(op.key.as_str()).or_default().acquires.push(op);
-            }
-            "write" => by_key.entry(op.key.as_str()).or_default().writes.push(op),
-            _ => {}
-        }
+    let mut out = token_violations(history);
+    for (key, ops) in crate::per_key::by_key(history) {
+        out.extend(key_violations(key, &ops));
     }
+    out
+}
+
+/// Properties 1 and 2, which compare grants across keys.
+pub(crate) fn token_violations(history: &[Operation]) -> Vec<FencingViolation> {
+    let grants: Vec<&Operation> = history
+        .iter()
+        .filter(|op| op.f == "acquire" && op.is_ok() && granted_token(op).is_some())
+        .collect();
     let mut out = Vec::new();
     out.extend(unique_tokens(&grants));
     out.extend(increasing_tokens(&grants));
-    let mut keys: Vec<(&str, KeyOps<'_>)> = by_key
-        .into_iter()
-        .filter(|(_, ops)| !ops.writes.is_empty())
-        .collect();
-    keys.sort_unstable_by_key(|(key, _)| *key);
-    for (key, ops) in keys {
-        out.extend(accepted_writes_fenced(key, &ops.writes));
-        out.extend(accepted_tokens_granted(key, &ops.writes, &ops.acquires));
+    out
+}
+
+/// Properties 3 and 4 on one key: `ops` are the key's operations, in history order.
+pub(crate) fn key_violations(key: &str, ops: &[&Operation]) -> Vec<FencingViolation> {
+    let mut key_ops = KeyOps::default();
+    for &op in ops {
+        match op.f.as_str() {
+            "acquire" => key_ops.acquires.push(op),
+            "write" => key_ops.writes.push(op),
+            _ => {}
+        }
     }
+    if key_ops.writes.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    out.extend(accepted_writes_fenced(key, &key_ops.writes));
+    out.extend(accepted_tokens_granted(
+        key,
+        &key_ops.writes,
+        &key_ops.acquires,
+    ));
     out
 }
 
@@ -190,7 +201,7 @@ fn accepted_tokens_granted(
     acquires: &[&Operation],
 ) -> Option<FencingViolation> {
     let acquires = acquires.iter().copied();
-    let granted: std::collections::HashSet<u64> = acquires
+    let granted: std::collections::HashSet<u64, FastBuildHasher> = acquires
         .clone()
         .filter(|op| op.is_ok())
         .filter_map(granted_token)

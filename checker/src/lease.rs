@@ -32,8 +32,8 @@ use crate::linear::bitset::FastBuildHasher;
 use crate::linear::lock_model::lease_floor_ns;
 use crate::report::{fmt_ns, rows_of};
 
-/// The earliest invoke of a release of each (key, token) that may have taken effect.
-type Released<'a> = HashMap<(&'a str, u64), u64, FastBuildHasher>;
+/// The earliest invoke of a release of each token (of one key) that may have taken effect.
+type Released = HashMap<u64, u64, FastBuildHasher>;
 
 /// Two holders of one key at once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,52 +47,53 @@ pub struct LeaseViolation {
 }
 
 /// Checks lease safety with drift bound `drift` (a fraction in `[0, 1)`); returns the
-/// first violation per key.
+/// first violation per key, keys in order.
 pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
-    // One pass over the history: releases that may have taken effect (the earliest invoke
-    // per key and token), and ok grants.
-    let mut released: Released<'_> = HashMap::default();
-    let mut grants: HashMap<&str, Vec<(u64, &Operation)>, FastBuildHasher> = HashMap::default();
-    for op in history {
+    crate::per_key::by_key(history)
+        .iter()
+        .filter_map(|(key, ops)| check_key(key, ops, drift))
+        .collect()
+}
+
+/// The first violation on one key: `ops` are the key's operations, in history order.
+pub(crate) fn check_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViolation> {
+    // One pass over the key's ops: releases that may have taken effect (the earliest
+    // invoke per token), and ok grants.
+    let mut released = Released::default();
+    let mut by_token: Vec<(u64, &Operation)> = Vec::new();
+    for &op in ops {
         match op.f.as_str() {
             "release" if op.is_ok() || op.is_indeterminate() => {
                 let Some(token) = op.invoke.token else {
                     continue;
                 };
-                let slot = released.entry((op.key.as_str(), token)).or_insert(u64::MAX);
+                let slot = released.entry(token).or_insert(u64::MAX);
                 *slot = (*slot).min(op.call_ns());
             }
             "acquire" if op.is_ok() => {
                 if let Some(token) = op.completion.as_ref().and_then(|c| c.token) {
-                    grants.entry(op.key.as_str()).or_default().push((token, op));
+                    by_token.push((token, op));
                 }
             }
             _ => {}
         }
     }
-    // Keys in order, so that the report does not depend on hashing.
-    let mut grants: Vec<(&str, Vec<(u64, &Operation)>)> = grants.into_iter().collect();
-    grants.sort_unstable_by_key(|(key, _)| *key);
-    let mut out = Vec::new();
-    for (key, mut by_token) in grants {
-        by_token.sort_unstable_by_key(|(token, _)| *token);
-        // (protected until, token, grant) of the earlier grant protecting the longest.
-        let mut best: Option<(u64, u64, &Operation)> = None;
-        for &(token, g2) in &by_token {
-            if let Some((until, t1, g1)) = best {
-                let complete = g2.return_ns().unwrap_or(u64::MAX);
-                if complete < until && t1 < token {
-                    out.push(violation(key, drift, (t1, g1), (token, g2), &released));
-                    break;
-                }
-            }
-            let until = protected_until(key, token, g2, drift, &released);
-            if best.is_none_or(|(b, _, _)| until > b) {
-                best = Some((until, token, g2));
+    by_token.sort_unstable_by_key(|(token, _)| *token);
+    // (protected until, token, grant) of the earlier grant protecting the longest.
+    let mut best: Option<(u64, u64, &Operation)> = None;
+    for &(token, g2) in &by_token {
+        if let Some((until, t1, g1)) = best {
+            let complete = g2.return_ns().unwrap_or(u64::MAX);
+            if complete < until && t1 < token {
+                return Some(violation(key, drift, (t1, g1), (token, g2), &released));
             }
         }
+        let until = protected_until(token, g2, drift, &released);
+        if best.is_none_or(|(b, _, _)| until > b) {
+            best = Some((until, token, g2));
+        }
     }
-    out
+    None
 }
 
 fn lease_ms(op: &Operation) -> Option<u64> {
@@ -102,16 +103,10 @@ fn lease_ms(op: &Operation) -> Option<u64> {
 /// The instant until which a grant certainly holds the key: its safe lease end, or just
 /// past the invoke of the first release of its token, whichever is earlier. A grant with
 /// no lease holds until released.
-fn protected_until(
-    key: &str,
-    token: u64,
-    grant: &Operation,
-    drift: f64,
-    released: &Released<'_>,
-) -> u64 {
+fn protected_until(token: u64, grant: &Operation, drift: f64, released: &Released) -> u64 {
     let safe_end = safe_end(grant, drift);
     let release = released
-        .get(&(key, token))
+        .get(&token)
         .map_or(u64::MAX, |r| r.saturating_add(1));
     safe_end.min(release)
 }
@@ -129,10 +124,10 @@ fn violation(
     drift: f64,
     (t1, g1): (u64, &Operation),
     (t2, g2): (u64, &Operation),
-    released: &Released<'_>,
+    released: &Released,
 ) -> LeaseViolation {
     let lease = lease_ms(g1).map_or("no lease".to_string(), |ms| format!("lease {ms} ms"));
-    let release = match released.get(&(key, t1)) {
+    let release = match released.get(&t1) {
         Some(&r) => format!(
             "the first release of token {t1} that may have taken effect was invoked only at {}",
             fmt_ns(r)

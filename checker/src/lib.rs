@@ -89,6 +89,7 @@ pub mod linear;
 pub mod liveness;
 pub mod model;
 pub mod peer_data;
+pub mod per_key;
 pub mod report;
 pub mod verdict;
 
@@ -525,11 +526,19 @@ pub fn check_operations(history: &[Operation], options: &Options) -> Check {
     check
 }
 
+/// The lock checks: each key's part on every core first ([`per_key`]); a check that did
+/// not pass on every key runs again on the whole history, on a thread of its own, for
+/// its report. The results keep their order.
 fn check_lock(history: &[Operation], options: &Options) -> Check {
+    let clean = per_key::clean(history, options);
     std::thread::scope(|scope| {
-        let fencing = scope.spawn(|| check_fencing(history));
-        let lease = scope.spawn(|| check_lease(history, options.drift));
-        let linear = check_linearizability(history, options);
+        let fencing = (!clean.fencing).then(|| scope.spawn(|| check_fencing(history)));
+        let lease = (!clean.lease).then(|| scope.spawn(|| check_lease(history, options.drift)));
+        let linear = if clean.linearizability {
+            CheckResult::new("linearizability", Verdict::Valid)
+        } else {
+            check_linearizability(history, options)
+        };
         // Each check catches its own panics (`guarded`), so a join cannot fail; if it
         // somehow does, the check is Unknown, never Valid.
         let joined = |name: &str, handle: std::thread::ScopedJoinHandle<'_, CheckResult>| {
@@ -537,11 +546,15 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
                 CheckResult::new(name, Verdict::unknown(format!("{name} thread panicked")))
             })
         };
-        compose(vec![
-            linear,
-            joined("fencing", fencing),
-            joined("lease safety", lease),
-        ])
+        let fencing = match fencing {
+            Some(handle) => joined("fencing", handle),
+            None => fencing_result(history, Vec::new),
+        };
+        let lease = match lease {
+            Some(handle) => joined("lease safety", handle),
+            None => lease_result(history, Vec::new),
+        };
+        compose(vec![linear, fencing, lease])
     })
 }
 
@@ -651,6 +664,14 @@ fn linear_result(
 
 /// Fencing: tokens unique, increasing in real time, accepted writes fenced.
 pub fn check_fencing(history: &[Operation]) -> CheckResult {
+    fencing_result(history, || fencing::check(history))
+}
+
+/// The fencing result, given the violations (computed only when the history has tokens).
+fn fencing_result(
+    history: &[Operation],
+    violations: impl FnOnce() -> Vec<fencing::FencingViolation>,
+) -> CheckResult {
     const NAME: &str = "fencing";
     let has_tokens = history.iter().any(|op| {
         op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
@@ -659,7 +680,7 @@ pub fn check_fencing(history: &[Operation]) -> CheckResult {
         return CheckResult::not_checked(NAME, "no tokens");
     }
     guarded(NAME, || {
-        let violations = fencing::check(history);
+        let violations = violations();
         Ok(match violations.first() {
             None => CheckResult::new(NAME, Verdict::Valid),
             Some(_) => {
@@ -677,6 +698,15 @@ pub fn check_fencing(history: &[Operation]) -> CheckResult {
 
 /// Lease safety with drift bound `drift`.
 pub fn check_lease(history: &[Operation], drift: f64) -> CheckResult {
+    lease_result(history, || lease::check(history, drift))
+}
+
+/// The lease result, given the violations (computed only when the history has a leased
+/// grant).
+fn lease_result(
+    history: &[Operation],
+    violations: impl FnOnce() -> Vec<lease::LeaseViolation>,
+) -> CheckResult {
     const NAME: &str = "lease safety";
     let leased_grant = history.iter().any(|op| {
         op.f == "acquire"
@@ -688,7 +718,7 @@ pub fn check_lease(history: &[Operation], drift: f64) -> CheckResult {
         return CheckResult::not_checked(NAME, "no granted acquire with a token and a lease");
     }
     guarded(NAME, || {
-        let violations = lease::check(history, drift);
+        let violations = violations();
         Ok(match violations.first() {
             None => CheckResult::new(NAME, Verdict::Valid),
             Some(_) => {

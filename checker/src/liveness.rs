@@ -38,11 +38,12 @@
 //! causes after that is what rule P reports; an abandon under a fault may keep its key until
 //! the lease runs out, so it stays possibly live.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use history::pair::Paired;
 use history::{AcquireValue, ErrorWord, FaultVerb, OpName, OpType, Operation};
 
+use crate::linear::bitset::FastBuildHasher;
 use crate::{CheckResult, Verdict};
 
 /// The bounds of the liveness rules, all in ms.
@@ -268,15 +269,19 @@ impl<'a> Context<'a> {
             .chain(paired.faults.iter().map(|f| f.time_ns))
             .max()
             .unwrap_or(0);
-        let mut acquires_by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-        let mut releases_by_key: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+        // Grouped in hash maps (one hash per op, where a BTreeMap costs a string
+        // comparison per level), then ordered by key once.
+        type ByKey<'a> = HashMap<&'a str, Vec<&'a Operation>, FastBuildHasher>;
+        let (mut acquires, mut releases) = (ByKey::default(), ByKey::default());
         for op in &paired.operations {
             if op.f == OpName::Acquire {
-                acquires_by_key.entry(&op.key).or_default().push(op);
+                acquires.entry(&op.key).or_default().push(op);
             } else if op.f == OpName::Release {
-                releases_by_key.entry(&op.key).or_default().push(op);
+                releases.entry(&op.key).or_default().push(op);
             }
         }
+        let acquires_by_key: BTreeMap<&str, Vec<&Operation>> = acquires.into_iter().collect();
+        let releases_by_key: BTreeMap<&str, Vec<&Operation>> = releases.into_iter().collect();
         Context {
             operations: &paired.operations,
             faults,

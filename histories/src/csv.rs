@@ -16,7 +16,7 @@ use std::path::Path;
 
 use crate::error::{ParseError, ParseErrorKind};
 use crate::op::{Op, OpType, Process};
-use crate::pair::{Blame, Validator};
+use crate::pair::{Blame, Row, Validator};
 
 /// The header row of schema v1, exactly.
 pub const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error";
@@ -47,9 +47,9 @@ pub fn read_path(path: &Path) -> Result<Vec<Op>, ParseError> {
     Reader::new(file).collect()
 }
 
-/// Reads a file straight into paired operations and faults, one row at a time: the ops
-/// are validated by the reader and moved into the pairing, so the history is never held
-/// twice (as `read_path` and then `pair` would).
+/// Reads a file straight into paired operations and faults, one row at a time: each row
+/// is validated and its cells interned straight into the pairing, so the history is never
+/// held twice (as `read_path` and then `pair` would) and no cell is a `String` of its own.
 pub fn read_paired_path(path: &Path) -> Result<crate::pair::Paired, ParseError> {
     if let Some(paired) = read_paired_fast(path) {
         return Ok(paired);
@@ -61,19 +61,20 @@ pub fn read_paired_path(path: &Path) -> Result<crate::pair::Paired, ParseError> 
     })?;
     let mut pairing = crate::pair::Pairing::default();
     for op in Reader::new(file) {
-        pairing.push(op?);
+        pairing.push_op(op?);
     }
     Ok(pairing.finish())
 }
 
 /// The fast path of [`read_paired_path`]: the `csv` crate's `ByteRecord`s, with quoting
-/// off, one record per line. It accepts only what the strict [`Reader`] accepts: every op
-/// goes through the same validator, and anything the two might read differently (a `"`
-/// anywhere, a blank line, a lone `\r`, bad UTF-8, an overlong field, any bad field or
-/// rule) makes it give up with `None`. The strict reader then reads the file again and
-/// reports the first error with its line and column, which is computed only then.
+/// off, one record per line, each record parsed in place (no `Op`, no `String` per cell).
+/// It accepts only what the strict [`Reader`] accepts: every row goes through the same
+/// validator, and anything the two might read differently (a `"` anywhere, a blank line,
+/// a lone `\r`, bad UTF-8, an overlong field, any bad field or rule) makes it give up with
+/// `None`. The strict reader then reads the file again and reports the first error with
+/// its line and character column, which is computed only then.
 fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
-    if ends_with_blank_line(path)? {
+    if has_unusual_end(path)? {
         return None;
     }
     let file = File::open(path).ok()?;
@@ -100,15 +101,28 @@ fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
         if record.position().map(|p| p.line()) != Some(line) || record.len() != COLUMNS.len() {
             return None;
         }
-        let op = fast_op(&record)?;
-        validator.check(&op).ok()?;
-        pairing.push(op);
+        let fields = fast_fields(&record)?;
+        let row = fast_row(&fields)?;
+        validator.check(&row).ok()?;
+        if let Process::Client(_) = row.process {
+            let cells = crate::pair::Cells {
+                f: pairing.intern_str(fields[4]),
+                key: pairing.intern_str(fields[5]),
+                value: pairing.intern_str(fields[6]),
+                node: pairing.intern_str(fields[8]),
+                error: pairing.intern_str(fields[9]),
+            };
+            pairing.push(row, cells);
+        } else {
+            pairing.push_fault(fast_op(&row, &fields));
+        }
     }
     Some(pairing.finish())
 }
 
-/// Whether the file ends in an empty line, which the `csv` crate would skip in silence.
-fn ends_with_blank_line(path: &Path) -> Option<bool> {
+/// Whether the file ends in an empty line, which the `csv` crate would skip in silence,
+/// or in a `\r` with no `\n` after it, which the strict reader keeps in the last cell.
+fn has_unusual_end(path: &Path) -> Option<bool> {
     use std::io::{Seek, SeekFrom};
     let mut file = File::open(path).ok()?;
     let length = file.metadata().ok()?.len();
@@ -116,7 +130,7 @@ fn ends_with_blank_line(path: &Path) -> Option<bool> {
     file.seek(SeekFrom::Start(length - tail_length)).ok()?;
     let mut tail = Vec::with_capacity(3);
     file.read_to_end(&mut tail).ok()?;
-    Some(tail.ends_with(b"\n\n") || tail.ends_with(b"\n\r\n"))
+    Some(tail.ends_with(b"\n\n") || tail.ends_with(b"\n\r\n") || tail.ends_with(b"\r"))
 }
 
 /// A field without the `\r` of a `\r\n` line end (only the last field can have one).
@@ -124,37 +138,64 @@ fn strip_cr(field: &[u8]) -> &[u8] {
     field.strip_suffix(b"\r").unwrap_or(field)
 }
 
-/// One record as an op; `None` on anything the strict reader might reject or read
-/// otherwise.
-fn fast_op(record: &::csv::ByteRecord) -> Option<Op> {
-    let text = |i: usize| -> Option<&str> {
-        let field = record.get(i)?;
-        let field = if i == COLUMNS.len() - 1 {
-            strip_cr(field)
-        } else {
-            field
-        };
-        if field.len() > FIELD_BYTES_MAX || field.iter().any(|&b| b == b'"' || b == b'\r') {
+/// The ten fields of a record as text; `None` on anything the strict reader might reject
+/// or read otherwise (a `"`, a `\r` other than the line end's, bad UTF-8, an overlong
+/// field).
+fn fast_fields(record: &::csv::ByteRecord) -> Option<[&str; 10]> {
+    let all = record.as_slice();
+    // The fields without their separators; the last one may end in the `\r` of `\r\n`.
+    let body = strip_cr(all);
+    if body.contains(&b'"') || body.contains(&b'\r') {
+        return None;
+    }
+    let short = body.len() <= FIELD_BYTES_MAX;
+    let mut fields: [&str; 10] = [""; 10];
+    for (i, cell) in fields.iter_mut().enumerate() {
+        let mut field = record.get(i)?;
+        if i == COLUMNS.len() - 1 {
+            field = strip_cr(field);
+        }
+        if !short && field.len() > FIELD_BYTES_MAX {
             return None;
         }
-        std::str::from_utf8(field).ok()
-    };
-    let token = match text(7)? {
+        // Each field on its own: a multi-byte character split by a `,` could look valid
+        // in the concatenation.
+        *cell = std::str::from_utf8(field).ok()?;
+    }
+    Some(fields)
+}
+
+/// The numbers and names of a record's fields; `None` on any the strict reader rejects.
+fn fast_row<'a>(fields: &[&'a str; 10]) -> Option<crate::pair::Row<'a>> {
+    let token = match fields[7] {
         "" => None,
         t => Some(parse_u64(t)?),
     };
-    Some(Op {
-        index: parse_u64(text(0)?)?,
-        time_ns: parse_u64(text(1)?)?,
-        process: parse_process(text(2)?)?,
-        op_type: parse_type(text(3)?)?,
-        f: text(4)?.to_owned(),
-        key: text(5)?.to_owned(),
-        value: text(6)?.to_owned(),
+    Some(crate::pair::Row {
+        index: parse_u64(fields[0])?,
+        time_ns: parse_u64(fields[1])?,
+        process: parse_process(fields[2])?,
+        op_type: parse_type(fields[3])?,
+        f: fields[4],
+        key: fields[5],
         token,
-        node: text(8)?.to_owned(),
-        error: text(9)?.to_owned(),
     })
+}
+
+/// A nemesis row as an [`Op`] (the faults are few, and kept as rows).
+fn fast_op(row: &crate::pair::Row<'_>, fields: &[&str; 10]) -> Op {
+    Op {
+        index: row.index,
+        time_ns: row.time_ns,
+        process: row.process,
+        op_type: row.op_type,
+        f: fields[4].to_owned(),
+        key: fields[5].to_owned(),
+        value: fields[6].to_owned(),
+        token: row.token,
+        node: fields[8].to_owned(),
+        error: fields[9].to_owned(),
+    }
 }
 
 /// One field of a record as read, with the position of its first character.
@@ -438,7 +479,7 @@ impl<R: Read> Reader<R> {
         };
         self.finish_record()?;
         let op = parse_row(&record)?;
-        if let Err((violation, blame)) = self.validator.check(&op) {
+        if let Err((violation, blame)) = self.validator.check(&Row::of(&op)) {
             let column_index = match blame {
                 Blame::Index => 0,
                 Blame::Time => 1,

@@ -4,6 +4,8 @@
 //! - [`csv`]: read ([`csv::read_path`], [`csv::read_str`], [`csv::Reader`]) and write
 //!   ([`csv::Writer`]) CSV schema v1, documented in `histories/README.md`.
 //! - [`mod@pair`]: invokes paired with completions, [`pair::Operation`], for the checkers.
+//! - [`hash`]: [`hash::FastHasher`], for tables keyed by cells and ids.
+//! - [`text`]: [`Text`], the shared, interned cells of a paired history.
 //! - [`vocab`]: the vocabulary, defined once: op names, error words, fault verbs and their
 //!   pairs, fault spans.
 //! - [`convert`]: Jepsen and Porcupine histories into [`Op`]s.
@@ -53,11 +55,14 @@
 pub mod convert;
 pub mod csv;
 pub mod error;
+pub mod hash;
 pub mod op;
 pub mod pair;
+pub mod text;
 pub mod vocab;
 
 pub use error::{PairError, ParseError, ParseErrorKind, Violation};
 pub use op::{Op, OpType, Process};
 pub use pair::{Operation, pair};
+pub use text::{Interner, Text};
 pub use vocab::{AcquireValue, ErrorWord, FaultSpan, FaultVerb, OpName, fault_spans};

@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 
 use crate::error::{PairError, Violation};
+use crate::hash::FastBuildHasher;
 use crate::op::{Op, OpType, Process};
+use crate::text::{Interner, Text};
 
 /// The invoke half of an [`Operation`]: when it started and what it carried.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -24,13 +26,13 @@ pub struct Invocation {
     /// The invoke row's time: the operation's call time.
     pub time_ns: u64,
     /// The invoke's value (acquire: lease_ms; write: the value; cas: `OLD NEW`; ...).
-    pub value: String,
+    pub value: Text,
     /// The invoke's token (release: the token released; write: the token carried).
     pub token: Option<u64>,
     /// The invoke's node cell.
-    pub node: String,
+    pub node: Text,
     /// The invoke's error cell (normally empty).
-    pub error: String,
+    pub error: Text,
 }
 
 /// The completion half of an [`Operation`].
@@ -43,13 +45,13 @@ pub struct Completion {
     /// The completion row's time.
     pub time_ns: u64,
     /// The completion's value (read ok: the value read; ...).
-    pub value: String,
+    pub value: Text,
     /// The completion's token (acquire ok: the token granted).
     pub token: Option<u64>,
     /// The node that answered, when known.
-    pub node: String,
+    pub node: Text,
     /// On fail or info: why.
-    pub error: String,
+    pub error: Text,
 }
 
 /// One client operation: an invoke and its completion, if any.
@@ -82,9 +84,9 @@ pub struct Operation {
     /// The client process id.
     pub process: u64,
     /// The function (`acquire`, `release`, `write`, `read`, `cas`, `get`, `put`, `append`).
-    pub f: String,
+    pub f: Text,
     /// The key (the register name for the register model).
-    pub key: String,
+    pub key: Text,
     /// The invoke row.
     pub invoke: Invocation,
     /// The completion row; `None` when the history ended while the op was open.
@@ -146,87 +148,103 @@ pub fn pair(ops: &[Op]) -> Result<Vec<Operation>, PairError> {
 /// Like [`pair`], and also returns the nemesis rows.
 pub fn pair_with_faults(ops: &[Op]) -> Result<Paired, PairError> {
     let mut validator = Validator::default();
-    let mut paired = Paired::default();
-    // Client process -> position of its open operation in `paired.operations`.
-    let mut open: HashMap<u64, usize> = HashMap::new();
+    let mut pairing = Pairing::default();
     for (position, op) in ops.iter().enumerate() {
-        validator.check(op).map_err(|(violation, _)| PairError {
-            position,
-            index: op.index,
-            violation,
-        })?;
-        let Process::Client(process) = op.process else {
-            paired.faults.push(op.clone());
+        validator
+            .check(&Row::of(op))
+            .map_err(|(violation, _)| PairError {
+                position,
+                index: op.index,
+                violation,
+            })?;
+        let Process::Client(_) = op.process else {
+            pairing.push_fault(op.clone());
             continue;
         };
-        if op.op_type == OpType::Invoke {
-            open.insert(process, paired.operations.len());
-            paired.operations.push(Operation {
-                process,
-                f: op.f.clone(),
-                key: op.key.clone(),
-                invoke: Invocation {
-                    index: op.index,
-                    time_ns: op.time_ns,
-                    value: op.value.clone(),
-                    token: op.token,
-                    node: op.node.clone(),
-                    error: op.error.clone(),
-                },
-                completion: None,
-            });
-        } else {
-            // The validator accepted the completion, so the process has an open invoke.
-            let slot = open
-                .remove(&process)
-                .expect("validator accepted a completion without an open invoke");
-            paired.operations[slot].completion = Some(Completion {
-                op_type: op.op_type,
-                index: op.index,
-                time_ns: op.time_ns,
-                value: op.value.clone(),
-                token: op.token,
-                node: op.node.clone(),
-                error: op.error.clone(),
-            });
-        }
+        let cells = pairing.intern(op);
+        pairing.push(Row::of(op), cells);
     }
-    Ok(paired)
+    Ok(pairing.finish())
 }
 
-/// Pairs ops that were already validated (by the CSV reader), taking each by value: the
-/// strings move into the operations, so a history read this way is never held twice.
+/// The cells of one client row other than its numbers, as [`Pairing::push`] stores them:
+/// `f`, `key`, `value`, `node`, `error` (interned).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cells {
+    pub(crate) f: Text,
+    pub(crate) key: Text,
+    pub(crate) value: Text,
+    pub(crate) node: Text,
+    pub(crate) error: Text,
+}
+
+/// Pairs rows that were already validated (by the CSV reader or [`pair_with_faults`]),
+/// one at a time: the history is never held twice, and each distinct cell is stored once
+/// ([`Interner`]).
 #[derive(Debug, Default)]
 pub(crate) struct Pairing {
     paired: Paired,
     /// Client process -> position of its open operation.
-    open: HashMap<u64, usize>,
+    open: HashMap<u64, usize, FastBuildHasher>,
+    interner: Interner,
 }
 
 impl Pairing {
-    /// Adds one validated op.
+    /// The shared text equal to `text`.
+    pub(crate) fn intern_str(&mut self, text: &str) -> Text {
+        self.interner.intern(text)
+    }
+
+    /// The interned cells of `op`.
+    fn intern(&mut self, op: &Op) -> Cells {
+        Cells {
+            f: self.interner.intern(&op.f),
+            key: self.interner.intern(&op.key),
+            value: self.interner.intern(&op.value),
+            node: self.interner.intern(&op.node),
+            error: self.interner.intern(&op.error),
+        }
+    }
+
+    /// Adds one validated op, of any process.
+    pub(crate) fn push_op(&mut self, op: Op) {
+        match op.process {
+            Process::Nemesis => self.push_fault(op),
+            Process::Client(_) => {
+                let cells = self.intern(&op);
+                self.push(Row::of(&op), cells);
+            }
+        }
+    }
+
+    /// Adds one validated nemesis row.
+    pub(crate) fn push_fault(&mut self, op: Op) {
+        self.paired.faults.push(op);
+    }
+
+    /// Adds one validated client row.
     ///
     /// # Panics
     ///
-    /// On a completion with no open invoke: the reader's validator rejects those first.
-    pub(crate) fn push(&mut self, op: Op) {
-        let Process::Client(process) = op.process else {
-            self.paired.faults.push(op);
-            return;
+    /// On a nemesis row, or a completion with no open invoke: the validator rejects those
+    /// first.
+    pub(crate) fn push(&mut self, row: Row<'_>, cells: Cells) {
+        let Process::Client(process) = row.process else {
+            panic!("Pairing::push got nemesis row {}", row.index);
         };
-        if op.op_type == OpType::Invoke {
+        if row.op_type == OpType::Invoke {
             self.open.insert(process, self.paired.operations.len());
             self.paired.operations.push(Operation {
                 process,
-                f: op.f,
-                key: op.key,
+                f: cells.f,
+                key: cells.key,
                 invoke: Invocation {
-                    index: op.index,
-                    time_ns: op.time_ns,
-                    value: op.value,
-                    token: op.token,
-                    node: op.node,
-                    error: op.error,
+                    index: row.index,
+                    time_ns: row.time_ns,
+                    value: cells.value,
+                    token: row.token,
+                    node: cells.node,
+                    error: cells.error,
                 },
                 completion: None,
             });
@@ -237,19 +255,48 @@ impl Pairing {
             .remove(&process)
             .expect("the validator accepted a completion without an open invoke");
         self.paired.operations[slot].completion = Some(Completion {
-            op_type: op.op_type,
-            index: op.index,
-            time_ns: op.time_ns,
-            value: op.value,
-            token: op.token,
-            node: op.node,
-            error: op.error,
+            op_type: row.op_type,
+            index: row.index,
+            time_ns: row.time_ns,
+            value: cells.value,
+            token: row.token,
+            node: cells.node,
+            error: cells.error,
         });
     }
 
     /// The paired history.
-    pub(crate) fn finish(self) -> Paired {
+    pub(crate) fn finish(mut self) -> Paired {
+        self.paired.operations.shrink_to_fit();
         self.paired
+    }
+}
+
+/// What the [`Validator`] and [`Pairing::push`] read of a row: everything but the
+/// free-text cells.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Row<'a> {
+    pub(crate) index: u64,
+    pub(crate) time_ns: u64,
+    pub(crate) process: Process,
+    pub(crate) op_type: OpType,
+    pub(crate) f: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) token: Option<u64>,
+}
+
+impl<'a> Row<'a> {
+    /// The row of an op.
+    pub(crate) fn of(op: &'a Op) -> Row<'a> {
+        Row {
+            index: op.index,
+            time_ns: op.time_ns,
+            process: op.process,
+            op_type: op.op_type,
+            f: &op.f,
+            key: &op.key,
+            token: op.token,
+        }
     }
 }
 
@@ -266,116 +313,118 @@ pub(crate) enum Blame {
 #[derive(Clone, Debug)]
 struct OpenInvoke {
     index: u64,
-    f: String,
-    key: String,
+    f: Text,
+    key: Text,
 }
 
 /// Checks ops one at a time against the rules of schema v1. Shared by the CSV reader and
 /// [`pair`], so both reject exactly the same histories.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Validator {
     next_index: u64,
     last_time_ns: u64,
     /// Client process -> its open invoke.
-    open: HashMap<u64, OpenInvoke>,
+    open: HashMap<u64, OpenInvoke, FastBuildHasher>,
     /// Client process -> the index of the `info` that retired it.
-    retired: HashMap<u64, u64>,
+    retired: HashMap<u64, u64, FastBuildHasher>,
+    /// The `f` and `key` of open invokes, stored once each.
+    names: Interner,
 }
 
 impl Validator {
-    /// Checks `op` and, when it is accepted, records it. A rejected op leaves `self`
-    /// unchanged.
-    pub(crate) fn check(&mut self, op: &Op) -> Result<(), (Violation, Blame)> {
-        if op.index != self.next_index {
+    /// Checks `row` and, when it is accepted, records it. A rejected row leaves `self`
+    /// unchanged (the interned names aside, which are not part of its verdicts).
+    pub(crate) fn check(&mut self, row: &Row<'_>) -> Result<(), (Violation, Blame)> {
+        if row.index != self.next_index {
             let violation = Violation::IndexGap {
                 expected: self.next_index,
-                found: op.index,
+                found: row.index,
             };
             return Err((violation, Blame::Index));
         }
-        if op.time_ns < self.last_time_ns {
+        if row.time_ns < self.last_time_ns {
             let violation = Violation::TimeBackwards {
                 previous_ns: self.last_time_ns,
-                time_ns: op.time_ns,
+                time_ns: row.time_ns,
             };
             return Err((violation, Blame::Time));
         }
-        match op.process {
-            Process::Nemesis => Self::check_nemesis(op)?,
-            Process::Client(process) => self.check_client(process, op)?,
+        match row.process {
+            Process::Nemesis => Self::check_nemesis(row)?,
+            Process::Client(process) => self.check_client(process, row)?,
         }
         self.next_index += 1;
-        self.last_time_ns = op.time_ns;
+        self.last_time_ns = row.time_ns;
         Ok(())
     }
 
-    fn check_nemesis(op: &Op) -> Result<(), (Violation, Blame)> {
-        if op.op_type != OpType::Info {
+    fn check_nemesis(row: &Row<'_>) -> Result<(), (Violation, Blame)> {
+        if row.op_type != OpType::Info {
             let violation = Violation::NemesisNotInfo {
-                op_type: op.op_type,
+                op_type: row.op_type,
             };
             return Err((violation, Blame::Type));
         }
-        if op.f.is_empty() {
+        if row.f.is_empty() {
             return Err((Violation::EmptyFunction, Blame::F));
         }
         Ok(())
     }
 
-    /// Checks a client op and records its effect on the open and retired tables.
-    fn check_client(&mut self, process: u64, op: &Op) -> Result<(), (Violation, Blame)> {
-        if op.op_type == OpType::Invoke {
+    /// Checks a client row and records its effect on the open and retired tables.
+    fn check_client(&mut self, process: u64, row: &Row<'_>) -> Result<(), (Violation, Blame)> {
+        if row.op_type == OpType::Invoke {
             if let Some(&info_index) = self.retired.get(&process) {
                 let violation = Violation::InvokeAfterInfo {
-                    process: op.process,
+                    process: row.process,
                     info_index,
                 };
                 return Err((violation, Blame::Type));
             }
             if let Some(invoke) = self.open.get(&process) {
                 let violation = Violation::InvokeWhileOpen {
-                    process: op.process,
+                    process: row.process,
                     invoke_index: invoke.index,
                 };
                 return Err((violation, Blame::Type));
             }
-            if op.f.is_empty() {
+            if row.f.is_empty() {
                 return Err((Violation::EmptyFunction, Blame::F));
             }
             let invoke = OpenInvoke {
-                index: op.index,
-                f: op.f.clone(),
-                key: op.key.clone(),
+                index: row.index,
+                f: self.names.intern(row.f),
+                key: self.names.intern(row.key),
             };
             self.open.insert(process, invoke);
             return Ok(());
         }
         let Some(invoke) = self.open.get(&process) else {
             let violation = Violation::CompletionWithoutInvoke {
-                process: op.process,
-                op_type: op.op_type,
+                process: row.process,
+                op_type: row.op_type,
             };
             return Err((violation, Blame::Type));
         };
-        if op.f != invoke.f {
+        if row.f != invoke.f.as_str() {
             let violation = Violation::FunctionMismatch {
                 invoke_index: invoke.index,
-                invoke_f: invoke.f.clone(),
-                f: op.f.clone(),
+                invoke_f: invoke.f.to_string(),
+                f: row.f.to_owned(),
             };
             return Err((violation, Blame::F));
         }
-        if op.key != invoke.key {
+        if row.key != invoke.key.as_str() {
             let violation = Violation::KeyMismatch {
                 invoke_index: invoke.index,
-                invoke_key: invoke.key.clone(),
-                key: op.key.clone(),
+                invoke_key: invoke.key.to_string(),
+                key: row.key.to_owned(),
             };
             return Err((violation, Blame::Key));
         }
         self.open.remove(&process);
-        if op.op_type == OpType::Info {
-            self.retired.insert(process, op.index);
+        if row.op_type == OpType::Info {
+            self.retired.insert(process, row.index);
         }
         Ok(())
     }
@@ -567,17 +616,12 @@ mod tests {
     fn a_rejected_op_leaves_the_validator_unchanged() {
         // Rule: STYLE.md 12: a function that returns Err leaves self unchanged.
         let mut validator = Validator::default();
-        validator
-            .check(&op(0, 10, client(0), OpType::Invoke, "acquire"))
-            .unwrap();
+        let mut check = |op: Op| validator.check(&Row::of(&op));
+        check(op(0, 10, client(0), OpType::Invoke, "acquire")).unwrap();
         let bad = op(1, 5, client(1), OpType::Invoke, "acquire");
-        assert!(validator.check(&bad).is_err());
+        assert!(check(bad).is_err());
         // The same index and an in-order time are still accepted afterwards.
-        validator
-            .check(&op(1, 10, client(1), OpType::Invoke, "acquire"))
-            .unwrap();
-        validator
-            .check(&op(2, 11, client(0), OpType::Ok, "acquire"))
-            .unwrap();
+        check(op(1, 10, client(1), OpType::Invoke, "acquire")).unwrap();
+        check(op(2, 11, client(0), OpType::Ok, "acquire")).unwrap();
     }
 }

@@ -93,6 +93,12 @@ macro_rules! words {
                 self.as_str() == other.as_str()
             }
         }
+
+        impl PartialEq<$name> for $crate::text::Text {
+            fn eq(&self, other: &$name) -> bool {
+                self.as_str() == other.as_str()
+            }
+        }
     };
 }
 

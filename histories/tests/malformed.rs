@@ -103,3 +103,36 @@ fn the_fast_reader_accepts_and_rejects_exactly_what_the_strict_one_does() {
         }
     }
 }
+
+#[test]
+fn the_fast_reader_agrees_with_the_strict_one_on_line_ends_and_odd_bytes() {
+    // Issue 12 "streaming CSV reader": inputs the fast path must either read exactly as the
+    // strict reader does or hand back to it: CRLF, a last line without a line end, a lone
+    // `\r` at the end of the file and inside a cell, non-ASCII cells, a blank last line.
+    let header = history::csv::HEADER;
+    let rows = [
+        "0,5,0,invoke,acquire,ké,5000,,,",
+        "1,9,0,fail,acquire,ké,,,n1,busy",
+    ];
+    let inputs = [
+        format!("{header}\r\n{}\r\n{}\r\n", rows[0], rows[1]),
+        format!("{header}\n{}\n{}", rows[0], rows[1]),
+        format!("{header}\n{}\n{}\r", rows[0], rows[1]),
+        format!("{header}\n{}\n{}\r\n\r\n", rows[0], rows[1]),
+        format!("{header}\n{}\n1,9,0,fail,acquire,ké,,,n\r1,busy\n", rows[0]),
+        format!("{header}\n{}\n{}\n\n", rows[0], rows[1]),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (i, text) in inputs.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.csv"));
+        std::fs::write(&path, text).unwrap();
+        let strict = history::csv::read_path(&path)
+            .map(|ops| history::pair::pair_with_faults(&ops).unwrap());
+        let fast = history::csv::read_paired_path(&path);
+        match (strict, fast) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "input {i}: {text:?}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "input {i}: {text:?}"),
+            (a, b) => panic!("input {i} {text:?}: strict {a:?}, fast {b:?}"),
+        }
+    }
+}

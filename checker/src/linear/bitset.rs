@@ -7,8 +7,51 @@
 /// matter the order of inserts (research/linearizability.md §4.3).
 #[derive(Clone, Debug, Default)]
 pub struct Bitset {
-    words: Vec<u64>,
+    words: Words,
     hash: u64,
+}
+
+/// Sets of up to this many words (256 operations) keep them inline: the search's memo
+/// holds one set per configuration, and inline words spare each an allocation and each
+/// lookup a pointer to chase (the memo lookup was 60 % of checking Porcupine's etcd_002).
+const INLINE_WORDS: usize = 4;
+
+/// The words of a [`Bitset`]: inline when few, else on the heap.
+#[derive(Clone, Debug)]
+enum Words {
+    /// The first `.1` words are the set's.
+    Inline([u64; INLINE_WORDS], usize),
+    Heap(Vec<u64>),
+}
+
+impl Default for Words {
+    fn default() -> Words {
+        Words::Inline([0; INLINE_WORDS], 0)
+    }
+}
+
+impl Words {
+    fn zeroed(count: usize) -> Words {
+        if count <= INLINE_WORDS {
+            Words::Inline([0; INLINE_WORDS], count)
+        } else {
+            Words::Heap(vec![0; count])
+        }
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Words::Inline(words, count) => &words[..*count],
+            Words::Heap(words) => words,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u64] {
+        match self {
+            Words::Inline(words, count) => &mut words[..*count],
+            Words::Heap(words) => words,
+        }
+    }
 }
 
 impl PartialEq for Bitset {
@@ -16,8 +59,13 @@ impl PartialEq for Bitset {
         // The hash first: unequal sets almost always differ there. Then the words, in a
         // plain loop (the sets are a few words; a `memcmp` call costs more than that).
         self.hash == other.hash
-            && self.words.len() == other.words.len()
-            && self.words.iter().zip(&other.words).all(|(a, b)| a == b)
+            && self.words.as_slice().len() == other.words.as_slice().len()
+            && self
+                .words
+                .as_slice()
+                .iter()
+                .zip(other.words.as_slice())
+                .all(|(a, b)| a == b)
     }
 }
 
@@ -40,7 +88,7 @@ impl Bitset {
     /// The empty set over `0..len`.
     pub fn new(len: usize) -> Bitset {
         Bitset {
-            words: vec![0; len.div_ceil(64)],
+            words: Words::zeroed(len.div_ceil(64)),
             hash: 0,
         }
     }
@@ -51,7 +99,7 @@ impl Bitset {
     ///
     /// If `i` is outside `0..len` (rounded up to a multiple of 64).
     pub fn contains(&self, i: usize) -> bool {
-        self.words[i / 64] & (1 << (i % 64)) != 0
+        self.words.as_slice()[i / 64] & (1 << (i % 64)) != 0
     }
 
     /// Adds `i`; returns whether it was absent.
@@ -62,7 +110,7 @@ impl Bitset {
     pub fn insert(&mut self, i: usize) -> bool {
         let absent = !self.contains(i);
         if absent {
-            self.words[i / 64] |= 1 << (i % 64);
+            self.words.as_mut_slice()[i / 64] |= 1 << (i % 64);
             self.hash ^= zobrist(i);
         }
         absent
@@ -76,7 +124,7 @@ impl Bitset {
     pub fn remove(&mut self, i: usize) -> bool {
         let present = self.contains(i);
         if present {
-            self.words[i / 64] &= !(1 << (i % 64));
+            self.words.as_mut_slice()[i / 64] &= !(1 << (i % 64));
             self.hash ^= zobrist(i);
         }
         present
@@ -84,56 +132,17 @@ impl Bitset {
 
     /// The number of members.
     pub fn count(&self) -> usize {
-        self.words.iter().map(|w| w.count_ones() as usize).sum()
+        self.words
+            .as_slice()
+            .iter()
+            .map(|w| w.count_ones() as usize)
+            .sum()
     }
 }
 
-/// A fast, non-cryptographic hasher for the memo (the FxHash mixing step of rustc): the
-/// keys are our own bitsets and model states, never adversarial input, so SipHash's
-/// protection is not needed and its cost is (research/linearizability.md §2.2: constant
-/// factors matter 10-50x).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FastHasher(u64);
-
-impl std::hash::Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.write_u64(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 56));
-        }
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(u64::from(i));
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(u64::from(i));
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// Builds [`FastHasher`]s.
-pub type FastBuildHasher = std::hash::BuildHasherDefault<FastHasher>;
+/// The fast hasher of the memo and of the per-key tables (defined in `history`, which
+/// hashes a history's cells with it).
+pub use history::hash::{FastBuildHasher, FastHasher};
 
 #[cfg(test)]
 mod tests {

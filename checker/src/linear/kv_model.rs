@@ -92,13 +92,13 @@ pub fn kv_operations(
         let unknown = op.is_indeterminate();
         let (input, output) = match op.f.as_str() {
             "get" if op.is_ok() => {
-                let value = completion.map_or(String::new(), |c| c.value.clone());
+                let value = completion.map_or(String::new(), |c| c.value.to_string());
                 (KvInput::Get, KvOutput::Value(value))
             }
             "get" => continue,
             "put" | "append" if op.is_fail() => continue,
             "put" | "append" => {
-                let value = op.invoke.value.clone();
+                let value = op.invoke.value.to_string();
                 let input = if op.f == "put" {
                     KvInput::Put(value)
                 } else {

@@ -61,8 +61,51 @@ use crate::verdict::Verdict;
 /// n-th key); the results are merged in key order, so the verdict and the counterexample
 /// (the first failing key's) do not depend on the scheduling.
 pub fn check(history: &[Operation<LockModel>], budget: Budget) -> LinearReport {
-    let deadline = budget.deadline();
-    let parts = partition_by_key(history);
+    check_until(history, budget, budget.deadline())
+}
+
+/// [`check`] with the budget's time limit already turned into a deadline (so that the
+/// keys of one history checked one call at a time share one limit).
+pub fn check_until(
+    history: &[Operation<LockModel>],
+    budget: Budget,
+    deadline: Option<Instant>,
+) -> LinearReport {
+    check_parts(history, partition_by_key(history), budget, deadline)
+}
+
+/// [`check_until`] on the operations of one key (all of `history`, in order), without
+/// partitioning them again.
+///
+/// # Panics
+///
+/// When two operations have different keys (a caller's bug: the sweep would mix keys).
+pub fn check_one_key(
+    history: &[Operation<LockModel>],
+    budget: Budget,
+    deadline: Option<Instant>,
+) -> LinearReport {
+    if let Some(first) = history.first() {
+        assert!(
+            history.iter().all(|op| op.key == first.key),
+            "check_one_key got operations of more than one key (the first is {:?})",
+            first.key
+        );
+    }
+    let parts = if history.is_empty() {
+        Vec::new()
+    } else {
+        vec![(0..history.len()).collect()]
+    };
+    check_parts(history, parts, budget, deadline)
+}
+
+fn check_parts(
+    history: &[Operation<LockModel>],
+    parts: Vec<Vec<usize>>,
+    budget: Budget,
+    deadline: Option<Instant>,
+) -> LinearReport {
     let sweep_part = |part: &Vec<usize>| {
         let mut sweep = Sweep::new(history, part, budget.search_budget_states_max);
         let result = sweep.run(deadline);
@@ -191,8 +234,13 @@ struct Sweep<'a> {
     /// The earliest end of each op's hidden grant (for `info` acquires; `u64::MAX` when it
     /// never ends).
     earliest_end: Vec<u64>,
-    /// `info` acquires invoked so far, as positions.
+    /// `info` acquires invoked so far and still young at the last closure, as positions.
     hidden_invoked: Vec<u32>,
+    /// How many `info` acquires invoked so far are *old* (their earliest end passed):
+    /// moved out of `hidden_invoked` by [`Sweep::closure`], since rule 2 only counts them.
+    hidden_old: u32,
+    /// The instant of the last closure: the sweep's clock, which never goes back.
+    closure_ns: u64,
     /// Live configurations, each with the fewest old hidden grants it used.
     configs: ConfigSet,
 }
@@ -231,6 +279,8 @@ impl<'a> Sweep<'a> {
             endable: HashSet::default(),
             earliest_end,
             hidden_invoked: Vec::new(),
+            hidden_old: 0,
+            closure_ns: 0,
             configs: vec![(start, 0)],
         }
     }
@@ -330,11 +380,22 @@ impl<'a> Sweep<'a> {
     fn closure(&mut self, now: u64) -> Result<ConfigSet, Stop> {
         let mut seen: ConfigSet = Vec::new();
         let mut work: Vec<(Config, u32)> = Vec::new();
-        let old_invoked = self
-            .hidden_invoked
-            .iter()
-            .filter(|&&i| self.earliest_end[i as usize] <= now)
-            .count() as u32;
+        // Acquires whose earliest end has passed stay old (the sweep's clock only moves
+        // on): count them once and drop them from the list, so that the successors of a
+        // free key scan only the young ones (with many `info` acquires, rescanning them
+        // all was quadratic).
+        assert!(
+            now >= self.closure_ns,
+            "the sweep went back in time: closure at {now} after {}",
+            self.closure_ns
+        );
+        self.closure_ns = now;
+        let before = self.hidden_invoked.len();
+        let earliest_end = &self.earliest_end;
+        self.hidden_invoked
+            .retain(|&i| earliest_end[i as usize] > now);
+        self.hidden_old += (before - self.hidden_invoked.len()) as u32;
+        let old_invoked = self.hidden_old;
         for (config, used) in &self.configs {
             let used = *used;
             let mut config = config.clone();

@@ -264,12 +264,15 @@ impl LockOptions {
 
 /// Builds the lock model's operations from paired history operations: the lock ops the
 /// spec constrains, then the internal events (expiries, ends of hidden grants).
-pub fn lock_operations(
-    ops: &[history::pair::Operation],
+pub fn lock_operations<'a>(
+    ops: impl IntoIterator<Item = &'a history::pair::Operation>,
     options: LockOptions,
 ) -> Result<Vec<Operation<LockModel>>, CheckError> {
     let drift = options.drift;
-    let mut out = Vec::new();
+    let ops = ops.into_iter();
+    // At most one operation per op, and one internal event per acquire: room for both
+    // up front, so that neither list is copied as it grows.
+    let mut out = Vec::with_capacity(ops.size_hint().0);
     let mut internal = Vec::new();
     for op in ops {
         let rows = Rows {

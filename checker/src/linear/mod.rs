@@ -61,8 +61,8 @@ pub struct Operation<M: Model> {
     pub input: M::Input,
     /// What it answered.
     pub output: M::Output,
-    /// The key (the part of the object) it touched.
-    pub key: String,
+    /// The key (the part of the object) it touched (shared with the history's cells).
+    pub key: history::Text,
     /// The client process, `None` for an internal event.
     pub process: Option<u64>,
     /// The history rows it came from: the invoke's and the completion's `index`.

@@ -177,7 +177,7 @@ pub fn multi_register_operations(
             } else {
                 TxnOutput::Ok
             },
-            key: String::new(),
+            key: history::Text::EMPTY,
             process: Some(op.process),
             rows: Rows {
                 invoke: Some(op.invoke.index),

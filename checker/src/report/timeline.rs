@@ -194,7 +194,7 @@ fn label(op: &history::Operation, token: &str) -> String {
     };
     let read_value = || match completion {
         Some(c) if c.op_type == OpType::Ok && c.value.is_empty() => "nil".to_string(),
-        Some(c) if c.op_type == OpType::Ok => c.value.clone(),
+        Some(c) if c.op_type == OpType::Ok => c.value.to_string(),
         _ => outcome.to_string(),
     };
     let key = if op.key.is_empty() || op.key == "x" {

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use crate::error::Violation;
 use crate::op::Op;
-use crate::pair::Validator;
+use crate::pair::{Row, Validator};
 
 /// Why a foreign history could not be converted.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -65,7 +65,7 @@ fn finish(rows: Vec<(u64, Op)>) -> Result<Vec<Op>, ConvertError> {
     for (index, (line, mut op)) in (0u64..).zip(rows) {
         op.index = index;
         validator
-            .check(&op)
+            .check(&Row::of(&op))
             .map_err(|(violation, _)| ConvertError {
                 line,
                 kind: ConvertErrorKind::Violation(violation),
