@@ -1,15 +1,16 @@
-//! `locksmith model replay RUN_DIR`: trace validation. Reads `RUN_DIR/trace.jsonl` (or the
-//! file itself when RUN_DIR is a file; format in `lockd::trace`), feeds each node's recorded
+//! `locksmith model replay RUN_DIR`: trace validation. Reads `RUN_DIR/trace.jsonl`, or else
+//! every node's `RUN_DIR/node-logs/n<ID>.trace.jsonl` (what `locksmith test --trace` writes),
+//! or the file itself when RUN_DIR is a file (format in `lockd::trace`), feeds each node's recorded
 //! inputs through a fresh real core built with the recorded configuration, and checks the
 //! model's properties after every step (`checker::model::replay`). Exit 0 when the run is one
 //! the model allows, 1 naming the first step that departs, 2 when the trace cannot be read.
 
 use std::fs::File;
 use std::io::BufReader;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use checker::model::replay::replay;
 use lockd::trace::read_trace;
 
@@ -20,21 +21,56 @@ pub struct ReplayArgs {
     run_dir: PathBuf,
 }
 
+/// The trace files of a run: `RUN_DIR/trace.jsonl` (one file, as the model records), else
+/// the nodes' own files in `RUN_DIR/node-logs/` in node order, else RUN_DIR itself as a file.
+fn trace_files(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !run_dir.is_dir() {
+        return Ok(vec![run_dir.to_path_buf()]);
+    }
+    let single = run_dir.join("trace.jsonl");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    let logs = run_dir.join("node-logs");
+    let mut nodes: Vec<(u64, PathBuf)> = std::fs::read_dir(&logs)
+        .with_context(|| format!("{}: no trace.jsonl and no node-logs/", run_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?;
+            let id = name.strip_prefix('n')?.strip_suffix(".trace.jsonl")?;
+            Some((id.parse().ok()?, path))
+        })
+        .collect();
+    if nodes.is_empty() {
+        bail!(
+            "{}: no trace (run `locksmith test --trace` to record one)",
+            logs.display()
+        );
+    }
+    nodes.sort();
+    Ok(nodes.into_iter().map(|(_, path)| path).collect())
+}
+
 /// Runs the replay.
+///
+/// Per-node files are replayed one after the other. Each node's own lines keep their order;
+/// the checks across nodes (Election Safety, Log Matching, Leader Completeness, State Machine
+/// Safety) hold of every pair of states a correct run ever passes through, not only of
+/// simultaneous ones, so they apply to any such interleaving.
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let path = if args.run_dir.is_dir() {
-        args.run_dir.join("trace.jsonl")
-    } else {
-        args.run_dir.clone()
-    };
-    let file = File::open(&path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let lines = read_trace(BufReader::new(file)).with_context(|| path.display().to_string())?;
+    let files = trace_files(&args.run_dir)?;
+    let mut lines = Vec::new();
+    for path in &files {
+        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        lines.extend(read_trace(BufReader::new(file)).with_context(|| path.display().to_string())?);
+    }
     let report = replay(&lines);
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
     println!(
         "replayed {} steps of {} node(s) from {}",
         report.steps,
         report.nodes,
-        path.display()
+        names.join(", ")
     );
     match report.departure {
         None => {
