@@ -60,11 +60,19 @@ fn trace_files(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let files = trace_files(&args.run_dir)?;
     let mut lines = Vec::new();
+    // Where each file's records start among all records, to name a departure's file.
+    let mut starts = Vec::new();
     for path in &files {
         let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        starts.push(lines.len());
         lines.extend(read_trace(BufReader::new(file)).with_context(|| path.display().to_string())?);
     }
+    // The replay catches a panicking core and reports it as the departure; the default hook
+    // would also print it with a backtrace in the middle of the report.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
     let report = replay(&lines);
+    std::panic::set_hook(hook);
     let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
     println!(
         "replayed {} steps of {} node(s) from {}",
@@ -78,9 +86,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(d) => {
+            // The file holding the record, and the record's number within it.
+            let at = starts.iter().rposition(|s| *s < d.record).unwrap_or(0);
             println!(
-                "DEPARTS at record {} (node {}, step {}): {}",
-                d.record, d.node, d.seq, d.reason
+                "DEPARTS at record {} of {} (node {}, step {}): {}",
+                d.record - starts.get(at).copied().unwrap_or(0),
+                files[at].display(),
+                d.node,
+                d.seq,
+                d.reason
             );
             println!("result: the recorded run is not one the model allows");
             Ok(ExitCode::from(1))
