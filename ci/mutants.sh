@@ -2,10 +2,11 @@
 # The mutants run: proves the checks have teeth (issue 7). For every injected bug
 # (`lockd --bug NAME`, impl/src/bugs.rs) it runs the cheapest check that should catch it and
 # fails unless that run ends invalid (exit 1); every check is also run without a bug and must
-# end valid (exit 0). The model (`locksmith model check`, bounded, exhaustive within the
-# bounds) comes first; a seeded chaos run (`locksmith test`) where only real processes show
-# the bug (stale-leader: the model's 3-server search is too deep to bound here; no-fsync:
-# SIGKILL loses a user-space buffer; early-expire: real time). skip-phantom-release is a
+# end valid (exit 0). The model comes first: a bounded search (exhaustive within its bounds)
+# where one fits, then the plain `locksmith model check` (small scope, search and random walks;
+# it must also finish within 2 minutes); then a seeded chaos run (`locksmith test`) where only
+# real processes show the bug (stale-leader under partitions; no-fsync: SIGKILL loses a
+# user-space buffer; early-expire: real time). skip-phantom-release is a
 # liveness bug in a history (the lock stays held until its lease ends, which every checker
 # must allow), so only the model's property catches it; see README "Mutants".
 #
@@ -17,12 +18,14 @@
 #   MUTANTS_SEEDS="1 2 3"  chaos seeds (default "1 2"); a chaos row passes only if every seed
 #                          gives the expected verdict.
 #   MUTANTS_SKIP_CLEAN=1   skip the runs without a bug (for a quick look only).
-# Budget: about 7 minutes on 2 cores with the default two seeds (model 1 min, chaos 6 min).
+#   MUTANTS_KINDS=model    run only the model checks (or only chaos); default "model chaos".
+# Budget: about 10 minutes on 2 cores with the default two seeds (model 4 min, chaos 6 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out="${MUTANTS_OUT:-store/mutants/$(date -u +%Y%m%dT%H%M%SZ)}"
 seeds="${MUTANTS_SEEDS:-1 2}"
+kinds="${MUTANTS_KINDS:-model chaos}"
 mkdir -p "$out"
 
 echo "== cargo build --release -p nemesis -p lockd"
@@ -30,18 +33,21 @@ cargo build --release -p nemesis -p lockd
 bin=target/release/locksmith
 
 # The checks. model-*: `locksmith model check` bounds; chaos-*: `locksmith test` options
-# (the seed is added per run). Every model check is single-threaded and bounded in time.
+# (the seed is added per run). Every model check is bounded in time. The default `model check`
+# runs a small-scope search, the search and random walks, with one crash: the bounded checks
+# switch off what they do not name (--no-small-scope, --no-walks, --crashes), so that each
+# shows its one search catching the bug; model-default is the plain command (issue 14: every
+# bug the model can express is caught by `locksmith model check --bug NAME` within 2 minutes).
 declare -A check_args check_kind
 check_kind[model-1]=model
-check_args[model-1]="--servers 1 --clients 2 --depth 9 --log-max 6"
+check_args[model-1]="--threads 1 --servers 1 --clients 2 --depth 9 --log-max 6 --crashes 0 --no-walks"
 check_kind[model-1-crash]=model
-check_args[model-1-crash]="--servers 1 --clients 2 --depth 9 --log-max 6 --crashes 1"
-check_kind[model-2]=model
-check_args[model-2]="--servers 2 --clients 2 --term-max 1 --log-max 6 --messages-max 8 \
---no-pre-vote --no-check-quorum --depth 18 --dfs"
+check_args[model-1-crash]="--threads 1 --servers 1 --clients 2 --depth 9 --log-max 6 --crashes 1 --no-walks"
 check_kind[model-2-giveup]=model
-check_args[model-2-giveup]="--servers 2 --clients 2 --term-max 1 --log-max 6 --messages-max 8 \
---no-pre-vote --no-check-quorum --give-up 1 --depth 16 --dfs"
+check_args[model-2-giveup]="--threads 1 --servers 2 --clients 2 --term-max 1 --log-max 6 --messages-max 8 \
+--no-pre-vote --no-check-quorum --crashes 0 --give-up 1 --depth 16 --dfs --no-small-scope --no-walks"
+check_kind[model-default]=model
+check_args[model-default]=""
 check_kind[chaos-partition]=chaos
 check_args[chaos-partition]="--nodes 5 --time-s 30 --nemesis partition --keys 5 --think-ms 200-1000"
 check_kind[chaos-kill]=chaos
@@ -51,14 +57,17 @@ check_args[chaos-none]="--nodes 5 --time-s 20 --nemesis none"
 
 # bug -> the checks that must catch it (in order, cheapest first).
 declare -A bug_checks
-bug_checks[release-by-key]="model-1"
-bug_checks[follower-grants]="model-1"
-bug_checks[early-expire]="model-1 chaos-none"
-bug_checks[token-from-local-counter]="model-1-crash"
-bug_checks[no-fsync]="model-1-crash chaos-kill"
-bug_checks[expire-ignores-token]="model-2"
-bug_checks[skip-phantom-release]="model-2-giveup"
-bug_checks[stale-leader]="chaos-partition"
+bug_checks[release-by-key]="model-1 model-default"
+bug_checks[follower-grants]="model-1 model-default"
+bug_checks[early-expire]="model-1 model-default chaos-none"
+bug_checks[token-from-local-counter]="model-1-crash model-default"
+bug_checks[no-fsync]="model-1-crash model-default chaos-kill"
+# A late Expire meets a newer grant only after a phantom Release (a client that gave up):
+# the same two-server bounds with no client giving up hold no such state (a DFS to depth 18,
+# 1.6M states without symmetry, finds none), so its bounded check is model-2-giveup.
+bug_checks[expire-ignores-token]="model-2-giveup model-default"
+bug_checks[skip-phantom-release]="model-2-giveup model-default"
+bug_checks[stale-leader]="model-default chaos-partition"
 
 all_bugs=(release-by-key follower-grants early-expire token-from-local-counter no-fsync
   expire-ignores-token skip-phantom-release stale-leader)
@@ -122,7 +131,7 @@ run_check() {
     file="$out/$check.$name.out"
     set +e
     # shellcheck disable=SC2086  # args is a list of flags
-    timeout 400 "$bin" model check --threads 1 --timeout-s 300 --progress-s 60 $args \
+    timeout 400 "$bin" model check --timeout-s 300 --progress-s 60 $args \
       "${bug_flag[@]}" > "$file" 2>&1
     code=$?
     set -e
@@ -154,6 +163,10 @@ run_check() {
   if [ "$ok" != 1 ]; then
     mark="  <-- MISS (expected $(verdict_of $want))"
     misses=$((misses + 1))
+  elif [ "$check" = model-default ] && awk -v s="$secs" 'BEGIN { exit !(s > 120) }'; then
+    # Issue 14: the plain command decides within 2 minutes on 2 cores.
+    mark="  <-- MISS (over 2 minutes)"
+    misses=$((misses + 1))
   fi
   printf '%-26s %-16s %-9s %8s  %s%s\n' "$name" "$check" "$verdict_text" "$secs" "$used" "$mark"
   printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$check" "$verdict_text" "$secs" "$used" \
@@ -161,9 +174,14 @@ run_check() {
 }
 
 # The checks these bugs need, in first-use order, each run once without a bug.
+# wanted CHECK: whether CHECK's kind is one of $kinds.
+wanted() {
+  case " $kinds " in *" ${check_kind[$1]} "*) return 0 ;; *) return 1 ;; esac
+}
 needed=()
 for bug in "${bugs[@]}"; do
   for check in ${bug_checks[$bug]}; do
+    wanted "$check" || continue
     case " ${needed[*]} " in *" $check "*) ;; *) needed+=("$check") ;; esac
   done
 done
@@ -176,6 +194,7 @@ if [ "${MUTANTS_SKIP_CLEAN:-0}" != 1 ]; then
 fi
 for bug in "${bugs[@]}"; do
   for check in ${bug_checks[$bug]}; do
+    wanted "$check" || continue
     run_check "$bug" "$check"
   done
 done

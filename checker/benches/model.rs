@@ -9,8 +9,30 @@ use checker::model::ModelConfig;
 use checker::model::simulate::{WalkOptions, walk};
 use stateright::{Checker, Model};
 
+/// CPU seconds this process has used (user + system, from /proc/self/stat; 0 elsewhere).
+/// The machine may be shared: states per CPU-second, times the 2 threads, is what 2 cores of
+/// our own would give, while states per wall-clock second depends on the neighbours.
+fn cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat(5), 11 and 12 after the name; in clock
+    // ticks of 1/100 s on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn bfs(cfg: ModelConfig, depth: usize) {
     let start = Instant::now();
+    let cpu_start = cpu_s();
     let checker = cfg
         .into_model()
         .checker()
@@ -19,12 +41,16 @@ fn bfs(cfg: ModelConfig, depth: usize) {
         .spawn_bfs()
         .join();
     let secs = start.elapsed().as_secs_f64();
+    let cpu = (cpu_s() - cpu_start).max(1e-3);
     println!(
-        "bfs depth {depth}: {} states, {} unique, {secs:.1} s, {:.0} states/s, {:.0} unique/s ({cfg})",
+        "bfs depth {depth}: {} states, {} unique, {secs:.1} s, {:.0} states/s, {:.0} unique/s; \
+         {cpu:.1} CPU-s, {:.0} states per CPU-s, {:.0} states/s on 2 cores of its own ({cfg})",
         checker.state_count(),
         checker.unique_state_count(),
         checker.state_count() as f64 / secs,
-        checker.unique_state_count() as f64 / secs
+        checker.unique_state_count() as f64 / secs,
+        checker.state_count() as f64 / cpu,
+        2.0 * checker.state_count() as f64 / cpu,
     );
 }
 

@@ -162,6 +162,11 @@ impl<W: Write> TraceWriter<W> {
         self.out.write_all(b"\n")
     }
 
+    /// The inner writer (a driver that traces into a buffer drains it after each turn).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     /// Flushes and returns the inner writer.
     pub fn into_inner(mut self) -> io::Result<W> {
         self.out.flush()?;

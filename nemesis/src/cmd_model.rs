@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use checker::model::explain::describe_path;
 use checker::model::properties::violations;
-use checker::model::simulate::{Run, WalkOptions, WalkReport, walk};
+use checker::model::simulate::{Run, WalkOptions, WalkReport, walk_models as walk_models_run};
 use checker::model::{LockdModel, ModelConfig};
 use clap::{Args, Subcommand};
 use lockd::bugs::{Bug, BugSet};
@@ -153,6 +153,10 @@ struct CheckArgs {
     /// No random walks after the search.
     #[arg(long, conflicts_with = "simulate")]
     no_walks: bool,
+    /// Walk only the configuration asked for, not also the two-server variant without
+    /// pre-vote, check-quorum and crashes (`ModelConfig::walk_configs`).
+    #[arg(long)]
+    one_walk_config: bool,
     /// No small-scope search (one server, one crash, every state to depth 11) before the
     /// main search.
     #[arg(long)]
@@ -202,10 +206,12 @@ pub fn run(args: ModelArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A property's discovery, by the search or by a walk, as a run of the unreduced model.
+/// A property's discovery, by the search or by a walk, as a run of the unreduced model
+/// `model` (a walk's may be a variant configuration).
 struct Discovery {
     by: String,
     run: Run,
+    model: Option<LockdModel>,
 }
 
 /// What the exhaustive search did.
@@ -264,35 +270,61 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut reported = model.clone();
     if (args.simulate || !args.no_walks) && (!violated(&found) || args.keep_going) {
         let options = walk_options(&args, &cfg);
-        let walk_cfg = cfg.for_walks();
-        let walk_model = walk_cfg.into_model();
-        println!("walk model: {walk_cfg}");
+        let walk_cfgs = if args.one_walk_config {
+            vec![cfg.for_walks()]
+        } else {
+            cfg.walk_configs()
+        };
+        let walk_models: Vec<LockdModel> = walk_cfgs.iter().map(|c| c.into_model()).collect();
+        for walk_cfg in &walk_cfgs {
+            println!("walk model: {walk_cfg}");
+        }
         println!(
-            "walks: up to {} {} walks of depth {} on {} thread(s), seed {}, time limit {} s",
+            "walks: up to {} {} walks of depth {} on {} thread(s), seed {}, time limit {} s{}",
             options.walks_max,
             if options.swarm { "swarm" } else { "uniform" },
             options.depth_max,
             options.threads,
             options.seed,
-            options.time_limit.as_secs()
+            options.time_limit.as_secs(),
+            if walk_models.len() > 1 {
+                ", shared in turn by the walk models"
+            } else {
+                ""
+            }
         );
-        let report = walk(&walk_model, &options);
+        let reports = walk_models_run(&walk_models, &options);
         // The walk model may have more properties (phantom locks): report over its list.
-        reported = walk_model;
-        for (name, f) in &report.found {
-            found.entry(name).or_insert_with(|| Discovery {
-                by: if f.steps_before_shortening > f.run.len().saturating_sub(1) {
-                    format!(
-                        "walk {} (shortened from {} steps)",
-                        f.walk, f.steps_before_shortening
-                    )
-                } else {
-                    format!("walk {}", f.walk)
-                },
-                run: f.run.clone(),
-            });
+        reported = walk_models[0].clone();
+        for ((walk_cfg, walk_model), report) in walk_cfgs.iter().zip(&walk_models).zip(&reports) {
+            let on = if walk_models.len() > 1 {
+                format!(" on {} servers", walk_cfg.servers)
+            } else {
+                String::new()
+            };
+            let variant = walk_cfg != &walk_cfgs[0];
+            for (name, f) in &report.found {
+                found.entry(name).or_insert_with(|| Discovery {
+                    by: if f.steps_before_shortening > f.run.len().saturating_sub(1) {
+                        format!(
+                            "walk {}{on} (shortened from {} steps)",
+                            f.walk, f.steps_before_shortening
+                        )
+                    } else {
+                        format!("walk {}{on}", f.walk)
+                    },
+                    run: f.run.clone(),
+                    model: variant.then(|| walk_model.clone()),
+                });
+            }
         }
-        walks = Some(report);
+        walks = Some(WalkReport {
+            walks: reports.iter().map(|r| r.walks).sum(),
+            steps: reports.iter().map(|r| r.steps).sum(),
+            elapsed: reports.first().map(|r| r.elapsed).unwrap_or_default(),
+            timed_out: reports.iter().any(|r| r.timed_out),
+            found: Default::default(),
+        });
     }
     if let Some(path) = &args.junit {
         write_junit(path, &reported, &cfg.to_string(), &found);
@@ -347,7 +379,7 @@ fn write_junit(
                     d.run.len().saturating_sub(1),
                     d.by
                 );
-                for line in describe_path(model, &d.run) {
+                for line in describe_path(d.model.as_ref().unwrap_or(model), &d.run) {
                     text.push_str(&format!("  {line}\n"));
                 }
                 Case {
@@ -454,6 +486,7 @@ fn wait_search(
             Discovery {
                 by: "the search".to_owned(),
                 run: model.real_path(&path),
+                model: None,
             },
         );
     }
@@ -511,7 +544,7 @@ fn report(
                     d.by
                 );
                 if args.examples {
-                    for line in describe_path(model, &d.run) {
+                    for line in describe_path(d.model.as_ref().unwrap_or(model), &d.run) {
                         let _ = writeln!(out, "    {line}");
                     }
                 }
@@ -535,7 +568,7 @@ fn report(
                     d.run.len().saturating_sub(1),
                     d.by
                 );
-                for line in describe_path(model, &d.run) {
+                for line in describe_path(d.model.as_ref().unwrap_or(model), &d.run) {
                     let _ = writeln!(out, "    {line}");
                 }
                 if let Some((last, _)) = d.run.last() {

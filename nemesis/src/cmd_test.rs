@@ -75,6 +75,10 @@ pub struct TestArgs {
     /// there is one, else your own keys and agent).
     #[arg(long)]
     ssh_key: Option<PathBuf>,
+    /// Every lockd node writes a trace of its core's inputs to node-logs/n<ID>.trace.jsonl
+    /// in the run dir, for `locksmith model replay RUN_DIR` (local lockd nodes only).
+    #[arg(long)]
+    trace: bool,
 }
 
 /// The fault kinds a system applies when `--nemesis` is not given, and what it leaves out
@@ -108,6 +112,9 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         .as_deref()
         .map(|h| nemesis::hosts::HostsOptions::parse(h, args.ssh_key.clone()))
         .transpose()?;
+    if args.trace && hosts.is_some() {
+        anyhow::bail!("--trace: local nodes only (a remote node's trace would stay on its host)");
+    }
     let nemesis = match args.nemesis.as_deref() {
         None if hosts.is_some() => nemesis::netem::default_kinds_with_hosts(),
         None => default_nemesis(args),
@@ -156,6 +163,9 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
             }
             if args.bug.is_some() {
                 anyhow::bail!("--system etcd: --bug names a lockd mutant");
+            }
+            if args.trace {
+                anyhow::bail!("--system etcd: --trace records lockd's core");
             }
         }
         other => anyhow::bail!("--system {other:?}: lockd or etcd"),
@@ -233,7 +243,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
         Arc::new(Etcd::new(config, ClientOptions::default()))
     } else {
         let binary = find_lockd()?;
-        Arc::new(Lockd::new(binary, options.bug.clone(), options.seed))
+        Arc::new(Lockd::new(binary, options.bug.clone(), options.seed).with_trace(args.trace))
     };
     // A panic anywhere kills every node this process started before the message is printed.
     let default_hook = std::panic::take_hook();

@@ -70,6 +70,7 @@ pub struct Lockd {
     binary: PathBuf,
     bug: Option<String>,
     seed: u64,
+    trace: bool,
     control: std::sync::Mutex<Option<(Vec<SocketAddr>, Arc<Client>)>>,
 }
 
@@ -80,8 +81,16 @@ impl Lockd {
             binary,
             bug,
             seed,
+            trace: false,
             control: std::sync::Mutex::new(None),
         }
+    }
+
+    /// With `trace`, every node appends a trace of its core's inputs (`lockd --trace`) to
+    /// `n<ID>.trace.jsonl` in the log dir, for `locksmith model replay RUN_DIR`.
+    pub fn with_trace(mut self, trace: bool) -> Self {
+        self.trace = trace;
+        self
     }
 
     fn control(&self, layout: &Layout) -> Arc<Client> {
@@ -98,10 +107,17 @@ impl Lockd {
     }
 }
 
+/// Where node `id` writes its trace under `locksmith test --trace`: in the run's node-log
+/// directory, where `locksmith model replay RUN_DIR` looks for it.
+pub fn trace_path(log_dir: &std::path::Path, id: NodeId) -> PathBuf {
+    log_dir.join(format!("n{id}.trace.jsonl"))
+}
+
 struct LockdLauncher {
     binary: PathBuf,
     bug: Option<String>,
     seed: u64,
+    trace: bool,
     layout: Layout,
     dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
 }
@@ -143,6 +159,9 @@ impl Launcher for LockdLauncher {
         }
         c.arg("--seed")
             .arg(self.seed.wrapping_mul(1000).wrapping_add(id).to_string());
+        if self.trace {
+            c.arg("--trace").arg(trace_path(&self.layout.log_dir, id));
+        }
         c
     }
 }
@@ -247,6 +266,7 @@ impl System for Lockd {
             binary: self.binary.clone(),
             bug: self.bug.clone(),
             seed: self.seed,
+            trace: self.trace,
             layout: layout.clone(),
             dial,
         }))

@@ -254,23 +254,25 @@ impl Actor for LockdActor {
                 // A restarted process has a new monotonic clock; the core re-arms every lease
                 // in full from it, which is conservative.
                 let (mut node, first) = Node::new((**config).clone(), durable.clone(), 0);
+                // The "before" of the first step: the restarted node itself, so that what it
+                // re-applies from its log is not observed as new (the ledger still compares it
+                // with what was applied before the crash).
+                let before = node.clone();
+                let mut durable = durable;
+                let output = drive(&mut node, &mut durable, first);
                 let mut server = ServerState {
-                    // The "before" of the first step: the restarted node itself, so that what
-                    // it re-applies from its log is not observed as new (the ledger still
-                    // compares it with what was applied before the crash).
-                    node: node.clone(),
+                    node,
                     durable,
                     armed: BTreeSet::new(),
                     ledger,
                     ledger_conflict: None,
                     ghost: Ghost::default(),
                 };
-                let output = drive(&mut node, &mut server.durable, first);
                 let changed_ledger = !output.apply.is_empty();
                 carry_out(
                     config.bugs,
                     &mut server,
-                    node,
+                    &before,
                     output,
                     None,
                     changed_ledger,
@@ -551,9 +553,17 @@ fn step_server(
     if output.is_empty() && node == server.node && fired.is_none() {
         return None;
     }
-    let mut next = server.clone();
-    next.durable = durable;
-    carry_out(bugs, &mut next, node, output, fired, false, o);
+    // Field by field: cloning `server` would clone the node and its storage only to replace
+    // them.
+    let mut next = ServerState {
+        node,
+        durable,
+        armed: server.armed.clone(),
+        ledger: server.ledger.clone(),
+        ledger_conflict: server.ledger_conflict.clone(),
+        ghost: server.ghost.clone(),
+    };
+    carry_out(bugs, &mut next, &server.node, output, fired, false, o);
     if relative_time {
         next.node.rebase_clock(REBASED_NOW_MS);
     }
@@ -623,18 +633,20 @@ fn last_durable(durable: &Durable) -> (Term, Index) {
     }
 }
 
-/// Saves, sends, answers and re-synchronises the timers for one step whose result is `node`.
+/// Saves, sends, answers and re-synchronises the timers for one step from `before` to
+/// `server.node`.
 fn carry_out(
     bugs: BugSet,
     server: &mut ServerState,
-    node: Node,
+    before: &Node,
     output: Output,
     fired: Option<&Timer>,
     restarted: bool,
     o: &mut Out<LockdActor>,
 ) {
-    observe_applied(&mut server.ghost, &server.node, &output.apply);
-    observe_leases(&mut server.ghost, &node, &output.timers);
+    let node = &server.node;
+    observe_applied(&mut server.ghost, before, &output.apply);
+    observe_leases(&mut server.ghost, node, &output.timers);
     let term = node.status().term;
     for committed in &output.apply {
         if let Err(e) = server.ledger.record(node.status().id, term, committed)
@@ -669,7 +681,7 @@ fn carry_out(
             },
         );
     }
-    let armed: BTreeSet<Timer> = node.timers().map(|(t, _)| t.clone()).collect();
+    let armed: BTreeSet<Timer> = server.node.timers().map(|(t, _)| t.clone()).collect();
     for timer in &armed {
         if !server.armed.contains(timer) || fired == Some(timer) {
             o.set_timer(ModelTimer::Core(timer.clone()), model_timeout());
@@ -681,7 +693,6 @@ fn carry_out(
         }
     }
     server.armed = armed;
-    server.node = node;
 }
 
 /// Flags a lease timer armed for less than its lock's lease on the node's clock (the

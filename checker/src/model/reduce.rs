@@ -41,10 +41,12 @@
 //! keeps its own sets and maps ordered (`BTreeMap`), and stateright's network and timers hash
 //! independently of order, so nothing else needs it.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::cmp::Reverse;
+use std::hash::{BuildHasher, Hash, Hasher};
 
-use lockd::raft::{NodeId, Renaming, RequestId, Response, rewrite_request, rewrite_response};
+use lockd::raft::{
+    Index, NodeId, Renaming, RequestId, Response, Term, rewrite_request, rewrite_response,
+};
 use stateright::actor::{ActorModelState, Id};
 use stateright::{Model, Path, Property, Rewrite, RewritePlan};
 
@@ -103,11 +105,15 @@ impl Rewrite<Id> for ModelState {
         match self {
             ModelState::Server(server) => {
                 let r = PlanRenaming(plan);
+                // Field by field: `..(**server).clone()` would clone the node, its storage
+                // and its ledger only to drop them.
                 ModelState::Server(Box::new(ServerState {
                     node: server.node.rewrite_ids(&r),
                     durable: server.durable.rewrite_ids(&r),
+                    armed: server.armed.clone(),
                     ledger: server.ledger.rewrite_ids(&r),
-                    ..(**server).clone()
+                    ledger_conflict: server.ledger_conflict.clone(),
+                    ghost: server.ghost.clone(),
                 }))
             }
             ModelState::Client(client) => ModelState::Client(ClientState {
@@ -118,16 +124,40 @@ impl Rewrite<Id> for ModelState {
     }
 }
 
+/// A hasher with fixed keys, so that a run's representatives are the same every time. aHash,
+/// not std's SipHash: the keys and fingerprints here hash every server's log and table on
+/// every generated state, and need no protection from hostile input.
+fn hasher() -> ahash::AHasher {
+    ahash::RandomState::with_seeds(
+        0x243F_6A88_85A3_08D3,
+        0x1319_8A2E_0370_7344,
+        0xA409_3822_299F_31D0,
+        0x082E_FA98_EC4E_6C89,
+    )
+    .build_hasher()
+}
+
 /// The sort key of actor `i`: servers first, by what they hold; then clients in their order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum SymmetryKey {
-    Server(u64),
+    Server(Reverse<(Term, Index, Index)>, u64),
     Client(usize),
+}
+
+/// The first part of a server's sort key: its progress (term, log, commit), most first. Any
+/// key that names no server is sound; this one keeps the order of a state's servers more
+/// often after a step (a step changes one server's hash at random, its progress rarely
+/// enough to pass another's), and an already sorted state needs no renaming: on the default
+/// search, 52% of next states instead of 31% with the hash alone, which saves a third of
+/// the renaming (a deep copy of every server).
+fn progress(server: &ServerState) -> Reverse<(Term, Index, Index)> {
+    let status = server.node.status();
+    Reverse((status.term, status.last_log_index, status.commit_index))
 }
 
 /// A hash of everything a server holds that names no server (see the module doc).
 fn local_key(server: &ServerState, crashed: bool, storage: Option<&ServerStorage>) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = hasher();
     let status = server.node.status();
     (crashed, status.role, status.term, status.commit_index).hash(&mut h);
     (status.last_log_index, status.leader == Some(status.id)).hash(&mut h);
@@ -187,7 +217,7 @@ fn server_keys(state: &LockdState) -> Vec<Option<u64>> {
     let node_key = |node: Option<NodeId>| node.map(|n| other(Id::from((n - 1) as usize)));
     let mut messages: Vec<Vec<MessageKey>> = vec![Vec::new(); local.len()];
     for envelope in state.network.iter_all() {
-        let mut h = DefaultHasher::new();
+        let mut h = hasher();
         match envelope.msg {
             // A leader hint names a server: hash what that server holds instead.
             ModelMsg::Response {
@@ -212,7 +242,7 @@ fn server_keys(state: &LockdState) -> Vec<Option<u64>> {
             let ModelState::Server(server) = &*state.actor_states[i] else {
                 return None;
             };
-            let mut h = DefaultHasher::new();
+            let mut h = hasher();
             key.hash(&mut h);
             let status = server.node.status();
             node_key(status.leader).hash(&mut h);
@@ -230,9 +260,9 @@ pub fn representative(state: LockdState) -> LockdState {
     let keys: Vec<SymmetryKey> = server_keys(&state)
         .into_iter()
         .enumerate()
-        .map(|(i, key)| match key {
-            Some(key) => SymmetryKey::Server(key),
-            None => SymmetryKey::Client(i),
+        .map(|(i, key)| match (key, &*state.actor_states[i]) {
+            (Some(key), ModelState::Server(server)) => SymmetryKey::Server(progress(server), key),
+            _ => SymmetryKey::Client(i),
         })
         .collect();
     let tied = keys.windows(2).any(|w| w[0] == w[1]);
@@ -257,7 +287,7 @@ pub fn representative(state: LockdState) -> LockdState {
 
 /// A hash of the whole state (stateright's own fingerprint function is private).
 fn fingerprint(state: &LockdState) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = hasher();
     state.hash(&mut h);
     h.finish()
 }

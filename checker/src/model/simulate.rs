@@ -204,54 +204,92 @@ impl Swarm {
     }
 }
 
+/// A model's first discoveries: property name to (walk, actions of that walk so far).
+type FirstFound = BTreeMap<&'static str, (u64, Vec<LockdAction>)>;
+
 /// Shared between the walking threads.
 struct Shared {
     next_walk: AtomicU64,
-    steps: AtomicU64,
     stop: AtomicBool,
-    found: Mutex<BTreeMap<&'static str, (u64, Vec<LockdAction>)>>,
+    /// Per model: steps taken, walks run, first discoveries.
+    steps: Vec<AtomicU64>,
+    walks: Vec<AtomicU64>,
+    found: Vec<Mutex<FirstFound>>,
 }
 
 /// Runs the walks; stops at the first violation of an `always` property, which is shortened.
 pub fn walk(model: &LockdModel, options: &WalkOptions) -> WalkReport {
+    walk_models(std::slice::from_ref(model), options)
+        .pop()
+        .unwrap_or_default()
+}
+
+/// Runs the walks over several models (configurations) of the same actors: walk `n` runs on
+/// `models[n % models.len()]`, so each model gets its share of the time whatever the time
+/// limit. A configuration that reaches some states faster (two servers without pre-vote and
+/// check-quorum elect in two steps) then complements another (three servers, a crash). Stops
+/// every model's walks at the first violation of an `always` property in any; returns one
+/// report per model (walk numbers are global).
+pub fn walk_models(models: &[LockdModel], options: &WalkOptions) -> Vec<WalkReport> {
     let start = Instant::now();
+    let per_model = |_| AtomicU64::new(0);
     let shared = Shared {
         next_walk: AtomicU64::new(0),
-        steps: AtomicU64::new(0),
         stop: AtomicBool::new(false),
-        found: Mutex::new(BTreeMap::new()),
+        steps: (0..models.len()).map(per_model).collect(),
+        walks: (0..models.len()).map(per_model).collect(),
+        found: (0..models.len())
+            .map(|_| Mutex::new(BTreeMap::new()))
+            .collect(),
     };
-    std::thread::scope(|scope| {
-        for _ in 0..options.threads.max(1) {
-            scope.spawn(|| walk_thread(model, options, &shared, start));
-        }
-    });
+    let properties: Vec<_> = models.iter().map(|m| m.properties()).collect();
+    if !models.is_empty() {
+        std::thread::scope(|scope| {
+            for _ in 0..options.threads.max(1) {
+                scope.spawn(|| walk_thread(models, &properties, options, &shared, start));
+            }
+        });
+    }
     let walks = shared
         .next_walk
         .load(Ordering::Relaxed)
         .min(options.walks_max);
     let stopped_by_violation = shared.stop.load(Ordering::Relaxed);
-    let found = shared.found.into_inner().unwrap_or_else(|e| e.into_inner());
-    let mut report = WalkReport {
-        walks,
-        steps: shared.steps.load(Ordering::Relaxed),
-        elapsed: start.elapsed(),
-        timed_out: walks < options.walks_max && !stopped_by_violation,
-        found: BTreeMap::new(),
-    };
-    let properties = model.properties();
+    let elapsed = start.elapsed();
+    let mut reports = Vec::new();
+    for (i, (model, found)) in models.iter().zip(shared.found).enumerate() {
+        let found = found.into_inner().unwrap_or_else(|e| e.into_inner());
+        reports.push(WalkReport {
+            walks: shared.walks[i].load(Ordering::Relaxed),
+            steps: shared.steps[i].load(Ordering::Relaxed),
+            elapsed,
+            timed_out: walks < options.walks_max && !stopped_by_violation,
+            found: shorten_found(model, &properties[i], found, options.shorten_limit),
+        });
+    }
+    reports
+}
+
+/// The first discoveries as runs; each violation shortened.
+fn shorten_found(
+    model: &LockdModel,
+    properties: &[stateright::Property<LockdModel>],
+    found: FirstFound,
+    limit: Duration,
+) -> BTreeMap<&'static str, Found> {
+    let mut shortened = BTreeMap::new();
     for (name, (walk, actions)) in found {
         let always = properties
             .iter()
             .any(|p| p.name == name && p.expectation == Expectation::Always);
         let before = actions.len();
         let actions = if always {
-            shorten(model, name, actions, options.shorten_limit)
+            shorten(model, name, actions, limit)
         } else {
             actions
         };
         let run = replay(model, &actions, None).0;
-        report.found.insert(
+        shortened.insert(
             name,
             Found {
                 walk,
@@ -260,12 +298,20 @@ pub fn walk(model: &LockdModel, options: &WalkOptions) -> WalkReport {
             },
         );
     }
-    report
+    shortened
 }
 
-fn walk_thread(model: &LockdModel, options: &WalkOptions, shared: &Shared, start: Instant) {
-    let properties = model.properties();
-    let init = model.actors.init_states().remove(0);
+fn walk_thread(
+    models: &[LockdModel],
+    properties: &[Vec<stateright::Property<LockdModel>>],
+    options: &WalkOptions,
+    shared: &Shared,
+    start: Instant,
+) {
+    let inits: Vec<LockdState> = models
+        .iter()
+        .map(|m| m.actors.init_states().remove(0))
+        .collect();
     let mut actions = Vec::new();
     loop {
         if shared.stop.load(Ordering::Relaxed) || start.elapsed() >= options.time_limit {
@@ -275,9 +321,11 @@ fn walk_thread(model: &LockdModel, options: &WalkOptions, shared: &Shared, start
         if walk >= options.walks_max {
             return;
         }
+        let m = (walk % models.len() as u64) as usize;
+        let model = &models[m];
         let mut rng = options.seed ^ walk.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let swarm = Swarm::draw(options, &mut rng);
-        let mut state = init.clone();
+        let mut state = inits[m].clone();
         let mut taken: Vec<LockdAction> = Vec::new();
         let mut steps = 0;
         while taken.len() < swarm.depth {
@@ -288,12 +336,20 @@ fn walk_thread(model: &LockdModel, options: &WalkOptions, shared: &Shared, start
             };
             state = next;
             steps += 1;
-            if check(&properties, model, &state, walk, &taken, shared) {
+            if check(
+                &properties[m],
+                model,
+                &state,
+                walk,
+                &taken,
+                &shared.found[m],
+            ) {
                 shared.stop.store(true, Ordering::Relaxed);
                 break;
             }
         }
-        shared.steps.fetch_add(steps, Ordering::Relaxed);
+        shared.steps[m].fetch_add(steps, Ordering::Relaxed);
+        shared.walks[m].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -327,7 +383,7 @@ fn check(
     state: &LockdState,
     walk: u64,
     taken: &[LockdAction],
-    shared: &Shared,
+    found: &Mutex<FirstFound>,
 ) -> bool {
     let mut violated = false;
     for p in properties {
@@ -341,7 +397,7 @@ fn check(
             continue;
         }
         violated |= p.expectation == Expectation::Always;
-        let mut found = shared.found.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
         found
             .entry(p.name)
             .or_insert_with(|| (walk, taken.to_vec()));

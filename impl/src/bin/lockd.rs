@@ -4,7 +4,7 @@
 //! lockd --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
 //!       --client-listen 127.0.0.1:7201 --data-dir DIR [--bug NAME] \
 //!       [--dial 2=127.0.0.1:9012,...] [--clock-rate 1.0] [--seed N] \
-//!       [--election-timeout-ms 300-600] [--heartbeat-ms 50]
+//!       [--election-timeout-ms 300-600] [--heartbeat-ms 50] [--trace FILE]
 //! ```
 //!
 //! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change,
@@ -62,6 +62,10 @@ struct Args {
     /// The leader's heartbeat interval in milliseconds (default from Config::new).
     #[arg(long)]
     heartbeat_ms: Option<u64>,
+    /// Append a trace of every input the core steps to FILE (`lockd::trace`), for
+    /// `locksmith model replay`.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 /// Node id to address, as given on the command line.
@@ -128,6 +132,7 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
         config.dial.extend(dial.0);
     }
     config.clock_rate = args.clock_rate;
+    config.trace = args.trace;
     config.validate().context("invalid flags")?;
     Ok(config)
 }

@@ -179,9 +179,17 @@ impl Node {
         config.id = r.node(config.id);
         config.members = config.members.iter().map(|m| r.node(*m)).collect();
         config.members.sort_unstable();
-        let mut log = self.log.clone();
-        log.snapshot = log.snapshot.as_ref().map(|s| rewrite_snapshot(r, s));
-        log.entries = log.entries.iter().map(|e| rewrite_entry(r, e)).collect();
+        // Built from the renamed parts (not cloned, then overwritten: the model renames a
+        // node on most of its steps).
+        let log = super::log::RaftLog {
+            snapshot: self.log.snapshot.as_ref().map(|s| rewrite_snapshot(r, s)),
+            entries: self
+                .log
+                .entries
+                .iter()
+                .map(|e| rewrite_entry(r, e))
+                .collect(),
+        };
         Node {
             config,
             rng: self.rng,

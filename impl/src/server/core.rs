@@ -2,6 +2,9 @@
 //! carries out each merged output in the order of the IO contract (see [`Output`]).
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -17,6 +20,7 @@ use crate::raft::{
 };
 use crate::rpc::NodeStatus;
 use crate::storage::DataDir;
+use crate::trace::TraceWriter;
 
 /// A client request the core has not answered yet.
 #[derive(Debug)]
@@ -38,6 +42,17 @@ pub(super) struct Core {
     orphans: Vec<(Key, Token)>,
     persisted_unreported: bool,
     seen: (Role, Term, Option<NodeId>),
+    trace: Option<Trace>,
+}
+
+/// The trace of the core's inputs (`ServerConfig::trace`, format in `lockd::trace`). Lines are
+/// buffered and written with one `write` before an output is carried out, so the file holds
+/// every input whose effects another node or a client could have seen, in whole lines (a
+/// SIGKILL between two writes leaves no partial line; a restarted process appends).
+struct Trace {
+    path: PathBuf,
+    file: File,
+    writer: TraceWriter<Vec<u8>>,
 }
 
 impl Core {
@@ -61,7 +76,70 @@ impl Core {
             orphans: Vec::new(),
             persisted_unreported: false,
             seen: (status.role, status.term, status.leader),
+            trace: None,
         }
+    }
+
+    /// Traces every input from now on into `path` (appended): first the configuration and
+    /// what `Node::new` was given (the loaded storage and the clock), so that a replay
+    /// starts from the same node.
+    pub(super) fn with_trace(mut self, path: &Path) -> Result<Self, ServerError> {
+        let error = |source| ServerError::Trace {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(error)?;
+        let mut writer = TraceWriter::new(Vec::new());
+        let id = self.node.config().id;
+        writer.config(self.node.config()).map_err(error)?;
+        writer
+            .restart(id, self.storage.durable(), self.node.now_ms())
+            .map_err(error)?;
+        self.trace = Some(Trace {
+            path: path.to_path_buf(),
+            file,
+            writer,
+        });
+        self.flush_trace()?;
+        Ok(self)
+    }
+
+    /// `Node::step`, traced when a trace is on.
+    fn step(&mut self, input: Input) -> Output {
+        let Some(trace) = &mut self.trace else {
+            return self.node.step(input);
+        };
+        let output = self.node.step(input.clone());
+        // Serializing into a Vec cannot fail; a write error surfaces in flush_trace.
+        let _ = trace
+            .writer
+            .step(self.node.config().id, &input, Some(&output));
+        output
+    }
+
+    /// Writes the traced lines so far. A trace that cannot be written stops the node: a
+    /// trace with a gap would replay as a run that never happened.
+    fn flush_trace(&mut self) -> Result<(), ServerError> {
+        let Some(trace) = &mut self.trace else {
+            return Ok(());
+        };
+        let buffer = trace.writer.get_mut();
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        trace
+            .file
+            .write_all(buffer)
+            .map_err(|source| ServerError::Trace {
+                path: trace.path.clone(),
+                source,
+            })?;
+        buffer.clear();
+        Ok(())
     }
 
     pub(super) async fn run(
@@ -93,9 +171,8 @@ impl Core {
             if let Some(gate) = &mut gate {
                 gate.pass().await;
             }
-            let mut output = self.node.step(Input::Tick {
-                now_ms: self.clock.now_ms(),
-            });
+            let now_ms = self.clock.now_ms();
+            let mut output = self.step(Input::Tick { now_ms });
             if self.persisted_unreported {
                 output.extend(self.persisted());
             }
@@ -135,7 +212,7 @@ impl Core {
         match event {
             Event::Peer { from, msgs } => {
                 for msg in msgs {
-                    output.extend(self.node.step(Input::Message { from, msg }));
+                    output.extend(self.step(Input::Message { from, msg }));
                 }
             }
             Event::Request { id, request, reply } => {
@@ -144,13 +221,13 @@ impl Core {
                     ClientRequest::Release { .. } => None,
                 };
                 self.pending.insert(id, Pending { reply, key });
-                output.extend(self.node.step(Input::Request { id, request }));
+                output.extend(self.step(Input::Request { id, request }));
             }
             Event::Orphaned { key, token } => self.release_orphan(key, token, output),
             Event::Gone { id } => {
                 // An answer the core gives later has nobody to go to.
                 if self.pending.remove(&id).is_some() {
-                    output.extend(self.node.step(Input::ClientGone { id }));
+                    output.extend(self.step(Input::ClientGone { id }));
                 }
             }
             Event::Status { reply } => {
@@ -202,11 +279,12 @@ impl Core {
             (None, Some(snapshot)) => (snapshot.last_term, snapshot.last_index),
             (None, None) => (0, 0),
         };
-        self.node.step(Input::Persisted { term, index })
+        self.step(Input::Persisted { term, index })
     }
 
     /// Carries out one output in the contract's order; says whether it persisted anything.
     fn carry_out_one(&mut self, output: Output) -> Result<bool, ServerError> {
+        self.flush_trace()?;
         for envelope in coalesce_envelopes(output.send_now) {
             self.links.send(envelope);
         }
@@ -259,7 +337,7 @@ impl Core {
         }
         info!(key = %key, token, "client gone before its grant reached it; releasing");
         let release = Proposal::system(Command::Release { key, token });
-        output.extend(self.node.step(Input::Propose(release)));
+        output.extend(self.step(Input::Propose(release)));
     }
 
     fn log_role_change(&mut self) {

@@ -133,6 +133,9 @@ pub struct ServerConfig {
     pub clock_rate: f64,
     /// Harness-only: a gate that stops the core while closed (the simulator's pause).
     pub pause_gate: Option<PauseGate>,
+    /// Where the core appends a trace of every input it steps (`lockd::trace`, for
+    /// `locksmith model replay`); `None`: no trace.
+    pub trace: Option<PathBuf>,
 }
 
 /// Harness-only control of a node's core, as SIGSTOP and SIGCONT control a process: while
@@ -186,6 +189,7 @@ impl ServerConfig {
             data_dir,
             clock_rate: 1.0,
             pause_gate: None,
+            trace: None,
         }
     }
 
@@ -257,6 +261,14 @@ pub enum ServerError {
     /// The data dir could not be opened or written: fatal, nothing undurable is acked.
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
+    /// The trace file could not be opened or written.
+    #[error("trace {path}: {source}")]
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
     /// The core thread could not be started or ended abnormally.
     #[error("the core thread: {reason}")]
     Core {
@@ -334,6 +346,10 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         links,
         config.clock_rate,
     );
+    let core = match &config.trace {
+        Some(path) => core.with_trace(path)?,
+        None => core,
+    };
     let gate = config.pause_gate.clone();
     if crate::sys::simulated() {
         // One thread runs every simulated host: the core is a task of this host.
