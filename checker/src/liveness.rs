@@ -489,7 +489,7 @@ impl Context<'_> {
                 && ops
                     .iter()
                     .filter(|o| o.call_ns() <= deadline)
-                    .all(|o| self.excused_in_recovery(o))
+                    .all(|o| self.excused_in_recovery(o, deadline))
             {
                 // Every op was turned away by a grant that may still legally hold its key.
                 report.recovery.not_evaluable += 1;
@@ -522,12 +522,22 @@ impl Context<'_> {
 
 impl Context<'_> {
     /// Whether rule R may not blame `op`: the client's own abandon, a write the fenced
-    /// resource refused (a stale token from before the heal), or a busy acquire while
+    /// resource refused (a stale token from before the heal), an acquire still waiting at
+    /// the bound while another grant may hold its key, or a busy acquire while
     /// another grant of its key could be live (a lease that began before or under a fault
     /// may outlast the recovery bound; a lock service must not end it early).
-    fn excused_in_recovery(&self, op: &Operation) -> bool {
+    fn excused_in_recovery(&self, op: &Operation, deadline: u64) -> bool {
         if Self::left_at(op).is_some() {
             return true;
+        }
+        let still_open = op.completion.as_ref().is_none_or(|c| c.time_ns > deadline);
+        if still_open {
+            // Still waiting at the bound (answered later, or never): excused only while
+            // another grant of its key could hold it.
+            return op.f == OpName::Acquire
+                && !self
+                    .possibly_live(&op.key, &[op.invoke.index], op.call_ns(), deadline)
+                    .is_empty();
         }
         let Some(c) = op.completion.as_ref() else {
             return false;
@@ -914,8 +924,8 @@ mod tests {
                  {},31100000000,0,fail,acquire,a,,,n1,busy\n\
                  {},39000000000,0,invoke,acquire,a,2000 1000,,,\n\
                  {},40000000000,0,fail,acquire,a,,,n1,busy\n\
-                 {},41500000000,0,invoke,acquire,a,2000 1000,,,\n\
-                 {},41600000000,0,ok,acquire,a,,9,n1,\n",
+                 {},40000000000,0,invoke,acquire,a,2000 1000,,,\n\
+                 {},40300000000,0,ok,acquire,a,,9,n1,\n",
                 i,
                 i + 1,
                 i + 2,
