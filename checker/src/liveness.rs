@@ -522,7 +522,8 @@ impl Context<'_> {
 
 impl Context<'_> {
     /// Whether rule R may not blame `op`: the client's own abandon, a write the fenced
-    /// resource refused (a stale token from before the heal), an acquire still waiting at
+    /// resource refused (a stale token from before the heal), a release answered
+    /// `not-holder` (its lease had ended), an acquire still waiting at
     /// the bound while another grant may hold its key, or a busy acquire while
     /// another grant of its key could be live (a lease that began before or under a fault
     /// may outlast the recovery bound; a lock service must not end it early).
@@ -545,6 +546,11 @@ impl Context<'_> {
         if op.f == OpName::Write && c.op_type == OpType::Fail {
             // The fenced resource refused a stale token: it works, the lock service is not
             // judged by it.
+            return true;
+        }
+        if op.f == OpName::Release && c.op_type == OpType::Fail && c.error == ErrorWord::NotHolder {
+            // A definite answer: the lease ended before the release (linearizability judges
+            // whether that was true); the service answered, it did not stall.
             return true;
         }
         op.f == OpName::Acquire
@@ -920,6 +926,8 @@ mod tests {
         let rest = |i: u64| {
             format!(
                 "{},30000000000,nemesis,info,recover,,,,,\n\
+                 {},30050000000,0,invoke,release,b,,3,,\n\
+                 {},30060000000,0,fail,release,b,,,n1,not-holder\n\
                  {},30100000000,0,invoke,acquire,a,2000 1000,,,\n\
                  {},31100000000,0,fail,acquire,a,,,n1,busy\n\
                  {},39000000000,0,invoke,acquire,a,2000 1000,,,\n\
@@ -932,7 +940,9 @@ mod tests {
                 i + 3,
                 i + 4,
                 i + 5,
-                i + 6
+                i + 6,
+                i + 7,
+                i + 8
             )
         };
         let (report, _) = run(&format!("{leaver}{}", rest(2)), LivenessOptions::default());
