@@ -33,6 +33,10 @@ const OVERRUN_MS: u64 = 20_000;
 /// Each seed's snapshot threshold (entries applied between snapshots) is drawn from here.
 const SNAPSHOT_THRESHOLD_MIN: u64 = 30;
 const SNAPSHOT_THRESHOLD_MAX: u64 = 400;
+/// The torn-write disk: writes survive a crash only in whole blocks of this size ...
+const TORN_BLOCK_BYTES: u64 = 512;
+/// ... and an unsynced write reaches the disk anyway with this probability.
+const TORN_SYNC_PROBABILITY: f64 = 0.05;
 const NEMESIS_STREAM: u64 = 0x5157_fa17;
 const NET_STREAM: u64 = 0x5157_0e70;
 
@@ -159,6 +163,10 @@ fn run_inner(case: &SimCase) -> Inner {
     // Snapshots, compaction and InstallSnapshot come into play within a run only with a
     // threshold far below the server's default of 1000 entries.
     let snapshot_threshold = net_rng.range(SNAPSHOT_THRESHOLD_MIN, SNAPSHOT_THRESHOLD_MAX);
+    // Half the seeds crash on a disk that tears unsynced writes at 512-byte blocks and lets
+    // a few unsynced writes through (storage.rs must take a torn last record as never
+    // written); the other half lose every unsynced write whole.
+    let torn_writes = net_rng.chance(1, 2);
     let mut builder = turmoil::Builder::new();
     builder
         .rng_seed(case.seed)
@@ -169,6 +177,12 @@ fn run_inner(case: &SimCase) -> Inner {
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(max_latency_ms))
         .enable_random_order();
+    if torn_writes {
+        builder
+            .fs()
+            .block_size(TORN_BLOCK_BYTES)
+            .sync_probability(TORN_SYNC_PROBABILITY);
+    }
     let mut sim = builder.build();
 
     let bugs = case.bug.map(|b| BugSet::of(&[b])).unwrap_or(BugSet::NONE);
