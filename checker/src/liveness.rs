@@ -360,16 +360,23 @@ impl<'a> Context<'a> {
                 {
                     return false;
                 }
-                let released_by = self
-                    .releases_by_key
-                    .get(g.key.as_str())
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| r.invoke.token.is_some() && r.invoke.token == c.token)
-                    .map(|r| r.call_ns())
-                    .min();
+                let released_by = self.releases_of(g, c.token).map(|r| r.call_ns()).min();
                 released_by.is_none_or(|r| r >= until)
             })
+    }
+
+    /// The releases of `grant`'s key under `token` (none when the grant has no token).
+    fn releases_of<'s>(
+        &'s self,
+        grant: &Operation,
+        token: Option<u64>,
+    ) -> impl Iterator<Item = &'s Operation> + 's {
+        self.releases_by_key
+            .get(grant.key.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(move |r| token.is_some() && r.invoke.token == token)
     }
 
     fn lease_ns(&self, op: &Operation, factor: f64) -> u64 {
@@ -395,11 +402,7 @@ impl<'a> Context<'a> {
             Some(OpType::Ok) => {
                 let token = c.and_then(|c| c.token);
                 let released = self
-                    .releases_by_key
-                    .get(grant.key.as_str())
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| r.invoke.token.is_some() && r.invoke.token == token)
+                    .releases_of(grant, token)
                     .filter(|r| {
                         r.completion
                             .as_ref()

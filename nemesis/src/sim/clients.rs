@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use history::{AcquireValue, ErrorWord, Op, OpName, OpType, Process};
-use lockd::client::{Client, ClientError, ClientOptions};
+use lockd::client::{Answered, Client, ClientError, ClientOptions};
 use lockd::raft::{NodeId, Role};
 use tokio::time::Instant;
 
@@ -311,6 +311,16 @@ impl Worker {
         lease_ms: u64,
         wait_ms: u64,
     ) -> Option<u64> {
+        self.invoke_acquire(key, lease_ms, wait_ms);
+        let deadline = Instant::now() + Duration::from_millis(wait_ms + OP_TIMEOUT_MS);
+        let answered = client
+            .acquire_traced(key, lease_ms, wait_ms, deadline)
+            .await;
+        self.complete_acquire(key, answered)
+    }
+
+    /// Records an acquire's invoke.
+    fn invoke_acquire(&mut self, key: &str, lease_ms: u64, wait_ms: u64) {
         self.shared.record(
             self.process(),
             OpType::Invoke,
@@ -321,10 +331,14 @@ impl Worker {
                 ..Row::default()
             },
         );
-        let deadline = Instant::now() + Duration::from_millis(wait_ms + OP_TIMEOUT_MS);
-        let answered = client
-            .acquire_traced(key, lease_ms, wait_ms, deadline)
-            .await;
+    }
+
+    /// Records an acquire's answer; the token on success.
+    fn complete_acquire(
+        &mut self,
+        key: &str,
+        answered: Answered<Result<u64, ClientError>>,
+    ) -> Option<u64> {
         let mut row = Row {
             f: OpName::Acquire.as_str(),
             key: key.to_owned(),
@@ -489,16 +503,7 @@ impl Worker {
             after_ms,
             wait_ms,
         } = plan;
-        self.shared.record(
-            self.process(),
-            OpType::Invoke,
-            Row {
-                f: OpName::Acquire.as_str(),
-                key: key.to_owned(),
-                value: acquire_value(LEAVER_LEASE_MS, wait_ms),
-                ..Row::default()
-            },
-        );
+        self.invoke_acquire(key, LEAVER_LEASE_MS, wait_ms);
         let deadline = Instant::now() + Duration::from_millis(wait_ms + OP_TIMEOUT_MS);
         let outcome = {
             let call = client.acquire_traced(key, LEAVER_LEASE_MS, wait_ms, deadline);
@@ -532,20 +537,9 @@ impl Worker {
             return (client, true);
         };
         // The answer came before the client meant to leave: an ordinary acquire.
-        let mut row = Row {
-            f: OpName::Acquire.as_str(),
-            key: key.to_owned(),
-            node: answered.node,
-            ..Row::default()
-        };
-        match answered.result {
-            Ok(token) => {
-                row.token = Some(token);
-                self.shared.record(self.process(), OpType::Ok, row);
-                self.write(key, token);
-                self.release(&client, key, token).await;
-            }
-            Err(error) => self.complete_failed(row, &error),
+        if let Some(token) = self.complete_acquire(key, answered) {
+            self.write(key, token);
+            self.release(&client, key, token).await;
         }
         (client, false)
     }
