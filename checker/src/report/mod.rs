@@ -31,3 +31,26 @@ pub fn rows_of(op: &Operation) -> String {
         None => format!("row {}, never completed", op.invoke.index),
     }
 }
+
+/// A fault span in words, for the plots and the timeline: the starting row, and its ending
+/// row or `open` when the fault was never undone.
+pub(crate) fn fault_span_text(
+    faults: &[history::Op],
+    span: &history::FaultSpan,
+    open: &str,
+) -> String {
+    let start = &faults[span.start];
+    match span.end {
+        Some(at) if at == span.start => {
+            format!("{} {} (row {})", start.f, start.value, start.index)
+        }
+        Some(at) => {
+            let stop = &faults[at];
+            format!(
+                "{} {} (row {}) .. {} {} (row {})",
+                start.f, start.value, start.index, stop.f, stop.value, stop.index
+            )
+        }
+        None => format!("{} {} (row {}), {open}", start.f, start.value, start.index),
+    }
+}

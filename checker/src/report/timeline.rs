@@ -231,23 +231,7 @@ pub(crate) fn fault_periods(faults: &[Op], end_ns: u64) -> Vec<FaultData> {
     history::fault_spans(faults)
         .into_iter()
         .map(|span| {
-            let start = &faults[span.start];
-            let text = match span.end {
-                Some(at) if at == span.start => {
-                    format!("{} {} (row {})", start.f, start.value, start.index)
-                }
-                Some(at) => {
-                    let stop = &faults[at];
-                    format!(
-                        "{} {} (row {}) .. {} {} (row {})",
-                        start.f, start.value, start.index, stop.f, stop.value, stop.index
-                    )
-                }
-                None => format!(
-                    "{} {} (row {}), never ended",
-                    start.f, start.value, start.index
-                ),
-            };
+            let text = super::fault_span_text(faults, &span, "never ended");
             FaultData {
                 start_ns: span.start_ns,
                 end_ns: span.end_ns.unwrap_or(end_ns),

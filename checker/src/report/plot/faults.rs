@@ -37,22 +37,7 @@ pub fn fault_spans(faults: &[Op], end_ns: u64) -> Vec<FaultSpan> {
         .into_iter()
         .map(|span| {
             let start = &faults[span.start];
-            let text = match span.end {
-                Some(at) if at == span.start => {
-                    format!("{} {} (row {})", start.f, start.value, start.index)
-                }
-                Some(at) => {
-                    let stop = &faults[at];
-                    format!(
-                        "{} {} (row {}) .. {} {} (row {})",
-                        start.f, start.value, start.index, stop.f, stop.value, stop.index
-                    )
-                }
-                None => format!(
-                    "{} {} (row {}), never undone",
-                    start.f, start.value, start.index
-                ),
-            };
+            let text = crate::report::fault_span_text(faults, &span, "never undone");
             FaultSpan {
                 kind: start.f.clone(),
                 start_ns: span.start_ns,
