@@ -1,5 +1,5 @@
 //! Faults of real networks (issue 15): latency with jitter (`slow`) and loss with reordering
-//! (`flaky`), made with `tc netem` on the egress of a host's interface, and undone by
+//! and duplication (`flaky`), made with `tc netem` on the egress of a host's interface, and undone by
 //! `unslow` and `unflaky` (the history vocabulary's pairs; Jepsen's `:slow` / `:flaky` /
 //! `:fast`). Either undo puts the node's interface back to normal. The fault family is [`FaultKind::Netem`]; it
 //! needs a net that can shape a node's interface ([`Net::netem`]: remote hosts, namespace
@@ -26,6 +26,8 @@ pub struct NetemSpec {
     pub loss_percent: u32,
     /// Packets sent at once instead of delayed (so overtaking the others), percent.
     pub reorder_percent: u32,
+    /// Packets sent twice, percent.
+    pub duplicate_percent: u32,
 }
 
 impl NetemSpec {
@@ -36,14 +38,17 @@ impl NetemSpec {
         jitter_ms: 50,
         loss_percent: 0,
         reorder_percent: 0,
+        duplicate_percent: 0,
     };
 
-    /// `flaky`: 20 % loss and a quarter of the rest reordered (10 ms delay for the others).
+    /// `flaky`: 20 % loss, a quarter of the rest reordered (10 ms delay for the others), and
+    /// 10 % sent twice.
     pub const FLAKY: NetemSpec = NetemSpec {
         delay_ms: 10,
         jitter_ms: 0,
         loss_percent: 20,
         reorder_percent: 25,
+        duplicate_percent: 10,
     };
 
     /// The arguments after `tc qdisc replace dev DEV root netem`.
@@ -61,6 +66,12 @@ impl NetemSpec {
         }
         if self.reorder_percent > 0 {
             args.extend(["reorder".to_owned(), format!("{}%", self.reorder_percent)]);
+        }
+        if self.duplicate_percent > 0 {
+            args.extend([
+                "duplicate".to_owned(),
+                format!("{}%", self.duplicate_percent),
+            ]);
         }
         args
     }
@@ -96,7 +107,7 @@ pub const SLOW_FALLBACK_RATE: &str = "256kbit";
 
 /// The shell script that applies `spec` without netem on interface `device`, random drops
 /// going into iptables chain `out_chain` (hooked to OUTPUT): a token bucket for latency,
-/// `-m statistic` for loss. Reordering has no stand-in.
+/// `-m statistic` for loss. Reordering and duplication have no stand-in.
 pub fn fallback_script(spec: &NetemSpec, device: &str, out_chain: &str) -> String {
     if spec.loss_percent > 0 {
         format!(
@@ -222,7 +233,7 @@ mod tests {
         );
         assert_eq!(
             NetemSpec::FLAKY.args().join(" "),
-            "delay 10ms loss 20% reorder 25%"
+            "delay 10ms loss 20% reorder 25% duplicate 10%"
         );
         assert_eq!(NetemSpec::of(Verb::Unslow), None);
         assert_eq!(

@@ -133,6 +133,8 @@ pub struct ServerConfig {
     pub clock_rate: f64,
     /// Harness-only: a gate that stops the core while closed (the simulator's pause).
     pub pause_gate: Option<PauseGate>,
+    /// Harness-only: faults of the outgoing peer links (the simulator's `flaky`).
+    pub link_faults: Option<LinkFaultsGate>,
     /// Where the core appends a trace of every input it steps (`lockd::trace`, for
     /// `locksmith model replay`); `None`: no trace.
     pub trace: Option<PathBuf>,
@@ -166,6 +168,64 @@ impl PauseSwitch {
     }
 }
 
+/// Harness-only faults of a node's outgoing peer links, what `tc netem` does to a real
+/// interface (the simulator's `flaky`): each batch a link sends is dropped, or has one message
+/// held back until after the next batch (reordered and late), or carries again a message
+/// already sent (duplicated), each with its percent chance. All zero: a clean link. The
+/// choices come from a generator seeded by the node's seed and the peer, so a simulated run
+/// replays them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkFaults {
+    /// Batches dropped whole, percent.
+    pub drop_percent: u32,
+    /// Batches with one message held back to after the next batch, percent.
+    pub reorder_percent: u32,
+    /// Batches that carry a copy of a message sent before, percent.
+    pub duplicate_percent: u32,
+}
+
+impl LinkFaults {
+    /// No fault.
+    pub const NONE: LinkFaults = LinkFaults {
+        drop_percent: 0,
+        reorder_percent: 0,
+        duplicate_percent: 0,
+    };
+
+    /// Whether any fault is on.
+    pub fn any(&self) -> bool {
+        *self != LinkFaults::NONE
+    }
+}
+
+/// What a node's peer links read their [`LinkFaults`] from.
+#[derive(Clone, Debug)]
+pub struct LinkFaultsGate(watch::Receiver<LinkFaults>);
+
+/// The switch of a [`LinkFaultsGate`], held by the harness.
+#[derive(Debug)]
+pub struct LinkFaultsSwitch(watch::Sender<LinkFaults>);
+
+impl LinkFaultsSwitch {
+    /// A new switch, with clean links, and its gate.
+    pub fn new() -> (LinkFaultsSwitch, LinkFaultsGate) {
+        let (switch, gate) = watch::channel(LinkFaults::NONE);
+        (LinkFaultsSwitch(switch), LinkFaultsGate(gate))
+    }
+
+    /// Sets the faults every link of the node applies from its next batch on.
+    pub fn set(&self, faults: LinkFaults) {
+        self.0.send_replace(faults);
+    }
+}
+
+impl LinkFaultsGate {
+    /// The faults in force now.
+    fn current(&self) -> LinkFaults {
+        *self.0.borrow()
+    }
+}
+
 impl PauseGate {
     /// Returns at once when open; otherwise when the gate opens (or its switch is gone).
     async fn pass(&mut self) {
@@ -189,6 +249,7 @@ impl ServerConfig {
             data_dir,
             clock_rate: 1.0,
             pause_gate: None,
+            link_faults: None,
             trace: None,
         }
     }

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
 use super::{
-    Event, PEER_BACKOFF_MAX_MS, PEER_BACKOFF_MIN_MS, PEER_BATCH_MESSAGES_MAX,
+    Event, LinkFaultsGate, PEER_BACKOFF_MAX_MS, PEER_BACKOFF_MIN_MS, PEER_BATCH_MESSAGES_MAX,
     PEER_CONNECT_TIMEOUT_MS, PEER_CONNECTIONS_MAX, PEER_DEADLINE_STRIKES_MAX, PEER_QUEUE_LEN,
     PEER_RPC_DEADLINE_MS, PEER_TERM_MAX, ServerConfig, transport,
 };
@@ -66,7 +66,13 @@ pub(super) fn start_peer_links(config: &ServerConfig) -> PeerLinks {
             .copied()
             .unwrap_or(config.peers[&peer]);
         let (tx, rx) = mpsc::channel(PEER_QUEUE_LEN);
-        tokio::spawn(peer_link(id, peer, addr, rx));
+        let disturber = config.link_faults.clone().map(|gate| Disturber {
+            gate,
+            rng: crate::rng::mix(config.raft.seed ^ crate::rng::mix(peer)),
+            held: Vec::new(),
+            sent: None,
+        });
+        tokio::spawn(peer_link(id, peer, addr, rx, disturber));
         queues.insert(peer, tx);
     }
     PeerLinks {
@@ -77,7 +83,13 @@ pub(super) fn start_peer_links(config: &ServerConfig) -> PeerLinks {
 }
 
 /// Sends what `queue` yields to `peer` at `addr`, one `deliver` call at a time.
-async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::Receiver<Message>) {
+async fn peer_link(
+    id: NodeId,
+    peer: NodeId,
+    addr: SocketAddr,
+    mut queue: mpsc::Receiver<Message>,
+    mut disturber: Option<Disturber>,
+) {
     let mut client: Option<PeerClient> = None;
     let mut backoff_ms = PEER_BACKOFF_MIN_MS;
     let mut strikes = 0;
@@ -90,6 +102,12 @@ async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::
             }
         }
         coalesce_appends(&mut batch);
+        if let Some(disturber) = &mut disturber {
+            disturber.disturb(&mut batch);
+            if batch.is_empty() {
+                continue;
+            }
+        }
         let link = match &client {
             Some(link) => link.clone(),
             None => match connect_peer(addr).await {
@@ -124,6 +142,61 @@ async fn peer_link(id: NodeId, peer: NodeId, addr: SocketAddr, mut queue: mpsc::
                 debug!(peer, error = %e, "peer link broken; reconnecting");
                 client = None;
             }
+        }
+    }
+}
+
+/// A link's harness-only faults ([`LinkFaults`](super::LinkFaults)) and what they keep between batches.
+#[derive(Debug)]
+struct Disturber {
+    gate: LinkFaultsGate,
+    rng: u64,
+    /// Messages held back by a reorder, sent after the next batch's own.
+    held: Vec<Message>,
+    /// A message sent before, for a late duplicate.
+    sent: Option<Message>,
+}
+
+impl Disturber {
+    fn chance(&mut self, percent: u32) -> bool {
+        percent > 0 && crate::rng::splitmix64(&mut self.rng) % 100 < u64::from(percent)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (crate::rng::splitmix64(&mut self.rng) % n.max(1) as u64) as usize
+    }
+
+    /// Applies the faults in force to `batch` (empty: nothing to send). Clean links draw
+    /// nothing from the generator, and what a reorder held goes out with the next batch.
+    fn disturb(&mut self, batch: &mut Vec<Message>) {
+        let faults = self.gate.current();
+        if !faults.any() {
+            batch.append(&mut self.held);
+            self.sent = None;
+            return;
+        }
+        batch.append(&mut self.held);
+        if self.chance(faults.drop_percent) {
+            batch.clear();
+            return;
+        }
+        if self.chance(faults.duplicate_percent) {
+            match self.sent.take() {
+                // A copy of an older message arrives again, after newer ones.
+                Some(old) => batch.push(old),
+                None => {
+                    let at = self.below(batch.len());
+                    batch.push(batch[at].clone());
+                }
+            }
+        }
+        if batch.len() > 1 && self.chance(faults.reorder_percent) {
+            let at = self.below(batch.len());
+            self.held.push(batch.remove(at));
+        }
+        if !batch.is_empty() {
+            let at = self.below(batch.len());
+            self.sent = Some(batch[at].clone());
         }
     }
 }
@@ -316,6 +389,7 @@ pub(super) async fn serve_peers(
 
 #[cfg(test)]
 mod tests {
+    use super::super::LinkFaults;
     use super::*;
 
     fn append(term: u64, prev: u64, entries: u64, commit: u64) -> Message {
@@ -363,6 +437,103 @@ mod tests {
             ],
             "the first is covered by the third; the third is not covered by the last (fewer \
              entries), and other prev indexes or terms are kept"
+        );
+    }
+
+    fn disturber(faults: LinkFaults, seed: u64) -> (super::super::LinkFaultsSwitch, Disturber) {
+        let (switch, gate) = super::super::LinkFaultsSwitch::new();
+        switch.set(faults);
+        let disturber = Disturber {
+            gate,
+            rng: seed,
+            held: Vec::new(),
+            sent: None,
+        };
+        (switch, disturber)
+    }
+
+    fn heartbeat(commit: u64) -> Message {
+        append(2, 5, 0, commit)
+    }
+
+    #[test]
+    fn a_clean_link_sends_each_batch_as_it_is() {
+        let (_switch, mut d) = disturber(LinkFaults::NONE, 7);
+        for commit in 0..50 {
+            let mut batch = vec![heartbeat(commit), heartbeat(commit + 100)];
+            d.disturb(&mut batch);
+            assert_eq!(batch, vec![heartbeat(commit), heartbeat(commit + 100)]);
+        }
+        assert_eq!(d.rng, 7, "a clean link draws nothing from its generator");
+    }
+
+    #[test]
+    fn a_flaky_link_drops_duplicates_and_reorders_and_a_seed_replays_it() {
+        let faults = LinkFaults {
+            drop_percent: 20,
+            reorder_percent: 25,
+            duplicate_percent: 10,
+        };
+        let run = |seed: u64| {
+            let (_switch, mut d) = disturber(faults, seed);
+            let mut out = Vec::new();
+            for round in 0..400 {
+                let mut batch = vec![heartbeat(2 * round), heartbeat(2 * round + 1)];
+                d.disturb(&mut batch);
+                out.push(batch);
+            }
+            out
+        };
+        let out = run(11);
+        assert_eq!(out, run(11), "seed 11: the same seed gives the same faults");
+        let sent: Vec<u64> = out
+            .iter()
+            .flatten()
+            .map(|m| match m {
+                Message::AppendEntries { leader_commit, .. } => *leader_commit,
+                _ => unreachable!("only heartbeats are sent"),
+            })
+            .collect();
+        let dropped = out.iter().filter(|b| b.is_empty()).count();
+        let mut seen = std::collections::BTreeSet::new();
+        let duplicates = sent.iter().filter(|c| !seen.insert(**c)).count();
+        let reordered = sent.windows(2).filter(|w| w[1] < w[0]).count();
+        assert!(
+            (40..=130).contains(&dropped),
+            "seed 11: about 20 % of 400 batches dropped, got {dropped}"
+        );
+        assert!(
+            duplicates > 10,
+            "seed 11: copies sent again, got {duplicates}"
+        );
+        assert!(
+            reordered > 30,
+            "seed 11: messages out of order, got {reordered}"
+        );
+    }
+
+    #[test]
+    fn what_a_reorder_held_goes_out_with_the_next_batch_once_the_link_is_clean() {
+        let faults = LinkFaults {
+            reorder_percent: 100,
+            ..LinkFaults::NONE
+        };
+        let (switch, mut d) = disturber(faults, 3);
+        let mut first = vec![heartbeat(1), heartbeat(2)];
+        d.disturb(&mut first);
+        assert_eq!(first.len(), 1, "one of two held back");
+        let held = if first[0] == heartbeat(1) {
+            heartbeat(2)
+        } else {
+            heartbeat(1)
+        };
+        switch.set(LinkFaults::NONE);
+        let mut next = vec![heartbeat(3)];
+        d.disturb(&mut next);
+        assert_eq!(
+            next,
+            vec![heartbeat(3), held],
+            "late, after the newer message"
         );
     }
 }

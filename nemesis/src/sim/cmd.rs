@@ -45,8 +45,10 @@ pub struct SimArgs {
     /// Keys.
     #[arg(long, default_value_t = 4)]
     pub keys: u64,
-    /// Fault kinds (kill, pause, partition, clock; `none` for no faults).
-    #[arg(long, default_value = "kill,pause,partition,clock")]
+    /// Fault kinds (kill, pause, partition, clock, netem; `none` for no faults). netem is
+    /// `slow` (up to 150 ms per message on a node's links) and `flaky` (a node's peer links
+    /// drop, reorder and duplicate messages).
+    #[arg(long, default_value = "kill,pause,partition,clock,netem")]
     pub nemesis: String,
     /// Switch on one known bug of lockd (`lockd --bug`).
     #[arg(long)]

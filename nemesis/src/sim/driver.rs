@@ -12,7 +12,7 @@ use checker::{CheckResult, Verdict};
 use history::{Op, OpType, Process};
 use lockd::bugs::BugSet;
 use lockd::raft::{Config, NodeId};
-use lockd::server::{PauseSwitch, ServerConfig};
+use lockd::server::{LinkFaults, LinkFaultsSwitch, PauseSwitch, ServerConfig};
 
 use super::clients::{
     self, CLIENT_PORT, ClockRequest, PEER_PORT, Phase, RECOVERY_MS, Shared, Workload,
@@ -20,6 +20,7 @@ use super::clients::{
 use super::{CaseResult, SimCase};
 use crate::faults::{self, FaultOp, FaultValue, ResolveContext, Verb};
 use crate::net::Grudge;
+use crate::netem::NetemSpec;
 use crate::rng::Rng;
 use crate::schedule::{self, FaultPlanConfig, Planned};
 
@@ -37,6 +38,9 @@ const SNAPSHOT_THRESHOLD_MAX: u64 = 400;
 const TORN_BLOCK_BYTES: u64 = 512;
 /// ... and an unsynced write reaches the disk anyway with this probability.
 const TORN_SYNC_PROBABILITY: f64 = 0.05;
+/// `slow`: the bound of a message's latency on a slowed node's links, ms (netem's 100 ms
+/// ± 50 ms).
+const SLOW_MAX_LATENCY_MS: u64 = 150;
 const NEMESIS_STREAM: u64 = 0x5157_fa17;
 const NET_STREAM: u64 = 0x5157_0e70;
 
@@ -51,6 +55,9 @@ struct FaultState {
     paused: BTreeSet<NodeId>,
     skewed: BTreeSet<NodeId>,
     paused_clients: BTreeSet<u64>,
+    /// Nodes whose links are slow (`slow`), and whose peer links are flaky (`flaky`).
+    slow: BTreeSet<NodeId>,
+    flaky: BTreeSet<NodeId>,
     cut: Grudge,
     /// Strobe changes still to make: (at ms, node, rate, jump).
     strobes: Vec<(u64, NodeId, f64, i64)>,
@@ -187,15 +194,19 @@ fn run_inner(case: &SimCase) -> Inner {
 
     let bugs = case.bug.map(|b| BugSet::of(&[b])).unwrap_or(BugSet::NONE);
     let mut switches = BTreeMap::new();
+    let mut link_switches = BTreeMap::new();
     for &id in &nodes {
         let (switch, gate) = PauseSwitch::new();
         switches.insert(id, switch);
+        let (link_switch, link_gate) = LinkFaultsSwitch::new();
+        link_switches.insert(id, link_switch);
         let members = nodes.clone();
         let exits = node_exits.clone();
         let seed = case.seed;
         sim.host(node_name(id), move || {
             let members = members.clone();
             let gate = gate.clone();
+            let link_gate = link_gate.clone();
             let exits = exits.clone();
             async move {
                 let peers: BTreeMap<NodeId, SocketAddr> = members
@@ -209,6 +220,7 @@ fn run_inner(case: &SimCase) -> Inner {
                 let listen = SocketAddr::new(turmoil::lookup(node_name(id)), CLIENT_PORT);
                 let mut config = ServerConfig::new(raft, peers, listen, "/data".into());
                 config.pause_gate = Some(gate);
+                config.link_faults = Some(link_gate);
                 let at = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
                 let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
                 match futures::FutureExt::catch_unwind(run).await {
@@ -248,6 +260,8 @@ fn run_inner(case: &SimCase) -> Inner {
         shared: shared.clone(),
         state: FaultState::default(),
         switches,
+        link_switches,
+        max_latency_ms,
         log: Vec::new(),
         resolved: 0,
     };
@@ -294,6 +308,9 @@ struct Driver<'a> {
     shared: Rc<Shared>,
     state: FaultState,
     switches: BTreeMap<NodeId, PauseSwitch>,
+    link_switches: BTreeMap<NodeId, LinkFaultsSwitch>,
+    /// The seed's message latency bound, which `unslow` restores.
+    max_latency_ms: u64,
     log: Vec<String>,
     resolved: u64,
 }
@@ -432,6 +449,26 @@ impl Driver<'_> {
                 self.shared.paused_clients.borrow_mut().clear();
                 self.state.paused_clients.clear();
             }
+            (Verb::Slow, _) => {
+                for n in targets {
+                    self.set_slow(sim, n, true);
+                }
+            }
+            (Verb::Unslow, _) => {
+                for n in targets {
+                    self.set_slow(sim, n, false);
+                }
+            }
+            (Verb::Flaky, _) => {
+                for n in targets {
+                    self.set_flaky(n, true);
+                }
+            }
+            (Verb::Unflaky, _) => {
+                for n in targets {
+                    self.set_flaky(n, false);
+                }
+            }
             (verb, value) => {
                 self.log.push(format!(
                     "{now_ms:>6} {}: not applied in the simulator ({value:?})",
@@ -487,6 +524,51 @@ impl Driver<'_> {
         }
         if let Some(switch) = self.switches.get(&node) {
             switch.set_paused(false);
+        }
+    }
+
+    /// `slow` (netem's 100 ms ± 50 ms): every message on the node's links, to and from the
+    /// other nodes and the clients, takes up to 150 ms; `unslow` restores the seed's bound.
+    fn set_slow(&mut self, sim: &mut turmoil::Sim<'_>, node: NodeId, on: bool) {
+        let bound_ms = if on {
+            SLOW_MAX_LATENCY_MS
+        } else {
+            self.max_latency_ms
+        };
+        for other in self.others(node) {
+            sim.set_link_max_message_latency(
+                node_name(node),
+                other,
+                Duration::from_millis(bound_ms),
+            );
+        }
+        if on {
+            self.state.slow.insert(node);
+        } else {
+            self.state.slow.remove(&node);
+        }
+    }
+
+    /// `flaky` (netem's loss, reordering and duplication): the node's outgoing peer links
+    /// drop, reorder and duplicate messages ([`LinkFaults`]); `unflaky` makes them clean.
+    fn set_flaky(&mut self, node: NodeId, on: bool) {
+        let spec = NetemSpec::FLAKY;
+        let faults = if on {
+            LinkFaults {
+                drop_percent: spec.loss_percent,
+                reorder_percent: spec.reorder_percent,
+                duplicate_percent: spec.duplicate_percent,
+            }
+        } else {
+            LinkFaults::NONE
+        };
+        if let Some(switch) = self.link_switches.get(&node) {
+            switch.set(faults);
+        }
+        if on {
+            self.state.flaky.insert(node);
+        } else {
+            self.state.flaky.remove(&node);
         }
     }
 
@@ -549,6 +631,18 @@ impl Driver<'_> {
             self.state.strobes.clear();
             for n in std::mem::take(&mut self.state.skewed) {
                 self.clock(n, 1.0, 0);
+            }
+        }
+        if !self.state.slow.is_empty() {
+            self.record_nemesis(now_ms, Verb::Unslow.as_str(), &list(&self.state.slow), "");
+            for n in self.state.slow.clone() {
+                self.set_slow(sim, n, false);
+            }
+        }
+        if !self.state.flaky.is_empty() {
+            self.record_nemesis(now_ms, Verb::Unflaky.as_str(), &list(&self.state.flaky), "");
+            for n in self.state.flaky.clone() {
+                self.set_flaky(n, false);
             }
         }
         if !self.state.paused_clients.is_empty() {
