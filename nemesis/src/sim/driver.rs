@@ -25,7 +25,7 @@ use crate::rng::Rng;
 use crate::schedule::{self, FaultPlanConfig, Planned};
 
 /// The simulator's step, ms: hosts run in lockstep, and messages move once per step.
-pub const TICK_MS: u64 = 1;
+pub const TICK_MS: u64 = 4;
 /// One in this many acquires is a leaver (gives up or disconnects mid-acquire).
 pub const LEAVER_ONE_IN: u64 = 12;
 /// Simulated time allowed beyond the fault phase and the recovery bound before the run is
