@@ -13,7 +13,9 @@
 //! 2. runs the clients (`clients.rs`) while the driver (`driver.rs`) applies the plan
 //!    between simulator steps: crash (unsynced writes lost) and restart, pause (the node's
 //!    core stops and its links hold, so its timers fire late when it resumes), every
-//!    partition shape, clock skew and strobe through `set_clock`, client stalls;
+//!    partition shape, clock skew and strobe through `set_clock`, client stalls, netem's
+//!    `slow` (turmoil link latency) and `flaky` (the node's peer links drop, reorder and
+//!    duplicate Raft messages through `lockd::server::LinkFaults`);
 //! 3. heals everything at the end of the fault phase, records `recover`, and lets each
 //!    client succeed once more;
 //! 4. checks the history with `checker::check` (linearizability, fencing, lease safety,
