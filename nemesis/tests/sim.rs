@@ -71,6 +71,12 @@ fn slow_and_flaky_links_are_applied_undone_and_survived() {
             result.verdict(),
             case.rerun_command()
         );
+        let skipped: Vec<&String> = result
+            .faults
+            .iter()
+            .filter(|f| f.contains("not applied"))
+            .collect();
+        assert!(skipped.is_empty(), "seed {seed}: {skipped:?}");
         for f in ["slow", "flaky", "unslow", "unflaky"] {
             if result.ops.iter().any(|op| op.f == f) {
                 seen.insert(f);
