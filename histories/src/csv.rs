@@ -66,14 +66,100 @@ pub fn read_paired_path(path: &Path) -> Result<crate::pair::Paired, ParseError> 
     Ok(pairing.finish())
 }
 
-/// The fast path of [`read_paired_path`]: the `csv` crate's `ByteRecord`s, with quoting
-/// off, one record per line, each record parsed in place (no `Op`, no `String` per cell).
+/// The fast path of [`read_paired_path`]: every row of [`visit_rows_fast`] interned
+/// straight into the pairing.
+fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
+    let mut pairing = crate::pair::Pairing::default();
+    visit_rows_fast(path, |row| {
+        match row.process {
+            Process::Client(_) => {
+                let cells = crate::pair::Cells {
+                    f: pairing.intern_str(row.f),
+                    key: pairing.intern_str(row.key),
+                    value: pairing.intern_str(row.value),
+                    node: pairing.intern_str(row.node),
+                    error: pairing.intern_str(row.error),
+                };
+                pairing.push(row.row(), cells);
+            }
+            Process::Nemesis => pairing.push_fault(row.to_op()),
+        }
+        true
+    })?;
+    Some(pairing.finish())
+}
+
+/// One row of a history file as [`visit_rows_fast`] hands it out: already checked
+/// against every rule of schema v1 (the strict reader's validator), its text cells
+/// borrowed from the reader's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RowView<'a> {
+    /// The `index` column.
+    pub index: u64,
+    /// The `time_ns` column.
+    pub time_ns: u64,
+    /// The `process` column.
+    pub process: Process,
+    /// The `type` column.
+    pub op_type: OpType,
+    /// The `f` column.
+    pub f: &'a str,
+    /// The `key` column.
+    pub key: &'a str,
+    /// The `value` column.
+    pub value: &'a str,
+    /// The `token` column.
+    pub token: Option<u64>,
+    /// The `node` column.
+    pub node: &'a str,
+    /// The `error` column.
+    pub error: &'a str,
+}
+
+impl RowView<'_> {
+    /// What the validator and the pairing read.
+    fn row(&self) -> Row<'_> {
+        Row {
+            index: self.index,
+            time_ns: self.time_ns,
+            process: self.process,
+            op_type: self.op_type,
+            f: self.f,
+            key: self.key,
+            token: self.token,
+        }
+    }
+
+    /// The row as an [`Op`] of its own.
+    pub fn to_op(&self) -> Op {
+        Op {
+            index: self.index,
+            time_ns: self.time_ns,
+            process: self.process,
+            op_type: self.op_type,
+            f: self.f.to_owned(),
+            key: self.key.to_owned(),
+            value: self.value.to_owned(),
+            token: self.token,
+            node: self.node.to_owned(),
+            error: self.error.to_owned(),
+        }
+    }
+}
+
+/// Reads a history file with the fast reader and hands each row, validated, to `visit`,
+/// in file order: the `csv` crate's `ByteRecord`s, with quoting off, one record per line,
+/// each record parsed in place (no `Op`, no `String` per cell).
+///
 /// It accepts only what the strict [`Reader`] accepts: every row goes through the same
 /// validator, and anything the two might read differently (a `"` anywhere, a blank line,
 /// a lone `\r`, bad UTF-8, an overlong field, any bad field or rule) makes it give up with
-/// `None`. The strict reader then reads the file again and reports the first error with
-/// its line and character column, which is computed only then.
-fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
+/// `None`, as does `visit` returning `false`. `Some(())` means that every row was read,
+/// valid and visited, and that [`read_paired_path`] reads the file to the same rows. On
+/// `None` the caller reads the file with [`read_paired_path`], whose strict reader reports
+/// the first error with its line and character column (computed only then).
+pub fn visit_rows_fast(path: &Path, mut visit: impl FnMut(&RowView<'_>) -> bool) -> Option<()> {
     if has_unusual_end(path)? {
         return None;
     }
@@ -94,7 +180,6 @@ fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
         return None;
     }
     let mut validator = Validator::default();
-    let mut pairing = crate::pair::Pairing::default();
     let mut line = 1u64;
     while reader.read_byte_record(&mut record).ok()? {
         line += 1;
@@ -103,21 +188,12 @@ fn read_paired_fast(path: &Path) -> Option<crate::pair::Paired> {
         }
         let fields = fast_fields(&record)?;
         let row = fast_row(&fields)?;
-        validator.check(&row).ok()?;
-        if let Process::Client(_) = row.process {
-            let cells = crate::pair::Cells {
-                f: pairing.intern_str(fields[4]),
-                key: pairing.intern_str(fields[5]),
-                value: pairing.intern_str(fields[6]),
-                node: pairing.intern_str(fields[8]),
-                error: pairing.intern_str(fields[9]),
-            };
-            pairing.push(row, cells);
-        } else {
-            pairing.push_fault(fast_op(&row, &fields));
+        validator.check(&row.row()).ok()?;
+        if !visit(&row) {
+            return None;
         }
     }
-    Some(pairing.finish())
+    Some(())
 }
 
 /// Whether the file ends in an empty line, which the `csv` crate would skip in silence,
@@ -166,36 +242,23 @@ fn fast_fields(record: &::csv::ByteRecord) -> Option<[&str; 10]> {
 }
 
 /// The numbers and names of a record's fields; `None` on any the strict reader rejects.
-fn fast_row<'a>(fields: &[&'a str; 10]) -> Option<crate::pair::Row<'a>> {
+fn fast_row<'a>(fields: &[&'a str; 10]) -> Option<RowView<'a>> {
     let token = match fields[7] {
         "" => None,
         t => Some(parse_u64(t)?),
     };
-    Some(crate::pair::Row {
+    Some(RowView {
         index: parse_u64(fields[0])?,
         time_ns: parse_u64(fields[1])?,
         process: parse_process(fields[2])?,
         op_type: parse_type(fields[3])?,
         f: fields[4],
         key: fields[5],
+        value: fields[6],
         token,
+        node: fields[8],
+        error: fields[9],
     })
-}
-
-/// A nemesis row as an [`Op`] (the faults are few, and kept as rows).
-fn fast_op(row: &crate::pair::Row<'_>, fields: &[&str; 10]) -> Op {
-    Op {
-        index: row.index,
-        time_ns: row.time_ns,
-        process: row.process,
-        op_type: row.op_type,
-        f: fields[4].to_owned(),
-        key: fields[5].to_owned(),
-        value: fields[6].to_owned(),
-        token: row.token,
-        node: fields[8].to_owned(),
-        error: fields[9].to_owned(),
-    }
 }
 
 /// One field of a record as read, with the position of its first character.
