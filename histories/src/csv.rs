@@ -149,51 +149,116 @@ impl RowView<'_> {
 }
 
 /// Reads a history file with the fast reader and hands each row, validated, to `visit`,
-/// in file order: the `csv` crate's `ByteRecord`s, with quoting off, one record per line,
-/// each record parsed in place (no `Op`, no `String` per cell).
+/// in file order. With no `"` in a row there is no quoting to undo, so a row is a line
+/// and its fields are what lies between commas: the reader finds line ends with `memchr`
+/// in blocks of [`FAST_BLOCK_BYTES`], checks each line's UTF-8 once and splits it in
+/// place (no `Op`, no `String` per cell).
 ///
 /// It accepts only what the strict [`Reader`] accepts: every row goes through the same
 /// validator, and anything the two might read differently (a `"` anywhere, a blank line,
-/// a lone `\r`, bad UTF-8, an overlong field, any bad field or rule) makes it give up with
-/// `None`, as does `visit` returning `false`. `Some(())` means that every row was read,
-/// valid and visited, and that [`read_paired_path`] reads the file to the same rows. On
-/// `None` the caller reads the file with [`read_paired_path`], whose strict reader reports
-/// the first error with its line and character column (computed only then).
+/// a lone `\r`, bad UTF-8, an overlong field or line, any bad field or rule) makes it give
+/// up with `None`, as does `visit` returning `false`. `Some(())` means that every row was
+/// read, valid and visited, and that [`read_paired_path`] reads the file to the same rows.
+/// On `None` the caller reads the file with [`read_paired_path`], whose strict reader
+/// reports the first error with its line and character column (computed only then).
 pub fn visit_rows_fast(path: &Path, mut visit: impl FnMut(&RowView<'_>) -> bool) -> Option<()> {
     if has_unusual_end(path)? {
         return None;
     }
-    let file = File::open(path).ok()?;
-    let mut reader = ::csv::ReaderBuilder::new()
-        .has_headers(false)
-        .quoting(false)
-        .flexible(true)
-        .terminator(::csv::Terminator::Any(b'\n'))
-        .buffer_capacity(1 << 20)
-        .from_reader(file);
-    let mut record = ::csv::ByteRecord::new();
-    if !reader.read_byte_record(&mut record).ok()? {
-        return None;
-    }
-    let header: Vec<&[u8]> = record.iter().map(strip_cr).collect();
-    if header != COLUMNS.map(str::as_bytes) {
-        return None;
-    }
+    let mut file = File::open(path).ok()?;
+    let mut buffer = vec![0u8; FAST_BLOCK_BYTES];
+    // The unread bytes are `buffer[start..end]`.
+    let (mut start, mut end, mut eof) = (0usize, 0usize, false);
     let mut validator = Validator::default();
-    let mut line = 1u64;
-    while reader.read_byte_record(&mut record).ok()? {
+    let mut line = 0u64;
+    loop {
+        let range = match memchr::memchr(b'\n', &buffer[start..end]) {
+            Some(length) => {
+                start += length + 1;
+                start - length - 1..start - 1
+            }
+            None if !eof => {
+                // No whole line left: keep the partial one and read more behind it.
+                buffer.copy_within(start..end, 0);
+                (start, end) = (0, end - start);
+                if end == buffer.len() {
+                    if buffer.len() >= FAST_LINE_BYTES_MAX {
+                        return None;
+                    }
+                    buffer.resize(buffer.len() * 2, 0);
+                }
+                match file.read(&mut buffer[end..]).ok()? {
+                    0 => eof = true,
+                    read => end += read,
+                }
+                continue;
+            }
+            // The last line, without a line end.
+            None if start < end => {
+                let last = start..end;
+                start = end;
+                last
+            }
+            None => break,
+        };
         line += 1;
-        if record.position().map(|p| p.line()) != Some(line) || record.len() != COLUMNS.len() {
-            return None;
+        let fields = line_fields(&buffer[range])?;
+        if line == 1 {
+            if fields != COLUMNS {
+                return None;
+            }
+            continue;
         }
-        let fields = fast_fields(&record)?;
         let row = fast_row(&fields)?;
         validator.check(&row.row()).ok()?;
         if !visit(&row) {
             return None;
         }
     }
-    Some(())
+    // An empty file has no header: the strict reader says so.
+    (line > 0).then_some(())
+}
+
+/// How many bytes [`visit_rows_fast`] reads at a time.
+pub const FAST_BLOCK_BYTES: usize = 1 << 20;
+
+/// The longest line [`visit_rows_fast`] reads (longer: the strict reader reads the file).
+const FAST_LINE_BYTES_MAX: usize = 1 << 24;
+
+/// The ten fields of a line (without its `\n`) as text; `None` on anything the strict
+/// reader might reject or read otherwise (a `"`, a `\r` other than the line end's, bad
+/// UTF-8, an overlong field, other than ten fields).
+fn line_fields(line: &[u8]) -> Option<[&str; 10]> {
+    let line = strip_cr(line);
+    // One pass over the bytes: the nine commas, and no `"` or `\r`.
+    let mut ends = [line.len(); 10];
+    let mut commas = 0;
+    for (i, &byte) in line.iter().enumerate() {
+        match byte {
+            b',' => {
+                *ends.get_mut(commas)? = i;
+                commas += 1;
+            }
+            b'"' | b'\r' => return None,
+            _ => {}
+        }
+    }
+    if commas != 9 {
+        return None;
+    }
+    // A `,` is never part of a multi-byte character, so the fields of a valid line are
+    // valid, and a line with a bad field is not.
+    let text = std::str::from_utf8(line).ok()?;
+    let mut fields: [&str; 10] = [""; 10];
+    let mut start = 0;
+    for (field, &end) in fields.iter_mut().zip(&ends) {
+        *field = text.get(start..end)?;
+        if field.len() > FIELD_BYTES_MAX {
+            return None;
+        }
+        start = end + 1;
+    }
+    Some(fields)
 }
 
 /// Whether the file ends in an empty line, which the `csv` crate would skip in silence,
@@ -214,34 +279,7 @@ fn strip_cr(field: &[u8]) -> &[u8] {
     field.strip_suffix(b"\r").unwrap_or(field)
 }
 
-/// The ten fields of a record as text; `None` on anything the strict reader might reject
-/// or read otherwise (a `"`, a `\r` other than the line end's, bad UTF-8, an overlong
-/// field).
-fn fast_fields(record: &::csv::ByteRecord) -> Option<[&str; 10]> {
-    let all = record.as_slice();
-    // The fields without their separators; the last one may end in the `\r` of `\r\n`.
-    let body = strip_cr(all);
-    if body.contains(&b'"') || body.contains(&b'\r') {
-        return None;
-    }
-    let short = body.len() <= FIELD_BYTES_MAX;
-    let mut fields: [&str; 10] = [""; 10];
-    for (i, cell) in fields.iter_mut().enumerate() {
-        let mut field = record.get(i)?;
-        if i == COLUMNS.len() - 1 {
-            field = strip_cr(field);
-        }
-        if !short && field.len() > FIELD_BYTES_MAX {
-            return None;
-        }
-        // Each field on its own: a multi-byte character split by a `,` could look valid
-        // in the concatenation.
-        *cell = std::str::from_utf8(field).ok()?;
-    }
-    Some(fields)
-}
-
-/// The numbers and names of a record's fields; `None` on any the strict reader rejects.
+/// The numbers and names of a line's fields; `None` on any the strict reader rejects.
 fn fast_row<'a>(fields: &[&'a str; 10]) -> Option<RowView<'a>> {
     let token = match fields[7] {
         "" => None,
@@ -676,10 +714,16 @@ fn at(field: &RawField, kind: ParseErrorKind) -> ParseError {
 
 /// A non-negative integer of ASCII digits only (no sign, no spaces), that fits in a u64.
 fn parse_u64(text: &str) -> Option<u64> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+    // Plain ASCII digits only (no sign, no space), and no overflow: what `str::parse`
+    // accepts of those, in one pass.
+    if text.is_empty() {
         return None;
     }
-    text.parse().ok()
+    text.bytes().try_fold(0u64, |n, byte| {
+        let digit = byte.wrapping_sub(b'0');
+        (digit < 10).then_some(())?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// Options of a [`Writer`].
@@ -864,6 +908,26 @@ mod tests {
         }
         let max = history(&["0,18446744073709551615,0,invoke,acquire,a,5000,,,"]);
         assert_eq!(read_str(&max).unwrap()[0].time_ns, u64::MAX);
+        // The one-pass parse is `str::parse` on plain digits.
+        for text in [
+            "0",
+            "007",
+            "42",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1a",
+            "",
+            "-1",
+            "99999999999999999999",
+        ] {
+            let plain = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+            let expected = if plain {
+                text.parse::<u64>().ok()
+            } else {
+                None
+            };
+            assert_eq!(parse_u64(text), expected, "{text:?}");
+        }
     }
 
     #[test]
