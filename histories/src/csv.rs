@@ -171,6 +171,8 @@ pub fn visit_rows_fast(path: &Path, mut visit: impl FnMut(&RowView<'_>) -> bool)
     let (mut start, mut end, mut eof) = (0usize, 0usize, false);
     let mut validator = Validator::default();
     let mut line = 0u64;
+    // Whether a `\r` was read: only then do lines need looking at for one.
+    let mut carriage_returns = false;
     loop {
         let range = match memchr::memchr(b'\n', &buffer[start..end]) {
             Some(length) => {
@@ -189,7 +191,14 @@ pub fn visit_rows_fast(path: &Path, mut visit: impl FnMut(&RowView<'_>) -> bool)
                 }
                 match file.read(&mut buffer[end..]).ok()? {
                     0 => eof = true,
-                    read => end += read,
+                    read => {
+                        let new = &buffer[end..end + read];
+                        if memchr::memchr(b'"', new).is_some() {
+                            return None;
+                        }
+                        carriage_returns |= memchr::memchr(b'\r', new).is_some();
+                        end += read;
+                    }
                 }
                 continue;
             }
@@ -202,7 +211,7 @@ pub fn visit_rows_fast(path: &Path, mut visit: impl FnMut(&RowView<'_>) -> bool)
             None => break,
         };
         line += 1;
-        let fields = line_fields(&buffer[range])?;
+        let fields = line_fields(&buffer[range], carriage_returns)?;
         if line == 1 {
             if fields != COLUMNS {
                 return None;
@@ -228,24 +237,17 @@ const FAST_LINE_BYTES_MAX: usize = 1 << 24;
 /// The ten fields of a line (without its `\n`) as text; `None` on anything the strict
 /// reader might reject or read otherwise (a `"`, a `\r` other than the line end's, bad
 /// UTF-8, an overlong field, other than ten fields).
-fn line_fields(line: &[u8]) -> Option<[&str; 10]> {
+fn line_fields(line: &[u8], carriage_returns: bool) -> Option<[&str; 10]> {
     let line = strip_cr(line);
-    // One pass over the bytes: the nine commas, and no `"` or `\r`.
-    let mut ends = [line.len(); 10];
-    let mut commas = 0;
-    for (i, &byte) in line.iter().enumerate() {
-        match byte {
-            b',' => {
-                *ends.get_mut(commas)? = i;
-                commas += 1;
-            }
-            b'"' | b'\r' => return None,
-            _ => {}
-        }
-    }
-    if commas != 9 {
+    // Quotes were looked for block by block; carriage returns only in a file that has one.
+    if carriage_returns && memchr::memchr(b'\r', line).is_some() {
         return None;
     }
+    let mut ends = [0usize; 10];
+    if comma_positions(line, &mut ends) != Some(9) {
+        return None;
+    }
+    ends[9] = line.len();
     // A `,` is never part of a multi-byte character, so the fields of a valid line are
     // valid, and a line with a bad field is not.
     let text = std::str::from_utf8(line).ok()?;
@@ -259,6 +261,35 @@ fn line_fields(line: &[u8]) -> Option<[&str; 10]> {
         start = end + 1;
     }
     Some(fields)
+}
+
+/// Writes the positions of the commas of `line` into `ends`, in order, and returns how
+/// many there are; `None` when there are more than `ends` holds. Eight bytes at a time:
+/// a byte-at-a-time loop was a fifth of the reading time.
+fn comma_positions(line: &[u8], ends: &mut [usize]) -> Option<usize> {
+    const LOW: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    const COMMAS: u64 = 0x2C2C_2C2C_2C2C_2C2C;
+    let mut commas = 0;
+    let mut chunks = line.chunks_exact(8);
+    for (n, chunk) in chunks.by_ref().enumerate() {
+        let bytes = <[u8; 8]>::try_from(chunk).expect("chunks_exact gives 8 bytes");
+        // The high bit of each byte that equals `,` (exact: no carry crosses a byte).
+        let x = u64::from_le_bytes(bytes) ^ COMMAS;
+        let mut found = !(((x & LOW) + LOW) | x | LOW);
+        while found != 0 {
+            *ends.get_mut(commas)? = n * 8 + found.trailing_zeros() as usize / 8;
+            commas += 1;
+            found &= found - 1;
+        }
+    }
+    let base = line.len() - chunks.remainder().len();
+    for (i, &byte) in chunks.remainder().iter().enumerate() {
+        if byte == b',' {
+            *ends.get_mut(commas)? = base + i;
+            commas += 1;
+        }
+    }
+    Some(commas)
 }
 
 /// Whether the file ends in an empty line, which the `csv` crate would skip in silence,
@@ -889,6 +920,31 @@ mod tests {
         let error = reader.next().unwrap().unwrap_err();
         assert_eq!((error.line, error.column), (3, 1));
         assert!(reader.next().is_none());
+    }
+
+    #[test]
+    fn commas_are_found_eight_bytes_at_a_time_as_one_at_a_time() {
+        // The fast reader's splitter against the plain loop, on every length up to 40 and
+        // commas at every position, with bytes that differ from `,` by one bit.
+        for length in 0..40usize {
+            for seed in 0..20u64 {
+                let line: Vec<u8> = (0..length as u64)
+                    .map(|i| match (i * 7 + seed * 13) % 5 {
+                        0 => b',',
+                        1 => b',' ^ (1 << ((i + seed) % 8)) as u8,
+                        2 => 0xC3,
+                        _ => b'a',
+                    })
+                    .collect();
+                let expected: Vec<usize> = (0..length).filter(|&i| line[i] == b',').collect();
+                let mut ends = [0usize; 64];
+                let count = super::comma_positions(&line, &mut ends).unwrap();
+                assert_eq!(&ends[..count], expected.as_slice(), "{line:?}");
+                let mut short = [0usize; 2];
+                let bounded = super::comma_positions(&line, &mut short);
+                assert_eq!(bounded.is_none(), expected.len() > 2, "{line:?}");
+            }
+        }
     }
 
     #[test]
