@@ -39,7 +39,7 @@ use history::hash::FastBuildHasher;
 use history::{AcquireValue, ErrorWord, OpType, Process, Text};
 
 use crate::linear::lock_fast;
-use crate::linear::lock_model::{LockOptions, acquire_lease_ms, lock_operations_of};
+use crate::linear::lock_model::{LockOptions, lock_operations_of};
 use crate::view::OpView;
 use crate::{Check, CheckResult, LockSearch, ModelKind, Options, Verdict, fencing, lease};
 
@@ -159,13 +159,46 @@ struct KeyRecords {
     records: Vec<Record>,
 }
 
+/// Client process -> (key id, position) of its open operation: a table indexed by the
+/// process for the small ids histories use (a hash lookup per row was a tenth of the
+/// reading), a hash map beyond [`DENSE_PROCESSES_MAX`].
+#[derive(Default)]
+struct OpenOps {
+    dense: Vec<Option<(u32, u32)>>,
+    sparse: HashMap<u64, (u32, u32), FastBuildHasher>,
+}
+
+/// The process ids [`OpenOps`] keeps in its table (8 bytes each).
+const DENSE_PROCESSES_MAX: u64 = 1 << 20;
+
+impl OpenOps {
+    fn insert(&mut self, process: u64, open: (u32, u32)) {
+        if process >= DENSE_PROCESSES_MAX {
+            self.sparse.insert(process, open);
+            return;
+        }
+        let slot = process as usize;
+        if slot >= self.dense.len() {
+            self.dense.resize((slot + 1).next_power_of_two(), None);
+        }
+        self.dense[slot] = Some(open);
+    }
+
+    fn remove(&mut self, process: u64) -> Option<(u32, u32)> {
+        if process >= DENSE_PROCESSES_MAX {
+            return self.sparse.remove(&process);
+        }
+        self.dense.get_mut(process as usize)?.take()
+    }
+}
+
 /// A lock history read into records by key (see the module doc).
 #[derive(Default)]
 struct Store {
     keys: Vec<KeyRecords>,
     key_ids: HashMap<String, u32, FastBuildHasher>,
     /// Client process -> (key id, position) of its open operation.
-    open: HashMap<u64, (u32, u32), FastBuildHasher>,
+    open: OpenOps,
     operations: usize,
     /// Some row carried a token (else `auto` infers `mutex`, and fencing is not checked).
     tokens: bool,
@@ -183,7 +216,7 @@ impl Store {
             return self.invoke(process, row);
         }
         // The validator accepted the completion: its process has an open invoke.
-        let Some((key, position)) = self.open.remove(&process) else {
+        let Some((key, position)) = self.open.remove(process) else {
             return false;
         };
         let record = &mut self.keys[key as usize].records[position as usize];
@@ -222,16 +255,20 @@ impl Store {
             error: None,
         };
         if name == Name::Acquire {
-            let Ok(lease_ms) = acquire_lease_ms(row.value) else {
-                return false;
-            };
-            if AcquireValue::parse(row.value.trim()).is_some_and(|v| v.wait_ms.is_some()) {
-                // A waiter: liveness rule W judges it.
-                return false;
-            }
-            if let Some(lease_ms) = lease_ms {
-                record.lease_ms = lease_ms;
-                record.present |= LEASE;
+            // What `acquire_lease_ms` reads (empty: no lease), parsed once.
+            let value = row.value.trim();
+            if !value.is_empty() {
+                match AcquireValue::parse(value) {
+                    Some(AcquireValue {
+                        lease_ms,
+                        wait_ms: None,
+                    }) => {
+                        record.lease_ms = lease_ms;
+                        record.present |= LEASE;
+                    }
+                    // A waiter (liveness rule W judges it), or no lease at all.
+                    Some(_) | None => return false,
+                }
             }
         }
         let key = match self.key_ids.get(row.key) {
@@ -500,6 +537,26 @@ mod tests {
                 op.value = ["", "1", "20", "10000", "x"][rng.below(5) as usize].into()
             }
             _ => op.token = op.token.map(|t| t + 1),
+        }
+    }
+
+    #[test]
+    fn large_process_ids_pair_as_small_ones() {
+        // Process ids past the open-op table's bound go to its hash map.
+        let dir = tempfile::tempdir().unwrap();
+        for process in [3u64, super::DENSE_PROCESSES_MAX, u64::MAX] {
+            let csv = format!(
+                "{}\n0,1000,{process},invoke,acquire,a,10000,,,\n1,2000,{process},ok,acquire,a,,5,n1,\n\
+                 2,2500,{process},invoke,release,a,,5,,\n3,2600,{process},ok,release,a,,,n1,\n",
+                history::csv::HEADER
+            );
+            let path = dir.path().join("p.csv");
+            std::fs::write(&path, csv).unwrap();
+            assert_eq!(
+                agree(&path, &format!("process {process}")),
+                4,
+                "process {process}"
+            );
         }
     }
 
