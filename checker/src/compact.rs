@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use history::csv::RowView;
 use history::hash::FastBuildHasher;
+use history::pair::ProcessTable;
 use history::{AcquireValue, ErrorWord, OpType, Process, Text};
 
 use crate::linear::lock_fast;
@@ -159,46 +160,13 @@ struct KeyRecords {
     records: Vec<Record>,
 }
 
-/// Client process -> (key id, position) of its open operation: a table indexed by the
-/// process for the small ids histories use (a hash lookup per row was a tenth of the
-/// reading), a hash map beyond [`DENSE_PROCESSES_MAX`].
-#[derive(Default)]
-struct OpenOps {
-    dense: Vec<Option<(u32, u32)>>,
-    sparse: HashMap<u64, (u32, u32), FastBuildHasher>,
-}
-
-/// The process ids [`OpenOps`] keeps in its table (8 bytes each).
-const DENSE_PROCESSES_MAX: u64 = 1 << 20;
-
-impl OpenOps {
-    fn insert(&mut self, process: u64, open: (u32, u32)) {
-        if process >= DENSE_PROCESSES_MAX {
-            self.sparse.insert(process, open);
-            return;
-        }
-        let slot = process as usize;
-        if slot >= self.dense.len() {
-            self.dense.resize((slot + 1).next_power_of_two(), None);
-        }
-        self.dense[slot] = Some(open);
-    }
-
-    fn remove(&mut self, process: u64) -> Option<(u32, u32)> {
-        if process >= DENSE_PROCESSES_MAX {
-            return self.sparse.remove(&process);
-        }
-        self.dense.get_mut(process as usize)?.take()
-    }
-}
-
 /// A lock history read into records by key (see the module doc).
 #[derive(Default)]
 struct Store {
     keys: Vec<KeyRecords>,
     key_ids: HashMap<String, u32, FastBuildHasher>,
     /// Client process -> (key id, position) of its open operation.
-    open: OpenOps,
+    open: ProcessTable<(u32, u32)>,
     operations: usize,
     /// Some row carried a token (else `auto` infers `mutex`, and fencing is not checked).
     tokens: bool,
@@ -544,7 +512,8 @@ mod tests {
     fn large_process_ids_pair_as_small_ones() {
         // Process ids past the open-op table's bound go to its hash map.
         let dir = tempfile::tempdir().unwrap();
-        for process in [3u64, super::DENSE_PROCESSES_MAX, u64::MAX] {
+        let dense_max = history::pair::ProcessTable::<()>::DENSE_MAX;
+        for process in [3u64, dense_max - 1, dense_max, u64::MAX] {
             let csv = format!(
                 "{}\n0,1000,{process},invoke,acquire,a,10000,,,\n1,2000,{process},ok,acquire,a,,5,n1,\n\
                  2,2500,{process},invoke,release,a,,5,,\n3,2600,{process},ok,release,a,,,n1,\n",
