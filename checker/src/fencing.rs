@@ -79,9 +79,13 @@ pub(crate) fn tokens_hold<O: OpView>(grants: &[&O]) -> bool {
 /// runs of increasing tokens (by key, or in history order), which it merges cheaply; the
 /// order is the same as an unstable sort's, since no two grants share an invoke index.
 fn by_token<'o, O: OpView>(grants: &[&'o O]) -> Vec<&'o O> {
-    let mut by_token: Vec<&O> = grants.to_vec();
-    by_token.sort_by_key(|op| (granted_token(*op), op.invoke_index()));
-    by_token
+    // The keys next to the grants: comparing them reads no operation.
+    let mut keyed: Vec<(Option<u64>, u64, &O)> = grants
+        .iter()
+        .map(|&op| (granted_token(op), op.invoke_index(), op))
+        .collect();
+    keyed.sort_by_key(|&(token, index, _)| (token, index));
+    keyed.into_iter().map(|(_, _, op)| op).collect()
 }
 
 /// Properties 3 and 4 on one key: `ops` are the key's operations, in history order.
