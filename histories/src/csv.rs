@@ -237,6 +237,9 @@ const FAST_LINE_BYTES_MAX: usize = 1 << 24;
 /// The ten fields of a line (without its `\n`) as text; `None` on anything the strict
 /// reader might reject or read otherwise (a `"`, a `\r` other than the line end's, bad
 /// UTF-8, an overlong field, other than ten fields).
+// Inlined into the reading loop: returned by value, the ten fields were copied through
+// `memmove` for every line (perf: 4 % of a 1M-op check).
+#[inline(always)]
 fn line_fields(line: &[u8], carriage_returns: bool) -> Option<[&str; 10]> {
     let line = strip_cr(line);
     // Quotes were looked for block by block; carriage returns only in a file that has one.
@@ -311,6 +314,7 @@ fn strip_cr(field: &[u8]) -> &[u8] {
 }
 
 /// The numbers and names of a line's fields; `None` on any the strict reader rejects.
+#[inline(always)]
 fn fast_row<'a>(fields: &[&'a str; 10]) -> Option<RowView<'a>> {
     let token = match fields[7] {
         "" => None,
