@@ -168,4 +168,14 @@ mod tests {
         assert_eq!(a.count(), 2);
         assert_ne!(a, b);
     }
+
+    #[test]
+    fn a_memo_entry_of_a_small_set_is_40_bytes() {
+        // INLINE_WORDS's doc: a register search's memo entry, (set, Option<u32> state).
+        assert_eq!(std::mem::size_of::<(Bitset, Option<u32>)>(), 40);
+        let mut small = Bitset::new(128);
+        assert!(small.insert(127));
+        assert!(matches!(small.words, Words::Inline(_)));
+        assert!(matches!(Bitset::new(129).words, Words::Heap(_)));
+    }
 }
