@@ -74,11 +74,7 @@ fn slow_and_flaky_links_are_applied_undone_and_survived() {
                 seen.insert(f);
             }
         }
-        assert!(
-            result.ops.len() > 50,
-            "seed {seed}: {} ops",
-            result.ops.len()
-        );
+        assert!(result.ops.len() > 50, "seed {seed}: {} ops", result.ops.len());
     }
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
