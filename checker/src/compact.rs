@@ -353,10 +353,13 @@ fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
             fencing::tokens_hold(&grants)
         }))
         .unwrap_or(false);
+        // Every thread joined before any is judged: a panicked thread left unjoined would
+        // make the scope panic.
+        let joined: Vec<Option<(bool, bool)>> =
+            handles.into_iter().map(|h| h.join().ok()).collect();
         let mut clean = tokens;
         let mut lock_ops = false;
-        for handle in handles {
-            let (passed, saw) = handle.join().ok()?;
+        for (passed, saw) in joined.into_iter().collect::<Option<Vec<_>>>()? {
             clean &= passed;
             lock_ops |= saw;
         }
