@@ -97,6 +97,21 @@ pub fn read_paired(path: &Path) -> Result<history::pair::Paired, CheckError> {
     })
 }
 
+/// Reads and checks a CSV history as `locksmith check` does: lock histories the compact
+/// store can decide on its own ([`crate::compact`]) never build their paired operations;
+/// every other history is read into them and checked by [`crate::check_paired`]. Returns
+/// the check and the history's client operations.
+pub fn check_path(path: &Path, options: &Options) -> Result<(Check, usize), CheckError> {
+    if let Some(fast) = crate::compact::check_file(path, options) {
+        return Ok((fast.check, fast.operations));
+    }
+    let paired = read_paired(path)?;
+    Ok((
+        crate::check_paired(&paired, options),
+        paired.operations.len(),
+    ))
+}
+
 /// The files `paths` name: each file as given, each folder's `*.csv` files (recursively,
 /// sorted by path).
 pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CheckError> {
@@ -244,13 +259,7 @@ fn check_batch(
 fn batch_line(args: &CheckArgs, options: &Options, path: &Path) -> BatchLine {
     let started = Instant::now();
     let title = path.display().to_string();
-    let run = || -> Result<(Check, usize), CheckError> {
-        let paired = read_paired(path)?;
-        Ok((
-            crate::check_paired(&paired, options),
-            paired.operations.len(),
-        ))
-    };
+    let run = || check_path(path, options);
     match crate::verdict::guard(&title, run) {
         Ok(Ok((check, ops))) => {
             let seconds = started.elapsed().as_secs_f64();
@@ -308,25 +317,36 @@ fn check_one(
     err: &mut dyn Write,
 ) -> Result<i32, CheckError> {
     let started = Instant::now();
-    let paired = read_paired(path)?;
-    let _ = writeln!(
-        err,
-        "checking {} operations of {} with the {} model ...",
-        paired.operations.len(),
-        path.display(),
-        args.model
-    );
-    let check = crate::check_paired(&paired, &args.options());
+    let options = args.options();
+    // The timeline and the plot draw the paired operations: only then are they needed.
+    let fast = (args.timeline.is_none() && args.plot.is_none())
+        .then(|| crate::compact::check_file(path, &options))
+        .flatten();
+    let (check, operations, paired) = match fast {
+        Some(fast) => (fast.check, fast.operations, None),
+        None => {
+            let paired = read_paired(path)?;
+            let _ = writeln!(
+                err,
+                "checking {} operations of {} with the {} model ...",
+                paired.operations.len(),
+                path.display(),
+                args.model
+            );
+            let check = crate::check_paired(&paired, &options);
+            (check, paired.operations.len(), Some(paired))
+        }
+    };
     let elapsed = started.elapsed();
     let io = |path: &Path, source| CheckError::Io {
         path: path.display().to_string(),
         source,
     };
     let title = path.display().to_string();
-    if let Some(path) = &args.timeline {
-        std::fs::write(path, timeline::render(&title, &paired, &check)).map_err(|e| io(path, e))?;
+    if let (Some(path), Some(paired)) = (&args.timeline, &paired) {
+        std::fs::write(path, timeline::render(&title, paired, &check)).map_err(|e| io(path, e))?;
     }
-    if let Some(path) = &args.plot {
+    if let (Some(path), Some(paired)) = (&args.plot, &paired) {
         let svg = plot::latency_svg(&title, &paired.operations, &paired.faults);
         std::fs::write(path, svg).map_err(|e| io(path, e))?;
     }
@@ -337,7 +357,7 @@ fn check_one(
         junit::write(path, &[suite]).map_err(|e| io(path, e))?;
     }
     let printed = if args.json {
-        let json = json_report(args, &title, paired.operations.len(), seconds, &check);
+        let json = json_report(args, &title, operations, seconds, &check);
         writeln!(out, "{json}")
     } else {
         write_text(out, &title, &check, args.model, seconds)

@@ -24,6 +24,7 @@ use history::Operation;
 
 use crate::linear::bitset::FastBuildHasher;
 use crate::report::{fmt_ns, rows_of};
+use crate::view::OpView;
 
 /// One violated fencing property, described.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,26 +49,48 @@ pub fn check(history: &[Operation]) -> Vec<FencingViolation> {
 
 /// Properties 1 and 2, which compare grants across keys.
 pub(crate) fn token_violations(history: &[Operation]) -> Vec<FencingViolation> {
-    let grants: Vec<&Operation> = history
-        .iter()
-        .filter(|op| op.f == "acquire" && op.is_ok() && granted_token(op).is_some())
-        .collect();
+    let grants: Vec<&Operation> = grants(history.iter()).collect();
     let mut out = Vec::new();
     out.extend(unique_tokens(&grants));
     out.extend(increasing_tokens(&grants));
     out
 }
 
+/// The `ok` acquires with a token: what properties 1 and 2 read.
+pub(crate) fn grants<'o, O: OpView + 'o>(
+    ops: impl Iterator<Item = &'o O>,
+) -> impl Iterator<Item = &'o O> {
+    ops.filter(|op| op.f() == "acquire" && op.is_ok() && op.completion_token().is_some())
+}
+
+/// Whether properties 1 and 2 hold on these grants (of [`grants`], in history order):
+/// the decision of [`token_violations`], without the report.
+pub(crate) fn tokens_hold<O: OpView>(grants: &[&O]) -> bool {
+    let by_token = by_token(grants);
+    // Sorted by token, two grants of one token are neighbours: no duplicate is exactly
+    // `first_duplicate(grants).is_none()`.
+    let unique = by_token
+        .windows(2)
+        .all(|pair| granted_token(pair[0]) != granted_token(pair[1]));
+    unique && inversion_in(&by_token).is_none()
+}
+
+/// Grants sorted by `(token, invoke index)`. A stable sort: the grants mostly come in
+/// runs of increasing tokens (by key, or in history order), which it merges cheaply; the
+/// order is the same as an unstable sort's, since no two grants share an invoke index.
+fn by_token<'o, O: OpView>(grants: &[&'o O]) -> Vec<&'o O> {
+    // The keys next to the grants: comparing them reads no operation.
+    let mut keyed: Vec<(Option<u64>, u64, &O)> = grants
+        .iter()
+        .map(|&op| (granted_token(op), op.invoke_index(), op))
+        .collect();
+    keyed.sort_by_key(|&(token, index, _)| (token, index));
+    keyed.into_iter().map(|(_, _, op)| op).collect()
+}
+
 /// Properties 3 and 4 on one key: `ops` are the key's operations, in history order.
 pub(crate) fn key_violations(key: &str, ops: &[&Operation]) -> Vec<FencingViolation> {
-    let mut key_ops = KeyOps::default();
-    for &op in ops {
-        match op.f.as_str() {
-            "acquire" => key_ops.acquires.push(op),
-            "write" => key_ops.writes.push(op),
-            _ => {}
-        }
-    }
+    let key_ops = KeyOps::of(ops.iter().copied());
     if key_ops.writes.is_empty() {
         return Vec::new();
     }
@@ -81,18 +104,43 @@ pub(crate) fn key_violations(key: &str, ops: &[&Operation]) -> Vec<FencingViolat
     out
 }
 
+/// Whether properties 3 and 4 hold on one key's operations (any [`OpView`], in history
+/// order): the decision of [`key_violations`], without the report.
+pub(crate) fn key_holds<'o, O: OpView + 'o>(ops: impl IntoIterator<Item = &'o O>) -> bool {
+    let key_ops = KeyOps::of(ops);
+    key_ops.writes.is_empty()
+        || (first_stale_write(&key_ops.writes).is_none()
+            && first_ungranted_write(&key_ops.writes, &key_ops.acquires).is_none())
+}
+
 /// The acquires and writes of one key.
-#[derive(Default)]
-struct KeyOps<'a> {
-    acquires: Vec<&'a Operation>,
-    writes: Vec<&'a Operation>,
+struct KeyOps<'a, O> {
+    acquires: Vec<&'a O>,
+    writes: Vec<&'a O>,
 }
 
-fn granted_token(op: &Operation) -> Option<u64> {
-    op.completion.as_ref().and_then(|c| c.token)
+impl<'a, O: OpView> KeyOps<'a, O> {
+    fn of(ops: impl IntoIterator<Item = &'a O>) -> Self {
+        let mut key_ops = KeyOps {
+            acquires: Vec::new(),
+            writes: Vec::new(),
+        };
+        for op in ops {
+            match op.f() {
+                "acquire" => key_ops.acquires.push(op),
+                "write" => key_ops.writes.push(op),
+                _ => {}
+            }
+        }
+        key_ops
+    }
 }
 
-fn ret(op: &Operation) -> u64 {
+fn granted_token(op: &impl OpView) -> Option<u64> {
+    op.completion_token()
+}
+
+fn ret(op: &impl OpView) -> u64 {
     op.return_ns().unwrap_or(u64::MAX)
 }
 
@@ -106,37 +154,48 @@ fn who(op: &Operation) -> String {
     )
 }
 
-fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
-    let mut first: HashMap<u64, &Operation, FastBuildHasher> = HashMap::default();
-    for op in grants {
+/// The first grant whose token an earlier grant already had: `(token, earlier, grant)`.
+fn first_duplicate<'o, O: OpView>(grants: &[&'o O]) -> Option<(u64, &'o O, &'o O)> {
+    let mut first: HashMap<u64, &O, FastBuildHasher> = HashMap::default();
+    for &op in grants {
         let token = granted_token(op)?;
-        if let Some(earlier) = first.get(&token) {
-            return Some(FencingViolation {
-                property: "fencing tokens are unique",
-                message: format!(
-                    "token {token} was granted twice: to {} and to {}",
-                    who(earlier),
-                    who(op)
-                ),
-                rows: [row_pair(earlier), row_pair(op)].concat(),
-            });
+        if let Some(&earlier) = first.get(&token) {
+            return Some((token, earlier, op));
         }
         first.insert(token, op);
     }
     None
 }
 
-fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
-    let mut by_token: Vec<&&Operation> = grants.iter().collect();
-    by_token.sort_unstable_by_key(|op| (granted_token(op), op.invoke.index));
+fn unique_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
+    let (token, earlier, op) = first_duplicate(grants)?;
+    Some(FencingViolation {
+        property: "fencing tokens are unique",
+        message: format!(
+            "token {token} was granted twice: to {} and to {}",
+            who(earlier),
+            who(op)
+        ),
+        rows: [row_pair(earlier), row_pair(op)].concat(),
+    })
+}
+
+/// A grant that returned before a grant with a smaller token was invoked: `(larger,
+/// smaller)`, the smaller the earliest invoked of all such.
+fn first_inversion<'o, O: OpView>(grants: &[&'o O]) -> Option<(&'o O, &'o O)> {
+    inversion_in(&by_token(grants))
+}
+
+/// [`first_inversion`] on grants sorted by [`by_token`].
+fn inversion_in<'o, O: OpView>(by_token: &[&'o O]) -> Option<(&'o O, &'o O)> {
     // Walk from the largest token down, keeping the grant with the earliest return among
     // the larger tokens: a smaller-token grant invoked after it is a violation.
-    let mut earliest: Option<&Operation> = None;
-    let mut found: Option<(&Operation, &Operation)> = None;
-    for op in by_token.iter().rev() {
+    let mut earliest: Option<&O> = None;
+    let mut found: Option<(&O, &O)> = None;
+    for &op in by_token.iter().rev() {
         if let Some(larger) = earliest {
             let inverted = ret(larger) < op.call_ns() && granted_token(larger) != granted_token(op);
-            let better = found.is_none_or(|(_, b)| op.invoke.index < b.invoke.index);
+            let better = found.is_none_or(|(_, b)| op.invoke_index() < b.invoke_index());
             if inverted && better {
                 found = Some((larger, op));
             }
@@ -145,7 +204,11 @@ fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
             earliest = Some(op);
         }
     }
-    let (larger, smaller) = found?;
+    found
+}
+
+fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
+    let (larger, smaller) = first_inversion(grants)?;
     Some(FencingViolation {
         property: "fencing tokens strictly increase",
         message: format!(
@@ -161,31 +224,22 @@ fn increasing_tokens(grants: &[&Operation]) -> Option<FencingViolation> {
     })
 }
 
-fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingViolation> {
-    let mut accepted: Vec<&&Operation> = writes
+/// An accepted write whose token is older than that of an accepted write that returned
+/// before it was invoked: `(larger, stale)`.
+fn first_stale_write<'o, O: OpView>(writes: &[&'o O]) -> Option<(&'o O, &'o O)> {
+    let mut accepted: Vec<&O> = writes
         .iter()
-        .filter(|w| w.is_ok() && w.invoke.token.is_some())
+        .copied()
+        .filter(|w| w.is_ok() && w.invoke_token().is_some())
         .collect();
-    accepted.sort_unstable_by_key(|w| (w.invoke.token, w.invoke.index));
+    accepted.sort_unstable_by_key(|w| (w.invoke_token(), w.invoke_index()));
     // As for grants, with ties allowed: a write that returned before a write with a
     // smaller token was invoked means the resource accepted a stale token.
-    let mut earliest: Option<&Operation> = None;
-    for w in accepted.iter().rev() {
+    let mut earliest: Option<&O> = None;
+    for &w in accepted.iter().rev() {
         if let Some(larger) = earliest {
-            if ret(larger) < w.call_ns() && larger.invoke.token > w.invoke.token {
-                return Some(FencingViolation {
-                    property: "fenced writes are never accepted with a stale token",
-                    message: format!(
-                        "the resource {key} accepted {} with token {} although it had already accepted {} with token {}, which returned at {} before it was invoked at {}",
-                        who(w),
-                        w.invoke.token.unwrap_or_default(),
-                        who(larger),
-                        larger.invoke.token.unwrap_or_default(),
-                        fmt_ns(ret(larger)),
-                        fmt_ns(w.call_ns()),
-                    ),
-                    rows: [row_pair(larger), row_pair(w)].concat(),
-                });
+            if ret(larger) < w.call_ns() && larger.invoke_token() > w.invoke_token() {
+                return Some((larger, w));
             }
         }
         if earliest.is_none_or(|e| ret(w) < ret(e)) {
@@ -195,11 +249,29 @@ fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingVio
     None
 }
 
-fn accepted_tokens_granted(
-    key: &str,
-    writes: &[&Operation],
-    acquires: &[&Operation],
-) -> Option<FencingViolation> {
+fn accepted_writes_fenced(key: &str, writes: &[&Operation]) -> Option<FencingViolation> {
+    let (larger, w) = first_stale_write(writes)?;
+    Some(FencingViolation {
+        property: "fenced writes are never accepted with a stale token",
+        message: format!(
+            "the resource {key} accepted {} with token {} although it had already accepted {} with token {}, which returned at {} before it was invoked at {}",
+            who(w),
+            w.invoke.token.unwrap_or_default(),
+            who(larger),
+            larger.invoke.token.unwrap_or_default(),
+            fmt_ns(ret(larger)),
+            fmt_ns(w.call_ns()),
+        ),
+        rows: [row_pair(larger), row_pair(w)].concat(),
+    })
+}
+
+/// An accepted write whose token no grant and no `info` acquire accounts for:
+/// `(token, write)`.
+fn first_ungranted_write<'o, O: OpView>(
+    writes: &[&'o O],
+    acquires: &[&'o O],
+) -> Option<(u64, &'o O)> {
     let acquires = acquires.iter().copied();
     let granted: std::collections::HashSet<u64, FastBuildHasher> = acquires
         .clone()
@@ -214,20 +286,20 @@ fn accepted_tokens_granted(
     // Each token nobody was seen to be granted needs its own `info` acquire, invoked
     // before the first accepted write carrying it returned. Deadlines in order, each
     // taking any unused acquire invoked before it: greedy is optimal on a line.
-    let mut unexplained: BTreeMap<u64, &Operation> = BTreeMap::new();
-    for w in writes.iter().filter(|w| w.is_ok()) {
-        let Some(token) = w.invoke.token else {
+    let mut unexplained: BTreeMap<u64, &O> = BTreeMap::new();
+    for &w in writes.iter().filter(|w| w.is_ok()) {
+        let Some(token) = w.invoke_token() else {
             continue;
         };
         if granted.contains(&token) {
             continue;
         }
         let slot = unexplained.entry(token).or_insert(w);
-        if ret(w) < ret(slot) {
+        if ret(w) < ret(*slot) {
             *slot = w;
         }
     }
-    let mut by_deadline: Vec<(u64, u64, &Operation)> = unexplained
+    let mut by_deadline: Vec<(u64, u64, &O)> = unexplained
         .into_iter()
         .map(|(token, w)| (ret(w), token, w))
         .collect();
@@ -239,18 +311,27 @@ fn accepted_tokens_granted(
             available += 1;
         }
         if available == 0 {
-            return Some(FencingViolation {
-                property: "every accepted token was granted for its key",
-                message: format!(
-                    "the resource {key} accepted {} with token {token}, but no acquire of {key} was granted token {token} and no unanswered (info) acquire of {key} invoked before it returned can account for it",
-                    who(w)
-                ),
-                rows: row_pair(w),
-            });
+            return Some((token, w));
         }
         available -= 1;
     }
     None
+}
+
+fn accepted_tokens_granted(
+    key: &str,
+    writes: &[&Operation],
+    acquires: &[&Operation],
+) -> Option<FencingViolation> {
+    let (token, w) = first_ungranted_write(writes, acquires)?;
+    Some(FencingViolation {
+        property: "every accepted token was granted for its key",
+        message: format!(
+            "the resource {key} accepted {} with token {token}, but no acquire of {key} was granted token {token} and no unanswered (info) acquire of {key} invoked before it returned can account for it",
+            who(w)
+        ),
+        rows: row_pair(w),
+    })
 }
 
 /// The invoke and completion rows of an op.

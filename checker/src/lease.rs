@@ -31,6 +31,7 @@ use history::Operation;
 use crate::linear::bitset::FastBuildHasher;
 use crate::linear::lock_model::lease_floor_ns;
 use crate::report::{fmt_ns, rows_of};
+use crate::view::OpView;
 
 /// The earliest invoke of a release of each token (of one key) that may have taken effect.
 type Released = HashMap<u64, u64, FastBuildHasher>;
@@ -57,21 +58,43 @@ pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
 
 /// The first violation on one key: `ops` are the key's operations, in history order.
 pub(crate) fn check_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViolation> {
+    let (released, overlap) = first_overlap(ops.iter().copied(), drift);
+    overlap.map(|(g1, g2)| violation(key, drift, g1, g2, &released))
+}
+
+/// Whether one key's operations (any [`OpView`], in history order) have no two holders
+/// at once: the decision of [`check_key`], without the report.
+pub(crate) fn key_is_safe<'o, O: OpView + 'o>(
+    ops: impl IntoIterator<Item = &'o O>,
+    drift: f64,
+) -> bool {
+    first_overlap(ops, drift).1.is_none()
+}
+
+/// Two grants of one key held at once: `(token, grant)` of the earlier and the later.
+type Overlap<'o, O> = ((u64, &'o O), (u64, &'o O));
+
+/// The releases of one key's operations that may have taken effect, and the first two
+/// grants held at once, if any.
+fn first_overlap<'o, O: OpView + 'o>(
+    ops: impl IntoIterator<Item = &'o O>,
+    drift: f64,
+) -> (Released, Option<Overlap<'o, O>>) {
     // One pass over the key's ops: releases that may have taken effect (the earliest
     // invoke per token), and ok grants.
     let mut released = Released::default();
-    let mut by_token: Vec<(u64, &Operation)> = Vec::new();
-    for &op in ops {
-        match op.f.as_str() {
+    let mut by_token: Vec<(u64, &O)> = Vec::new();
+    for op in ops {
+        match op.f() {
             "release" if op.is_ok() || op.is_indeterminate() => {
-                let Some(token) = op.invoke.token else {
+                let Some(token) = op.invoke_token() else {
                     continue;
                 };
                 let slot = released.entry(token).or_insert(u64::MAX);
                 *slot = (*slot).min(op.call_ns());
             }
             "acquire" if op.is_ok() => {
-                if let Some(token) = op.completion.as_ref().and_then(|c| c.token) {
+                if let Some(token) = op.completion_token() {
                     by_token.push((token, op));
                 }
             }
@@ -80,12 +103,12 @@ pub(crate) fn check_key(key: &str, ops: &[&Operation], drift: f64) -> Option<Lea
     }
     by_token.sort_unstable_by_key(|(token, _)| *token);
     // (protected until, token, grant) of the earlier grant protecting the longest.
-    let mut best: Option<(u64, u64, &Operation)> = None;
+    let mut best: Option<(u64, u64, &O)> = None;
     for &(token, g2) in &by_token {
         if let Some((until, t1, g1)) = best {
             let complete = g2.return_ns().unwrap_or(u64::MAX);
             if complete < until && t1 < token {
-                return Some(violation(key, drift, (t1, g1), (token, g2), &released));
+                return (released, Some(((t1, g1), (token, g2))));
             }
         }
         let until = protected_until(token, g2, drift, &released);
@@ -93,17 +116,18 @@ pub(crate) fn check_key(key: &str, ops: &[&Operation], drift: f64) -> Option<Lea
             best = Some((until, token, g2));
         }
     }
-    None
+    (released, None)
 }
 
-fn lease_ms(op: &Operation) -> Option<u64> {
-    history::AcquireValue::parse(op.invoke.value.trim()).map(|v| v.lease_ms)
+/// The lease of an acquire: `None` without one (or with a value that is no lease).
+fn lease_ms(op: &impl OpView) -> Option<u64> {
+    op.lease_ms().ok().flatten()
 }
 
 /// The instant until which a grant certainly holds the key: its safe lease end, or just
 /// past the invoke of the first release of its token, whichever is earlier. A grant with
 /// no lease holds until released.
-fn protected_until(token: u64, grant: &Operation, drift: f64, released: &Released) -> u64 {
+fn protected_until(token: u64, grant: &impl OpView, drift: f64, released: &Released) -> u64 {
     let safe_end = safe_end(grant, drift);
     let release = released
         .get(&token)
@@ -111,7 +135,7 @@ fn protected_until(token: u64, grant: &Operation, drift: f64, released: &Release
     safe_end.min(release)
 }
 
-fn safe_end(grant: &Operation, drift: f64) -> u64 {
+fn safe_end(grant: &impl OpView, drift: f64) -> u64 {
     lease_ms(grant).map_or(u64::MAX, |ms| {
         grant
             .call_ns()

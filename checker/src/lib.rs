@@ -81,6 +81,7 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod compact;
 pub mod error;
 pub mod fencing;
 pub mod generate;
@@ -92,6 +93,7 @@ pub mod peer_data;
 pub mod per_key;
 pub mod report;
 pub mod verdict;
+pub mod view;
 
 use std::fmt;
 use std::str::FromStr;

@@ -185,7 +185,7 @@ pub(crate) struct Cells {
 pub(crate) struct Pairing {
     paired: Paired,
     /// Client process -> position of its open operation.
-    open: HashMap<u64, usize, FastBuildHasher>,
+    open: ProcessTable<usize>,
     interner: Interner,
 }
 
@@ -252,7 +252,7 @@ impl Pairing {
         }
         let slot = self
             .open
-            .remove(&process)
+            .remove(process)
             .expect("the validator accepted a completion without an open invoke");
         self.paired.operations[slot].completion = Some(Completion {
             op_type: row.op_type,
@@ -269,6 +269,60 @@ impl Pairing {
     pub(crate) fn finish(mut self) -> Paired {
         self.paired.operations.shrink_to_fit();
         self.paired
+    }
+}
+
+/// A table keyed by client process id: indexed by the id for the small ids histories use
+/// (a hash lookup per row was a tenth of reading a long history), a hash map for ids
+/// from [`ProcessTable::DENSE_MAX`] on.
+#[derive(Clone, Debug)]
+pub struct ProcessTable<V> {
+    dense: Vec<Option<V>>,
+    sparse: HashMap<u64, V, FastBuildHasher>,
+}
+
+impl<V> Default for ProcessTable<V> {
+    fn default() -> Self {
+        ProcessTable {
+            dense: Vec::new(),
+            sparse: HashMap::default(),
+        }
+    }
+}
+
+impl<V> ProcessTable<V> {
+    /// The ids kept in the indexed part (a slot each, up to the largest id seen: at most
+    /// a few MB, whatever the history).
+    pub const DENSE_MAX: u64 = 1 << 16;
+
+    /// The value of `process`.
+    pub fn get(&self, process: u64) -> Option<&V> {
+        if process >= Self::DENSE_MAX {
+            return self.sparse.get(&process);
+        }
+        self.dense.get(process as usize)?.as_ref()
+    }
+
+    /// Sets the value of `process`.
+    pub fn insert(&mut self, process: u64, value: V) {
+        if process >= Self::DENSE_MAX {
+            self.sparse.insert(process, value);
+            return;
+        }
+        let slot = process as usize;
+        if slot >= self.dense.len() {
+            self.dense
+                .resize_with((slot + 1).next_power_of_two(), || None);
+        }
+        self.dense[slot] = Some(value);
+    }
+
+    /// Removes the value of `process` and returns it.
+    pub fn remove(&mut self, process: u64) -> Option<V> {
+        if process >= Self::DENSE_MAX {
+            return self.sparse.remove(&process);
+        }
+        self.dense.get_mut(process as usize)?.take()
     }
 }
 
@@ -324,9 +378,9 @@ pub(crate) struct Validator {
     next_index: u64,
     last_time_ns: u64,
     /// Client process -> its open invoke.
-    open: HashMap<u64, OpenInvoke, FastBuildHasher>,
+    open: ProcessTable<OpenInvoke>,
     /// Client process -> the index of the `info` that retired it.
-    retired: HashMap<u64, u64, FastBuildHasher>,
+    retired: ProcessTable<u64>,
     /// The `f` and `key` of open invokes, stored once each.
     names: Interner,
 }
@@ -374,14 +428,14 @@ impl Validator {
     /// Checks a client row and records its effect on the open and retired tables.
     fn check_client(&mut self, process: u64, row: &Row<'_>) -> Result<(), (Violation, Blame)> {
         if row.op_type == OpType::Invoke {
-            if let Some(&info_index) = self.retired.get(&process) {
+            if let Some(&info_index) = self.retired.get(process) {
                 let violation = Violation::InvokeAfterInfo {
                     process: row.process,
                     info_index,
                 };
                 return Err((violation, Blame::Type));
             }
-            if let Some(invoke) = self.open.get(&process) {
+            if let Some(invoke) = self.open.get(process) {
                 let violation = Violation::InvokeWhileOpen {
                     process: row.process,
                     invoke_index: invoke.index,
@@ -399,7 +453,7 @@ impl Validator {
             self.open.insert(process, invoke);
             return Ok(());
         }
-        let Some(invoke) = self.open.get(&process) else {
+        let Some(invoke) = self.open.get(process) else {
             let violation = Violation::CompletionWithoutInvoke {
                 process: row.process,
                 op_type: row.op_type,
@@ -422,7 +476,7 @@ impl Validator {
             };
             return Err((violation, Blame::Key));
         }
-        self.open.remove(&process);
+        self.open.remove(process);
         if row.op_type == OpType::Info {
             self.retired.insert(process, row.index);
         }
@@ -433,6 +487,28 @@ impl Validator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_table_keeps_small_and_large_ids_apart() {
+        // Ids below DENSE_MAX live in the indexed part, the rest in the map: each is got
+        // and removed where it was put, and a removed id is gone.
+        let mut table: ProcessTable<u64> = ProcessTable::default();
+        let max = ProcessTable::<u64>::DENSE_MAX;
+        let ids = [0, 5, max - 1, max, max + 1, u64::MAX];
+        for &id in &ids {
+            assert_eq!(table.get(id), None);
+            table.insert(id, id ^ 1);
+        }
+        for &id in &ids {
+            assert_eq!(table.get(id), Some(&(id ^ 1)));
+        }
+        assert_eq!(table.remove(max - 1), Some((max - 1) ^ 1));
+        assert_eq!(table.remove(max), Some(max ^ 1));
+        assert_eq!(table.get(max - 1), None);
+        assert_eq!(table.get(max), None);
+        assert_eq!(table.remove(max), None);
+        assert_eq!(table.get(5), Some(&4));
+    }
 
     fn op(index: u64, time_ns: u64, process: Process, op_type: OpType, f: &str) -> Op {
         Op {

@@ -136,3 +136,42 @@ fn the_fast_reader_agrees_with_the_strict_one_on_line_ends_and_odd_bytes() {
         }
     }
 }
+
+#[test]
+fn the_fast_reader_reads_lines_across_its_blocks_as_the_strict_one() {
+    // Issue 12 "streaming CSV reader": the fast reader reads in blocks; a line split by a
+    // block's end, and a line longer than a block (its buffer grows), read as the strict
+    // reader reads them, and the file is not handed back to the strict reader.
+    let mut text = format!("{}\n", history::csv::HEADER);
+    let mut index = 0u64;
+    let mut row = |text: &mut String, op_type: &str, value: &str, node: &str| {
+        text.push_str(&format!(
+            "{index},{index},7,{op_type},write,k,{value},,{node},\n"
+        ));
+        index += 1;
+    };
+    // About 3 blocks of rows of odd lengths, then one line of 1.2 blocks, then more rows.
+    let mut n = 0usize;
+    while text.len() < 3 * history::csv::FAST_BLOCK_BYTES {
+        let value = "v".repeat(n % 97);
+        row(&mut text, "invoke", &value, "");
+        row(&mut text, "ok", &value, "n1");
+        n += 1;
+    }
+    let long = "x".repeat(history::csv::FAST_BLOCK_BYTES * 3 / 5);
+    row(&mut text, "invoke", &long, &long);
+    row(&mut text, "ok", "", "n2");
+    row(&mut text, "invoke", "last", "");
+    text.push_str(&format!("{index},{index},7,ok,write,k,,,n3,"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blocks.csv");
+    std::fs::write(&path, &text).unwrap();
+    let mut visited = Vec::new();
+    let read = history::csv::visit_rows_fast(&path, |row| {
+        visited.push(row.to_op());
+        true
+    });
+    assert_eq!(read, Some(()), "the fast reader gave up");
+    assert_eq!(visited, history::csv::read_path(&path).unwrap());
+    assert_eq!(visited.len() as u64, index + 1);
+}

@@ -48,8 +48,11 @@ use std::collections::HashMap;
 
 use super::bitset::FastBuildHasher;
 
+use history::{ErrorWord, Text};
+
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
+use crate::view::OpView;
 
 /// The lock spec, per key. Partition is by key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -268,6 +271,15 @@ pub fn lock_operations<'a>(
     ops: impl IntoIterator<Item = &'a history::pair::Operation>,
     options: LockOptions,
 ) -> Result<Vec<Operation<LockModel>>, CheckError> {
+    lock_operations_of(ops, options, |op| op.key.clone())
+}
+
+/// [`lock_operations`] on any [`OpView`]; `key` gives each operation's key.
+pub fn lock_operations_of<'a, O: OpView + 'a>(
+    ops: impl IntoIterator<Item = &'a O>,
+    options: LockOptions,
+    key: impl Fn(&O) -> Text,
+) -> Result<Vec<Operation<LockModel>>, CheckError> {
     let drift = options.drift;
     let ops = ops.into_iter();
     // At most one operation per op, and one internal event per acquire: room for both
@@ -276,24 +288,36 @@ pub fn lock_operations<'a>(
     let mut internal = Vec::new();
     for op in ops {
         let rows = Rows {
-            invoke: Some(op.invoke.index),
-            completion: op.completion.as_ref().map(|c| c.index),
+            invoke: Some(op.invoke_index()),
+            completion: op.completion_index(),
         };
         let base = |input: LockInput, output: LockOutput, return_ns: Option<u64>| Operation {
             call_ns: op.call_ns(),
             return_ns,
             input,
             output,
-            key: op.key.clone(),
-            process: Some(op.process),
+            key: key(op),
+            process: Some(op.process()),
             rows,
         };
-        match op.f.as_str() {
+        let internal_event = |input: LockInput, call_ns: u64| Operation {
+            call_ns,
+            return_ns: None,
+            input,
+            output: LockOutput::Happened,
+            key: key(op),
+            process: None,
+            rows: Rows::default(),
+        };
+        match op.f() {
             "acquire" => {
-                let lease_ms = parse_lease(op)?;
-                let row = op.invoke.index;
+                let lease_ms = op
+                    .lease_ms()
+                    .map_err(|reason| CheckError::bad(op.invoke_index(), reason))?;
+                let row = op.invoke_index();
                 let input = LockInput::Acquire { lease_ms, row };
-                let Some(completion) = op.completion.as_ref().filter(|_| !op.is_indeterminate())
+                // A determinate op has its completion's time.
+                let Some(completion_ns) = op.completion_ns().filter(|_| !op.is_indeterminate())
                 else {
                     out.push(base(input, LockOutput::Unknown, None));
                     let earliest_end = if options.phantom_release {
@@ -302,40 +326,40 @@ pub fn lock_operations<'a>(
                         lease_ms.map(|ms| op.call_ns().saturating_add(lease_floor_ns(ms, drift)))
                     };
                     if let Some(at) = earliest_end {
-                        internal.push(internal_event(op, LockInput::EndHidden { row }, at));
+                        internal.push(internal_event(LockInput::EndHidden { row }, at));
                     }
                     continue;
                 };
                 if op.is_ok() {
-                    let token = completion.token.ok_or_else(|| {
-                        CheckError::bad(completion.index, "acquire ok has no token")
+                    let token = op.completion_token().ok_or_else(|| {
+                        CheckError::bad(
+                            op.completion_index().unwrap_or_default(),
+                            "acquire ok has no token",
+                        )
                     })?;
                     out.push(base(
                         input,
                         LockOutput::Granted { token },
-                        Some(completion.time_ns),
+                        Some(completion_ns),
                     ));
                     if let Some(lease_ms) = lease_ms {
                         let earliest = op.call_ns().saturating_add(lease_floor_ns(lease_ms, drift));
-                        internal.push(internal_event(op, LockInput::Expire { token }, earliest));
+                        internal.push(internal_event(LockInput::Expire { token }, earliest));
                     }
-                } else if completion.error == "busy" {
-                    out.push(base(input, LockOutput::Busy, Some(completion.time_ns)));
+                } else if op.error_is(ErrorWord::Busy) {
+                    out.push(base(input, LockOutput::Busy, Some(completion_ns)));
                 }
             }
             "release" => {
                 let token = op
-                    .invoke
-                    .token
-                    .ok_or_else(|| CheckError::bad(op.invoke.index, "release has no token"))?;
+                    .invoke_token()
+                    .ok_or_else(|| CheckError::bad(op.invoke_index(), "release has no token"))?;
                 let input = LockInput::Release { token };
-                match op.completion.as_ref() {
+                match op.completion_ns() {
                     _ if op.is_indeterminate() => out.push(base(input, LockOutput::Unknown, None)),
-                    Some(c) if op.is_ok() => {
-                        out.push(base(input, LockOutput::Released, Some(c.time_ns)))
-                    }
-                    Some(c) if c.error == "not-holder" => {
-                        out.push(base(input, LockOutput::NotHolder, Some(c.time_ns)))
+                    Some(at) if op.is_ok() => out.push(base(input, LockOutput::Released, Some(at))),
+                    Some(at) if op.error_is(ErrorWord::NotHolder) => {
+                        out.push(base(input, LockOutput::NotHolder, Some(at)))
                     }
                     _ => {}
                 }
@@ -344,7 +368,7 @@ pub fn lock_operations<'a>(
             "write" | "read" => {}
             other => {
                 return Err(CheckError::bad(
-                    op.invoke.index,
+                    op.invoke_index(),
                     format!("op `{other}` is not a lock op (acquire, release, read, write)"),
                 ));
             }
@@ -352,26 +376,6 @@ pub fn lock_operations<'a>(
     }
     out.extend(internal);
     Ok(out)
-}
-
-fn internal_event(
-    op: &history::pair::Operation,
-    input: LockInput,
-    call_ns: u64,
-) -> Operation<LockModel> {
-    Operation {
-        call_ns,
-        return_ns: None,
-        input,
-        output: LockOutput::Happened,
-        key: op.key.clone(),
-        process: None,
-        rows: Rows::default(),
-    }
-}
-
-fn parse_lease(op: &history::pair::Operation) -> Result<Option<u64>, CheckError> {
-    acquire_lease_ms(&op.invoke.value).map_err(|reason| CheckError::bad(op.invoke.index, reason))
 }
 
 /// The lease of an acquire invoke's value, `LEASE_MS` or `LEASE_MS WAIT_MS` (the harness
