@@ -26,6 +26,7 @@ fn the_simulator_replays_each_seed_and_tells_seeds_apart() {
     the_same_seed_gives_a_byte_identical_history_with_faults_on();
     different_seeds_give_different_runs();
     slow_and_flaky_links_are_applied_undone_and_survived();
+    a_simulated_run_replays_through_the_model();
 }
 
 fn the_same_seed_gives_a_byte_identical_history_with_faults_on() {
@@ -137,4 +138,51 @@ fn the_command_replays_seeds_with_crashes_byte_for_byte() {
     assert_eq!(first.len(), 3, "one digest per seed; stderr:\n{stderr}");
     let (second, _) = run();
     assert_eq!(first, second, "seeds 1..=3 replay with crashes on");
+}
+
+/// Trace validation of simulated runs (issue 14): a seed run with `--trace` writes each
+/// node's trace, and `locksmith model replay` accepts the clean run and rejects one recorded
+/// with `--bug follower-grants`, naming the step that departs.
+fn a_simulated_run_replays_through_the_model() {
+    let root = tempfile::tempdir().expect("a temporary folder");
+    let replay = |case: &SimCase| {
+        let dir = case.trace_dir().expect("traces are on");
+        std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+            .args(["model", "replay"])
+            .arg(&dir)
+            .output()
+            .expect("locksmith runs")
+    };
+    let mut clean = SimCase::new(1);
+    clean.time_s = 4;
+    clean.trace_root = Some(root.path().join("clean"));
+    let result = run_case(&clean);
+    assert!(
+        result.verdict().is_valid(),
+        "seed 1: {:?}",
+        result.verdict()
+    );
+    let out = replay(&clean);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "seed 1, clean: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut buggy = clean.clone();
+    buggy.bug = Some("follower-grants".parse().expect("a known bug"));
+    buggy.trace_root = Some(root.path().join("buggy"));
+    run_case(&buggy);
+    let out = replay(&buggy);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "seed 1, follower-grants: {stdout}"
+    );
+    assert!(
+        stdout.contains("DEPARTS"),
+        "seed 1, follower-grants: {stdout}"
+    );
 }

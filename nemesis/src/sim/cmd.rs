@@ -53,6 +53,10 @@ pub struct SimArgs {
     /// Switch on one known bug of lockd (`lockd --bug`).
     #[arg(long)]
     pub bug: Option<String>,
+    /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
+    /// `DIR/seed-S/node-logs/nI.trace.jsonl`, for `locksmith model replay DIR/seed-S`.
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
     /// Leave these planned faults out (indexes into the plan; written by the shrinker).
     #[arg(long, value_delimiter = ',')]
     pub drop_faults: Vec<usize>,
@@ -351,6 +355,7 @@ fn template(args: &SimArgs) -> Result<SimCase, String> {
         case.bug = Some(bug.parse().map_err(|e| format!("--bug: {e}"))?);
     }
     case.drop_faults = args.drop_faults.iter().copied().collect();
+    case.trace_root = args.trace.clone();
     Ok(case)
 }
 

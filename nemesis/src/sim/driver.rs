@@ -163,6 +163,12 @@ fn run_inner(case: &SimCase) -> Inner {
         duration_ms: case.time_s * 1000,
     });
     let nodes: Vec<NodeId> = (1..=case.nodes).collect();
+    // Traces go to the real disk, fresh for each run (the core appends across restarts).
+    let trace_dir = case.trace_dir().map(|dir| dir.join("node-logs"));
+    if let Some(dir) = &trace_dir {
+        let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::create_dir_all(dir);
+    }
     let shared = Shared::new();
     let node_exits: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
     let mut net_rng = Rng::derive(case.seed, NET_STREAM, 0);
@@ -203,11 +209,15 @@ fn run_inner(case: &SimCase) -> Inner {
         let members = nodes.clone();
         let exits = node_exits.clone();
         let seed = case.seed;
+        let trace = trace_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("n{id}.trace.jsonl")));
         sim.host(node_name(id), move || {
             let members = members.clone();
             let gate = gate.clone();
             let link_gate = link_gate.clone();
             let exits = exits.clone();
+            let trace = trace.clone();
             async move {
                 let peers: BTreeMap<NodeId, SocketAddr> = members
                     .iter()
@@ -221,6 +231,7 @@ fn run_inner(case: &SimCase) -> Inner {
                 let mut config = ServerConfig::new(raft, peers, listen, "/data".into());
                 config.pause_gate = Some(gate);
                 config.link_faults = Some(link_gate);
+                config.trace = trace;
                 let at = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
                 let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
                 match futures::FutureExt::catch_unwind(run).await {

@@ -62,6 +62,11 @@ pub struct SimCase {
     pub drop_faults: BTreeSet<usize>,
     /// Keep the nodes' logs (a rerun of a failing seed; slower).
     pub logs: bool,
+    /// Where the nodes' traces go (`locksmith sim --trace DIR`): this seed's nodes write
+    /// `DIR/seed-S/node-logs/nI.trace.jsonl` (`lockd::trace`, on the real disk), which
+    /// `locksmith model replay DIR/seed-S` feeds through the model. Writing them changes
+    /// nothing in the simulated run.
+    pub trace_root: Option<std::path::PathBuf>,
 }
 
 impl SimCase {
@@ -79,7 +84,15 @@ impl SimCase {
             nemesis: crate::netem::default_kinds_with_hosts(),
             drop_faults: BTreeSet::new(),
             logs: false,
+            trace_root: None,
         }
+    }
+
+    /// This seed's trace folder, when traces are on.
+    pub fn trace_dir(&self) -> Option<std::path::PathBuf> {
+        self.trace_root
+            .as_ref()
+            .map(|root| root.join(format!("seed-{}", self.seed)))
     }
 
     /// The command that reruns exactly this case.
@@ -108,6 +121,9 @@ impl SimCase {
         if !self.drop_faults.is_empty() {
             let dropped: Vec<String> = self.drop_faults.iter().map(|i| i.to_string()).collect();
             let _ = write!(line, " --drop-faults {}", dropped.join(","));
+        }
+        if let Some(root) = &self.trace_root {
+            let _ = write!(line, " --trace {}", root.display());
         }
         line
     }
