@@ -170,12 +170,11 @@ impl Disturber {
     /// nothing from the generator, and what a reorder held goes out with the next batch.
     fn disturb(&mut self, batch: &mut Vec<Message>) {
         let faults = self.gate.current();
+        batch.append(&mut self.held);
         if !faults.any() {
-            batch.append(&mut self.held);
             self.sent = None;
             return;
         }
-        batch.append(&mut self.held);
         if self.chance(faults.drop_percent) {
             batch.clear();
             return;

@@ -460,24 +460,14 @@ impl Driver<'_> {
                 self.shared.paused_clients.borrow_mut().clear();
                 self.state.paused_clients.clear();
             }
-            (Verb::Slow, _) => {
+            (Verb::Slow | Verb::Unslow, _) => {
                 for n in targets {
-                    self.set_slow(sim, n, true);
+                    self.set_slow(sim, n, op.f == Verb::Slow);
                 }
             }
-            (Verb::Unslow, _) => {
+            (Verb::Flaky | Verb::Unflaky, _) => {
                 for n in targets {
-                    self.set_slow(sim, n, false);
-                }
-            }
-            (Verb::Flaky, _) => {
-                for n in targets {
-                    self.set_flaky(n, true);
-                }
-            }
-            (Verb::Unflaky, _) => {
-                for n in targets {
-                    self.set_flaky(n, false);
+                    self.set_flaky(n, op.f == Verb::Flaky);
                 }
             }
             (verb, value) => {
