@@ -44,8 +44,8 @@ pub use io::{
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
 pub use rewrite::{
-    REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request, rewrite_response,
-    rewrite_timer,
+    HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
+    rewrite_response, rewrite_timer,
 };
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

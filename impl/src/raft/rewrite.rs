@@ -15,7 +15,17 @@
 //!   once. A leader contact older than the election timeout is clamped to exactly that age: it
 //!   no longer keeps the node in its leader lease, and it never will again.
 //!
-//! Both are pure functions of the node's state; neither is used by the server.
+//! - [`HashParts`] (on [`Node`], [`Durable`] and [`Ledger`]) feeds hashers what
+//!   `rewrite_ids` with a renaming of node ids alone would return, without building it, in
+//!   two parts: what names no node, and the ids, renamed. The model fingerprints a state as
+//!   its symmetry representative this way: it copies nothing (a rename deep-copies the log,
+//!   the lock table and the storage), and hashes the first part once for all the renamings
+//!   it tries.
+//!
+//! All are pure functions of the node's state; none is used by the server.
+
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
 
 use super::invariants::Ledger;
 use super::io::{ClientRequest, Durable, RequestId, Response, Timer};
@@ -272,6 +282,229 @@ impl Node {
     }
 }
 
+/// Feeds `h` the ids of `ids` renamed by `node`, in ascending order of the new ids (as the
+/// sorted list or ordered map a rename builds would hold them), each with `value(old id)`.
+/// Allocation-free: the lists are a cluster's members, a handful.
+fn hash_sorted_renamed<H: Hasher>(
+    ids: impl Iterator<Item = NodeId> + Clone,
+    node: &impl Fn(NodeId) -> NodeId,
+    h: &mut H,
+    mut value: impl FnMut(NodeId, &mut H),
+) {
+    let mut last: Option<NodeId> = None;
+    let mut count = 0usize;
+    loop {
+        // The old id with the least new id above `last`.
+        let next = ids
+            .clone()
+            .filter(|id| last.is_none_or(|l| node(*id) > l))
+            .min_by_key(|id| node(*id));
+        let Some(old) = next else { break };
+        let new = node(old);
+        new.hash(h);
+        value(old, h);
+        last = Some(new);
+        count += 1;
+    }
+    count.hash(h);
+}
+
+/// A hasher that several handles feed in turn: [`HashParts::hash_nodes_renamed`] feeds both parts
+/// of [`HashParts::hash_parts`] to one hasher.
+struct Shared<'a, H>(&'a RefCell<&'a mut H>);
+
+impl<H: Hasher> Hasher for Shared<'_, H> {
+    fn finish(&self) -> u64 {
+        self.0.borrow().finish()
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.borrow_mut().write(bytes);
+    }
+}
+
+/// Hashing a value as its `rewrite_ids` with a renaming of node ids alone would return it,
+/// without building the renamed value, in two parts: what names no node, and the node ids,
+/// renamed. Two values that one such renaming maps onto each other feed the same; two that
+/// no renaming relates feed different values.
+pub trait HashParts {
+    /// Feeds `free` what names no node and `ids` the node ids, renamed by `node`.
+    fn hash_parts<F: Hasher, I: Hasher>(
+        &self,
+        node: &impl Fn(NodeId) -> NodeId,
+        free: &mut F,
+        ids: &mut I,
+    );
+
+    /// Feeds `h` both parts: the value as `rewrite_ids` would return it for the renaming
+    /// `node` of node ids alone.
+    fn hash_nodes_renamed<H: Hasher>(&self, node: &impl Fn(NodeId) -> NodeId, h: &mut H) {
+        let cell = RefCell::new(h);
+        self.hash_parts(node, &mut Shared(&cell), &mut Shared(&cell));
+    }
+}
+
+impl HashParts for Node {
+    /// Feeds `free` every field of this node that names no node, and `ids` every field that
+    /// names one (its id, the members, vote, leader, votes and progress by node), renamed by
+    /// `node`, as [`Node::rewrite_ids`] would return them for a renaming of node ids alone
+    /// (clients and requests keep their ids), without building the renamed node. So two
+    /// nodes that one such renaming maps onto each other feed the same values, and two nodes
+    /// that no renaming relates feed different ones; and a caller that tries several
+    /// renamings of one node can hash the `free` part (the log, the lock table, ...) once.
+    /// Every field is fed (the destructuring below names them all, so a new field does not
+    /// compile until it is fed here).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the node holds output of an unfinished step (a bug in the caller).
+    fn hash_parts<F: Hasher, I: Hasher>(
+        &self,
+        node: &impl Fn(NodeId) -> NodeId,
+        free: &mut F,
+        ids: &mut I,
+    ) {
+        let Node {
+            config,
+            rng,
+            now_ms,
+            term,
+            voted_for,
+            role,
+            leader,
+            leader_contact_ms,
+            log,
+            commit_index,
+            persisted_index,
+            table,
+            votes,
+            progress,
+            noop_index,
+            timers,
+            hard_state,
+            pending,
+            waiters,
+            expired,
+            append_due,
+            out,
+        } = self;
+        assert!(
+            out.is_empty() && append_due.is_empty(),
+            "hash_parts in the middle of a step"
+        );
+        let super::Config {
+            id,
+            members,
+            election_timeout_min_ms,
+            election_timeout_max_ms,
+            heartbeat_ms,
+            pre_vote,
+            check_quorum,
+            snapshot_threshold_entries,
+            append_entries_max,
+            waiters_per_key_max,
+            uncommitted_entries_max,
+            lease_ms_max,
+            wait_ms_max,
+            seed,
+            bugs,
+        } = config;
+        node(*id).hash(ids);
+        hash_sorted_renamed(members.iter().copied(), node, ids, |_, _| {});
+        (
+            election_timeout_min_ms,
+            election_timeout_max_ms,
+            heartbeat_ms,
+            pre_vote,
+            check_quorum,
+            snapshot_threshold_entries,
+        )
+            .hash(free);
+        (
+            append_entries_max,
+            waiters_per_key_max,
+            uncommitted_entries_max,
+            lease_ms_max,
+            wait_ms_max,
+            seed,
+            bugs,
+        )
+            .hash(free);
+        (rng, now_ms, term, role).hash(free);
+        (voted_for.map(node), leader.map(node)).hash(ids);
+        (leader_contact_ms, log, commit_index, persisted_index, table).hash(free);
+        hash_sorted_renamed(votes.keys().copied(), node, ids, |old, h| {
+            votes[&old].hash(h)
+        });
+        hash_sorted_renamed(progress.keys().copied(), node, ids, |old, h| {
+            progress[&old].hash(h)
+        });
+        (noop_index, timers).hash(free);
+        hard_state.hash_parts(node, free, ids);
+        (pending, waiters, expired).hash(free);
+    }
+}
+
+impl HashParts for Durable {
+    /// Feeds `free` what this storage holds that names no node (the log, the snapshot, term
+    /// and commit) and `ids` its vote, renamed (see [`HashParts`] on [`Node`]).
+    fn hash_parts<F: Hasher, I: Hasher>(
+        &self,
+        node: &impl Fn(NodeId) -> NodeId,
+        free: &mut F,
+        ids: &mut I,
+    ) {
+        let Durable {
+            hard_state,
+            snapshot,
+            entries,
+        } = self;
+        hard_state.hash_parts(node, free, ids);
+        (snapshot, entries).hash(free);
+    }
+}
+
+impl HashParts for HardState {
+    /// Feeds `free` the term and commit index, and `ids` the vote, renamed.
+    fn hash_parts<F: Hasher, I: Hasher>(
+        &self,
+        node: &impl Fn(NodeId) -> NodeId,
+        free: &mut F,
+        ids: &mut I,
+    ) {
+        let HardState {
+            term,
+            voted_for,
+            commit,
+        } = self;
+        (term, commit).hash(free);
+        voted_for.map(node).hash(ids);
+    }
+}
+
+impl HashParts for Ledger {
+    /// Feeds `free` every entry without the node that first applied it, and `ids` those
+    /// nodes, renamed (see [`HashParts`] on [`Node`]).
+    fn hash_parts<F: Hasher, I: Hasher>(
+        &self,
+        node: &impl Fn(NodeId) -> NodeId,
+        free: &mut F,
+        ids: &mut I,
+    ) {
+        self.len().hash(free);
+        for (index, entry) in self.iter() {
+            let super::invariants::LedgerEntry {
+                term,
+                proposal,
+                outcome,
+                node: applied_by,
+                known_in_term,
+            } = entry;
+            (index, term, proposal, outcome, known_in_term).hash(free);
+            node(*applied_by).hash(ids);
+        }
+    }
+}
+
 /// A clock reading far enough from zero that [`Node::rebase_clock`] can shift every past
 /// reading the node keeps below it.
 pub const REBASED_NOW_MS: u64 = 1 << 40;
@@ -352,5 +585,164 @@ mod tests {
         a.rebase_clock(REBASED_NOW_MS);
         b.rebase_clock(REBASED_NOW_MS);
         assert_eq!(a, b);
+    }
+
+    /// Renames node ids by `f` only (clients and requests keep theirs), as the model does.
+    struct Nodes<F>(F);
+
+    impl<F: Fn(NodeId) -> NodeId> Renaming for Nodes<F> {
+        fn node(&self, id: NodeId) -> NodeId {
+            (self.0)(id)
+        }
+        fn client(&self, client: u64) -> u64 {
+            client
+        }
+        fn request(&self, id: RequestId) -> RequestId {
+            id
+        }
+    }
+
+    fn fed(f: impl FnOnce(&mut std::collections::hash_map::DefaultHasher)) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        f(&mut h);
+        h.finish()
+    }
+
+    /// A leader of {1, 2, 3} at several points: its Noop durable, an acquire proposed, the
+    /// acquire acknowledged by node 2 (so that node 2's progress differs from node 3's) and
+    /// applied, then acknowledged by node 3 as well.
+    fn leader_run() -> Vec<Node> {
+        let mut a = leader();
+        let mut run = vec![a.clone()];
+        a.step(Input::Persisted { term: 1, index: 1 });
+        run.push(a.clone());
+        a.step(acquire(7));
+        a.step(Input::Persisted { term: 1, index: 2 });
+        run.push(a.clone());
+        a.step(ack(2, 1, 2));
+        run.push(a.clone());
+        a.step(ack(3, 1, 2));
+        run.push(a.clone());
+        run
+    }
+
+    #[test]
+    fn hashing_renamed_feeds_what_the_renamed_node_feeds() {
+        // Issue 14: the model fingerprints a state as its symmetry representative without
+        // building it; the fingerprint must be the renamed node's, field for field.
+        let swap_2_3 = |id: NodeId| match id {
+            2 => 3,
+            3 => 2,
+            other => other,
+        };
+        let cycle = |id: NodeId| id % 3 + 1;
+        let same = |id: NodeId| id;
+        let run = leader_run();
+        for (i, a) in run.iter().enumerate() {
+            for rename in [&swap_2_3 as &dyn Fn(NodeId) -> NodeId, &cycle] {
+                let r = Nodes(rename);
+                let renamed = a.rewrite_ids(&r);
+                assert_eq!(
+                    fed(|h| a.hash_nodes_renamed(&rename, h)),
+                    fed(|h| renamed.hash_nodes_renamed(&same, h)),
+                    "node {i} of the run"
+                );
+                // The part that names no node is the same before and after the renaming;
+                // the ids part carries the renaming.
+                let parts = |n: &Node, f: &dyn Fn(NodeId) -> NodeId| {
+                    let mut free = std::collections::hash_map::DefaultHasher::new();
+                    let mut ids = std::collections::hash_map::DefaultHasher::new();
+                    n.hash_parts(&f, &mut free, &mut ids);
+                    (free.finish(), ids.finish())
+                };
+                assert_eq!(parts(a, rename), parts(&renamed, &same));
+                assert_eq!(parts(a, rename).0, parts(a, &same).0);
+                // Node 1 itself is renamed by the cycle (not by the swap of 2 and 3, which
+                // may leave a leader whose followers are alike unchanged).
+                assert_ne!(parts(a, &cycle).1, parts(a, &same).1);
+                let durable = Durable {
+                    hard_state: HardState {
+                        term: 1,
+                        voted_for: Some(2),
+                        commit: 1,
+                    },
+                    snapshot: None,
+                    entries: a.log().to_vec(),
+                };
+                assert_eq!(
+                    fed(|h| durable.hash_nodes_renamed(&rename, h)),
+                    fed(|h| durable.rewrite_ids(&r).hash_nodes_renamed(&same, h)),
+                );
+            }
+            // Nodes that differ feed different values; the renaming changes the node's own id.
+            for (j, b) in run.iter().enumerate() {
+                let (ha, hb) = (
+                    fed(|h| a.hash_nodes_renamed(&same, h)),
+                    fed(|h| b.hash_nodes_renamed(&same, h)),
+                );
+                assert_eq!(i == j, ha == hb, "nodes {i} and {j} of the run");
+            }
+            assert_ne!(
+                fed(|h| a.hash_nodes_renamed(&same, h)),
+                fed(|h| a.hash_nodes_renamed(&cycle, h)),
+            );
+        }
+    }
+
+    #[test]
+    fn a_follower_renamed_feeds_what_its_twin_feeds() {
+        // A leader acknowledged by node 2 and one acknowledged by node 3 are the same state
+        // with 2 and 3 swapped, and count once; without the swap they differ.
+        let mut by_2 = leader();
+        by_2.step(Input::Persisted { term: 1, index: 1 });
+        let mut by_3 = by_2.clone();
+        by_2.step(ack(2, 1, 1));
+        by_3.step(ack(3, 1, 1));
+        let swap_2_3 = |id: NodeId| match id {
+            2 => 3,
+            3 => 2,
+            other => other,
+        };
+        let same = |id: NodeId| id;
+        assert_ne!(by_2, by_3);
+        assert_ne!(
+            fed(|h| by_2.hash_nodes_renamed(&same, h)),
+            fed(|h| by_3.hash_nodes_renamed(&same, h))
+        );
+        assert_eq!(
+            fed(|h| by_2.hash_nodes_renamed(&swap_2_3, h)),
+            fed(|h| by_3.hash_nodes_renamed(&same, h))
+        );
+    }
+
+    #[test]
+    fn a_ledger_renamed_feeds_what_the_renamed_ledger_feeds() {
+        let mut a = leader();
+        a.step(Input::Persisted { term: 1, index: 1 });
+        a.step(acquire(7));
+        a.step(Input::Persisted { term: 1, index: 2 });
+        let applied = a.step(ack(2, 1, 2)).apply;
+        assert!(!applied.is_empty(), "the acquire commits");
+        let (mut by_1, mut by_2) = (Ledger::new(), Ledger::new());
+        for c in &applied {
+            by_1.record(1, 1, c).expect("first record");
+            by_2.record(2, 1, c).expect("first record");
+        }
+        let swap_1_2 = |id: NodeId| match id {
+            1 => 2,
+            2 => 1,
+            other => other,
+        };
+        let same = |id: NodeId| id;
+        let renamed = by_1.rewrite_ids(&Nodes(swap_1_2));
+        assert_eq!(renamed, by_2);
+        assert_eq!(
+            fed(|h| by_1.hash_nodes_renamed(&swap_1_2, h)),
+            fed(|h| by_2.hash_nodes_renamed(&same, h))
+        );
+        assert_ne!(
+            fed(|h| by_1.hash_nodes_renamed(&same, h)),
+            fed(|h| by_2.hash_nodes_renamed(&same, h))
+        );
     }
 }
