@@ -40,12 +40,12 @@ bin=target/release/locksmith
 # bug the model can express is caught by `locksmith model check --bug NAME` within 2 minutes).
 declare -A check_args check_kind
 check_kind[model-1]=model
-check_args[model-1]="--threads 1 --servers 1 --clients 2 --depth 9 --log-max 6 --crashes 0 --no-walks"
+check_args[model-1]="--threads 1 --servers 1 --clients 2 --depth 7 --log-max 6 --crashes 0 --no-walks"
 check_kind[model-1-crash]=model
-check_args[model-1-crash]="--threads 1 --servers 1 --clients 2 --depth 9 --log-max 6 --crashes 1 --no-walks"
+check_args[model-1-crash]="--threads 1 --servers 1 --clients 2 --depth 7 --log-max 6 --crashes 1 --no-walks"
 check_kind[model-2-giveup]=model
 check_args[model-2-giveup]="--threads 1 --servers 2 --clients 2 --term-max 1 --log-max 6 --messages-max 8 \
---no-pre-vote --no-check-quorum --crashes 0 --give-up 1 --depth 16 --dfs --no-small-scope --no-walks"
+--no-pre-vote --no-check-quorum --crashes 0 --give-up 1 --depth 14 --dfs --no-small-scope --no-walks"
 check_kind[model-default]=model
 check_args[model-default]=""
 check_kind[chaos-partition]=chaos
@@ -63,7 +63,7 @@ bug_checks[early-expire]="model-1 model-default chaos-none"
 bug_checks[token-from-local-counter]="model-1-crash model-default"
 bug_checks[no-fsync]="model-1-crash model-default chaos-kill"
 # A late Expire meets a newer grant only after a phantom Release (a client that gave up):
-# the same two-server bounds with no client giving up hold no such state (a DFS to depth 18,
+# the same two-server bounds with no client giving up hold no such state (a DFS within 16 steps,
 # 1.6M states without symmetry, finds none), so its bounded check is model-2-giveup.
 bug_checks[expire-ignores-token]="model-2-giveup model-default"
 bug_checks[skip-phantom-release]="model-2-giveup model-default"

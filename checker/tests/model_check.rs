@@ -96,12 +96,12 @@ fn assert_dfs_discovers(cfg: ModelConfig, property: &'static str) {
 /// Follows `steps` from the initial state: each step is the first enabled action whose
 /// description contains the text. Returns the state reached.
 fn follow(model: &LockdModel, steps: &[&str]) -> LockdState {
-    // The unreduced actor model, so that actor names stay put along the path.
-    let actors = &model.actors;
-    let mut state = actors.init_states().remove(0);
+    // The model's own states are real states (symmetry changes only how they are
+    // fingerprinted), so actor names stay put along the path.
+    let mut state = model.init_states().remove(0);
     for (n, step) in steps.iter().enumerate() {
         let mut actions = Vec::new();
-        actors.actions(&state, &mut actions);
+        model.actions(&state, &mut actions);
         let described: Vec<String> = actions
             .iter()
             .map(|a| describe_action(model, &state, a))
@@ -109,14 +109,14 @@ fn follow(model: &LockdModel, steps: &[&str]) -> LockdState {
         let found = actions
             .into_iter()
             .zip(&described)
-            .find(|(a, d)| d.contains(step) && actors.next_state(&state, a.clone()).is_some());
+            .find(|(a, d)| d.contains(step) && model.next_state(&state, a.clone()).is_some());
         let Some((action, _)) = found else {
             panic!(
                 "step {} {step:?} is not enabled; enabled: {described:#?}",
                 n + 1
             );
         };
-        state = actors.next_state(&state, action).expect("enabled above");
+        state = model.next_state(&state, action).expect("enabled above");
         assert!(
             model.within_boundary(&state),
             "step {} {step:?} leaves the model's bounds ({} messages in flight)",
@@ -322,6 +322,42 @@ mod mutants {
             with_bug(one_server(), Bug::ReleaseByKey),
             properties::RELEASE_OWN_TOKEN,
         );
+    }
+
+    #[test]
+    fn depth_n_checks_every_state_within_n_steps_and_counts_them() {
+        // `--depth N` promises every state within N steps checked. stateright counts the
+        // initial state as depth 1 and checks a state only when it expands it, so passing N
+        // as its target checked two steps less (found while measuring issue 14). The
+        // release-by-key counterexample takes 7 steps: depth 7 finds it, depth 6 cannot.
+        let search = |depth: usize| {
+            let mut cfg = with_bug(one_server(), Bug::ReleaseByKey);
+            cfg.depth_max = depth;
+            let model = cfg.into_model();
+            let checker = model
+                .clone()
+                .checker()
+                .threads(1)
+                .target_max_depth(cfg.stateright_depth())
+                .spawn_bfs()
+                .join();
+            let found = checker.discovery(properties::RELEASE_OWN_TOKEN);
+            let steps = found.map(|p| p.into_vec().len() - 1);
+            (steps, model.checked_states(), checker.unique_state_count())
+        };
+        let (found_at_7, _, _) = search(7);
+        assert_eq!(
+            found_at_7,
+            Some(7),
+            "the shortest counterexample has 7 steps"
+        );
+        let (found_at_6, checked_6, generated_6) = search(6);
+        assert_eq!(found_at_6, None);
+        // Every state within 6 steps is checked: as many as a search one step shorter
+        // generates (it generates the states within 6 steps and checks those within 5).
+        let (_, checked_5, generated_5) = search(5);
+        assert_eq!(checked_6, generated_5);
+        assert!(checked_5 < checked_6 && checked_6 < generated_6);
     }
 
     #[test]

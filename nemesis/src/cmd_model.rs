@@ -50,8 +50,8 @@ struct ModelOptions {
     /// Client actors.
     #[arg(long, default_value_t = ModelConfig::default().clients)]
     clients: usize,
-    /// Search depth (steps from the initial state); with --simulate, the walks' depth
-    /// [default: 11 for the search, 60 for walks].
+    /// Search depth: every state within this many steps of the initial state is checked;
+    /// with --simulate, the walks' depth [default: 9 for the search, 60 for walks].
     #[arg(long)]
     depth: Option<usize>,
     /// Inject a bug of the core (repeatable), e.g. release-by-key.
@@ -157,7 +157,7 @@ struct CheckArgs {
     /// pre-vote, check-quorum and crashes (`ModelConfig::walk_configs`).
     #[arg(long)]
     one_walk_config: bool,
-    /// No small-scope search (one server, one crash, every state to depth 11) before the
+    /// No small-scope search (one server, one crash, every state within 9 steps) before the
     /// main search.
     #[arg(long)]
     no_small_scope: bool,
@@ -216,6 +216,9 @@ struct Discovery {
 
 /// What the exhaustive search did.
 struct SearchSummary {
+    /// States whose properties were checked: every state within the depth.
+    checked: usize,
+    /// States stateright generated, the unchecked ones one step past the depth included.
     states: usize,
     unique: usize,
     depth: usize,
@@ -234,14 +237,18 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut search = None;
     if !args.simulate && !args.no_small_scope && cfg.servers > 1 {
         let small = small_scope(&cfg);
-        println!("small scope: {small}: BFS to depth {}", small.depth_max);
+        println!(
+            "small scope: {small}: {}, {}",
+            if args.dfs { "DFS" } else { "BFS" },
+            scope(small.depth_max, args.threads, args.dfs)
+        );
         let summary = run_search(&small.into_model(), &args, &mut found);
         for d in found.values_mut() {
             d.by = "the small-scope search (1 server)".to_owned();
         }
         println!(
-            "small scope done: {} unique states, {:.1} s",
-            summary.unique,
+            "small scope done: {} states checked, {:.1} s",
+            summary.checked,
             summary.elapsed.as_secs_f64()
         );
     }
@@ -253,10 +260,9 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     if !args.simulate && (!violated(&found) || args.keep_going) {
         println!(
-            "search: {} to depth {} with {} thread(s), {}, time limit {} s",
+            "search: {}, {}, {}, time limit {} s",
             if args.dfs { "DFS" } else { "BFS" },
-            cfg.depth_max,
-            args.threads,
+            scope(cfg.depth_max, args.threads, args.dfs),
             if args.keep_going {
                 "every state within the bounds"
             } else {
@@ -396,14 +402,14 @@ fn write_junit(
     }
 }
 
-/// The small scope searched first: one server with one crash, every state to depth 11 (a
+/// The small scope searched first: one server with one crash, every state within 9 steps (a
 /// second or two). Most mutants of the lock table and the storage contract show there, with
 /// the shortest counterexamples.
 fn small_scope(cfg: &ModelConfig) -> ModelConfig {
     let mut small = *cfg;
     small.servers = 1;
     small.max_crashes = 1;
-    small.depth_max = 11;
+    small.depth_max = 9;
     small.symmetry = false;
     small
 }
@@ -434,7 +440,7 @@ fn run_search(
         .clone()
         .checker()
         .threads(args.threads)
-        .target_max_depth(model.cfg.depth_max)
+        .target_max_depth(model.cfg.stateright_depth())
         .timeout(Duration::from_secs(args.timeout_s))
         .finish_when(if args.keep_going {
             HasDiscoveries::AllFailures
@@ -479,23 +485,34 @@ fn wait_search(
     bar.finish("search done");
     let checker = checker.join();
     let elapsed = start.elapsed();
-    let model = checker.model();
     for (name, path) in checker.discoveries() {
         found.insert(
             name,
             Discovery {
                 by: "the search".to_owned(),
-                run: model.real_path(&path),
+                run: path.into_vec(),
                 model: None,
             },
         );
     }
     SearchSummary {
+        checked: checker.model().checked_states(),
         states: checker.state_count(),
         unique: checker.unique_state_count(),
         depth: checker.max_depth(),
         elapsed,
         complete: elapsed < Duration::from_secs(args.timeout_s),
+    }
+}
+
+/// What a search of `depth` steps checked, in words: every state within the depth for a BFS
+/// on one thread; otherwise the order is not exact breadth-first (see the note `report`
+/// prints).
+fn scope(depth: usize, threads: usize, dfs: bool) -> String {
+    match (dfs, threads <= 1) {
+        (false, true) => format!("every state within {depth} steps"),
+        (false, false) => format!("breadth-first within {depth} steps on {threads} threads"),
+        (true, _) => format!("depth-first within {depth} steps on {threads} thread(s)"),
     }
 }
 
@@ -510,14 +527,26 @@ fn report(
     if let Some(s) = search {
         let secs = s.elapsed.as_secs_f64().max(1e-3);
         println!(
-            "search done: {} states, {} unique, max depth {}, {:.1} s, {:.0} states/s ({:.0} unique/s)",
+            "search done: {} states checked ({}); {} states generated, {} unique, up to {} \
+             steps; {:.1} s, {:.0} states/s ({:.0} unique/s)",
+            s.checked,
+            scope(model.cfg.depth_max, args.threads, args.dfs),
             s.states,
             s.unique,
-            s.depth,
+            s.depth.saturating_sub(1),
             secs,
             s.states as f64 / secs,
             s.unique as f64 / secs,
         );
+        if args.dfs || args.threads > 1 {
+            println!(
+                "note: this search's order is not exact breadth-first (DFS, or BFS on more than \
+                 one thread): a state first reached by a longer path is checked at that depth, \
+                 and a successor of it within {} steps may then be generated and not checked; a \
+                 BFS on one thread (--threads 1, no --dfs) checks every state within the depth",
+                model.cfg.depth_max
+            );
+        }
     }
     if let Some(w) = walks {
         let secs = w.elapsed.as_secs_f64().max(1e-3);
@@ -594,15 +623,25 @@ fn report(
         );
         return ExitCode::from(2);
     }
+    if let Some(s) = search
+        && s.checked == 0
+    {
+        println!("result: unknown: the search checked no state");
+        return ExitCode::from(2);
+    }
     match (search, walks) {
         (Some(s), Some(w)) => println!(
-            "result: every safety property holds within the bounds ({} unique states), and in \
-             {} random walks of up to {} steps",
-            s.unique, w.walks, args.walk_depth
+            "result: every safety property holds within the bounds ({} states checked, {}), and \
+             in {} random walks of up to {} steps",
+            s.checked,
+            scope(model.cfg.depth_max, args.threads, args.dfs),
+            w.walks,
+            args.walk_depth
         ),
         (Some(s), None) => println!(
-            "result: every safety property holds within the bounds ({} unique states)",
-            s.unique
+            "result: every safety property holds within the bounds ({} states checked, {})",
+            s.checked,
+            scope(model.cfg.depth_max, args.threads, args.dfs)
         ),
         (None, Some(w)) => println!(
             "result: no safety property was violated in {} random walks (not a proof: walks \
@@ -627,7 +666,7 @@ fn run_explore(args: ExploreArgs) -> anyhow::Result<ExitCode> {
     cfg.into_model()
         .checker()
         .threads(1)
-        .target_max_depth(cfg.depth_max)
+        .target_max_depth(cfg.stateright_depth())
         .serve(args.addr);
     Ok(ExitCode::SUCCESS)
 }

@@ -26,6 +26,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use lockd::bugs::{Bug, BugSet};
 use lockd::lock::{Command, Origin, Outcome, Token};
@@ -41,14 +42,16 @@ use super::MODEL_KEY;
 /// A message on the model's network.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ModelMsg {
-    /// Between servers.
-    Raft(Message),
+    /// Between servers (behind an `Arc`: stateright clones the network with every state, and
+    /// an AppendEntries carries entries).
+    Raft(Arc<Message>),
     /// A client's request to a server.
     Request {
         /// Client actor and sequence number, see [`request_id`].
         id: RequestId,
-        /// The request.
-        request: ClientRequest,
+        /// The request (behind an `Arc`, as the answer: a smaller message makes a smaller
+        /// network, which every state holds a copy of).
+        request: Arc<ClientRequest>,
     },
     /// A client gave up on request `id` (it becomes `Input::ClientGone`).
     Cancel {
@@ -60,7 +63,7 @@ pub enum ModelMsg {
         /// The request answered.
         id: RequestId,
         /// The answer.
-        response: Response,
+        response: Arc<Response>,
     },
 }
 
@@ -124,12 +127,11 @@ pub struct Ghost {
 pub struct ServerState {
     /// The real Raft node with its lock table.
     pub node: Node,
-    /// What this server made durable so far (the save of every step).
-    pub durable: Durable,
-    /// The core timers that are armed as stateright timers.
-    pub(crate) armed: BTreeSet<Timer>,
+    /// What this server made durable so far (the save of every step). Behind an `Arc`, as
+    /// the ledger: most steps change neither, and the saved storage shares them.
+    pub durable: Arc<Durable>,
     /// Every entry this node applied, with its outcome (a ghost; see [`ServerStorage`]).
-    pub ledger: Ledger,
+    pub ledger: Arc<Ledger>,
     /// The first disagreement of this node's own applies with its ledger (an entry applied
     /// again after a restart with another outcome).
     pub ledger_conflict: Option<String>,
@@ -144,9 +146,9 @@ pub struct ServerState {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ServerStorage {
     /// The node's durable state.
-    pub durable: Durable,
+    pub durable: Arc<Durable>,
     /// The ghost ledger.
-    pub ledger: Ledger,
+    pub ledger: Arc<Ledger>,
 }
 
 /// Where a client is in its script.
@@ -229,7 +231,7 @@ impl Actor for LockdActor {
     type Msg = ModelMsg;
     type Timer = ModelTimer;
     type State = ModelState;
-    type Storage = ServerStorage;
+    type Storage = Arc<ServerStorage>;
     type Random = ();
 
     fn name(&self) -> String {
@@ -239,13 +241,19 @@ impl Actor for LockdActor {
         }
     }
 
-    fn on_start(&self, id: Id, storage: &Option<ServerStorage>, o: &mut Out<Self>) -> ModelState {
+    fn on_start(
+        &self,
+        id: Id,
+        storage: &Option<Arc<ServerStorage>>,
+        o: &mut Out<Self>,
+    ) -> ModelState {
         match self {
             LockdActor::Server {
                 config,
                 relative_time,
             } => {
-                let ServerStorage { durable, ledger } = storage.clone().unwrap_or_default();
+                let ServerStorage { durable, ledger } =
+                    storage.as_deref().cloned().unwrap_or_default();
                 if storage.is_some() {
                     super::replay::with_recording(|w| {
                         let _ = w.restart(config.id, &durable, 0);
@@ -253,7 +261,7 @@ impl Actor for LockdActor {
                 }
                 // A restarted process has a new monotonic clock; the core re-arms every lease
                 // in full from it, which is conservative.
-                let (mut node, first) = Node::new((**config).clone(), durable.clone(), 0);
+                let (mut node, first) = Node::new((**config).clone(), (*durable).clone(), 0);
                 // The "before" of the first step: the restarted node itself, so that what it
                 // re-applies from its log is not observed as new (the ledger still compares it
                 // with what was applied before the crash).
@@ -263,7 +271,6 @@ impl Actor for LockdActor {
                 let mut server = ServerState {
                     node,
                     durable,
-                    armed: BTreeSet::new(),
                     ledger,
                     ledger_conflict: None,
                     ghost: Ghost::default(),
@@ -273,9 +280,11 @@ impl Actor for LockdActor {
                     config.bugs,
                     &mut server,
                     &before,
+                    Start::Restarted {
+                        save: changed_ledger,
+                    },
                     output,
                     None,
-                    changed_ledger,
                     o,
                 );
                 if *relative_time {
@@ -318,9 +327,12 @@ impl Actor for LockdActor {
                 let input = match msg {
                     ModelMsg::Raft(msg) => Input::Message {
                         from: node_id(usize::from(src)),
-                        msg,
+                        msg: Arc::unwrap_or_clone(msg),
                     },
-                    ModelMsg::Request { id, request } => Input::Request { id, request },
+                    ModelMsg::Request { id, request } => Input::Request {
+                        id,
+                        request: Arc::unwrap_or_clone(request),
+                    },
                     ModelMsg::Cancel { id } => Input::ClientGone { id },
                     ModelMsg::Response { .. } => return,
                 };
@@ -341,7 +353,8 @@ impl Actor for LockdActor {
             }
             (LockdActor::Client { .. }, ModelState::Client(client)) => {
                 if let ModelMsg::Response { id: rid, response } = msg
-                    && let Some(next) = self.on_response(id, client, rid, response, o)
+                    && let Some(next) =
+                        self.on_response(id, client, rid, Arc::unwrap_or_clone(response), o)
                 {
                     *state.to_mut() = ModelState::Client(next);
                 }
@@ -453,7 +466,7 @@ impl LockdActor {
             Id::from(client.target),
             ModelMsg::Request {
                 id: request_id(id, client.seq),
-                request,
+                request: Arc::new(request),
             },
         );
     }
@@ -558,12 +571,19 @@ fn step_server(
     let mut next = ServerState {
         node,
         durable,
-        armed: server.armed.clone(),
         ledger: server.ledger.clone(),
         ledger_conflict: server.ledger_conflict.clone(),
         ghost: server.ghost.clone(),
     };
-    carry_out(bugs, &mut next, &server.node, output, fired, false, o);
+    carry_out(
+        bugs,
+        &mut next,
+        &server.node,
+        Start::Stepped,
+        output,
+        fired,
+        o,
+    );
     if relative_time {
         next.node.rebase_clock(REBASED_NOW_MS);
     }
@@ -595,7 +615,7 @@ fn note_gone(server: &mut ServerState, rid: RequestId) {
 /// The combined output of one actor step: the node's output with every `persist` applied to
 /// `durable` and answered with `Input::Persisted`. `persist` of the result is `Some` (empty)
 /// when anything was made durable.
-fn drive(node: &mut Node, durable: &mut Durable, first: Output) -> Output {
+fn drive(node: &mut Node, durable: &mut Arc<Durable>, first: Output) -> Output {
     // Each round's Persisted can only commit and apply what is already in the log, and a
     // commit changes the hard state once more; two rounds settle it. The bound is generous.
     const PERSIST_ROUNDS_MAX: usize = 8;
@@ -611,7 +631,7 @@ fn drive(node: &mut Node, durable: &mut Durable, first: Output) -> Output {
             }
             return all;
         };
-        durable.apply(&persist);
+        Arc::make_mut(durable).apply(&persist);
         saved = true;
         let (term, index) = last_durable(durable);
         let input = Input::Persisted { term, index };
@@ -633,15 +653,26 @@ fn last_durable(durable: &Durable) -> (Term, Index) {
     }
 }
 
+/// How the actor came to the state `carry_out` carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// It stepped: the stateright timers armed are the core timers of the node before the
+    /// step (every step ends with them in sync).
+    Stepped,
+    /// It started or restarted: no stateright timer is armed (a crash drops them). `save`:
+    /// save the storage even without a persist (the restart re-applied entries).
+    Restarted { save: bool },
+}
+
 /// Saves, sends, answers and re-synchronises the timers for one step from `before` to
 /// `server.node`.
 fn carry_out(
     bugs: BugSet,
     server: &mut ServerState,
     before: &Node,
+    start: Start,
     output: Output,
     fired: Option<&Timer>,
-    restarted: bool,
     o: &mut Out<LockdActor>,
 ) {
     let node = &server.node;
@@ -649,27 +680,29 @@ fn carry_out(
     observe_leases(&mut server.ghost, node, &output.timers);
     let term = node.status().term;
     for committed in &output.apply {
-        if let Err(e) = server.ledger.record(node.status().id, term, committed)
+        if let Err(e) = Arc::make_mut(&mut server.ledger).record(node.status().id, term, committed)
             && server.ledger_conflict.is_none()
         {
             server.ledger_conflict = Some(e);
         }
     }
-    if output.persist.is_some() || !output.apply.is_empty() || restarted {
+    let save = matches!(start, Start::Restarted { save: true });
+    if output.persist.is_some() || !output.apply.is_empty() || save {
         let durable = if bugs.contains(Bug::NoFsync) {
-            Durable::default() // The mutant never makes anything durable.
+            Arc::default() // The mutant never makes anything durable.
         } else {
             server.durable.clone()
         };
-        o.save(ServerStorage {
+        // Behind an `Arc`: stateright clones every actor's storage with every state.
+        o.save(Arc::new(ServerStorage {
             durable,
             ledger: server.ledger.clone(),
-        });
+        }));
     }
     for envelope in output.send_now.iter().chain(&output.send_after_persist) {
         o.send(
             actor_of(envelope.target),
-            ModelMsg::Raft(envelope.msg.clone()),
+            ModelMsg::Raft(Arc::new(envelope.msg.clone())),
         );
     }
     for (id, response) in &output.respond {
@@ -677,22 +710,27 @@ fn carry_out(
             request_id_parts(*id).0,
             ModelMsg::Response {
                 id: *id,
-                response: response.clone(),
+                response: Arc::new(response.clone()),
             },
         );
     }
-    let armed: BTreeSet<Timer> = server.node.timers().map(|(t, _)| t.clone()).collect();
-    for timer in &armed {
-        if !server.armed.contains(timer) || fired == Some(timer) {
-            o.set_timer(ModelTimer::Core(timer.clone()), model_timeout());
+    // The stateright timers follow the node's: the ones armed before are the node's before
+    // the step (none after a start), the ones armed after are the node's now.
+    let was: BTreeSet<&Timer> = match start {
+        Start::Stepped => before.timers().map(|(t, _)| t).collect(),
+        Start::Restarted { .. } => BTreeSet::new(),
+    };
+    let now: BTreeSet<&Timer> = server.node.timers().map(|(t, _)| t).collect();
+    for timer in &now {
+        if !was.contains(timer) || fired == Some(*timer) {
+            o.set_timer(ModelTimer::Core((*timer).clone()), model_timeout());
         }
     }
-    for timer in server.armed.difference(&armed) {
-        if fired != Some(timer) {
-            o.cancel_timer(ModelTimer::Core(timer.clone()));
+    for timer in was.difference(&now) {
+        if fired != Some(*timer) {
+            o.cancel_timer(ModelTimer::Core((*timer).clone()));
         }
     }
-    server.armed = armed;
 }
 
 /// Flags a lease timer armed for less than its lock's lease on the node's clock (the

@@ -122,7 +122,7 @@ pub fn describe_msg(msg: &ModelMsg) -> String {
         ModelMsg::Raft(m) => describe_raft(m),
         ModelMsg::Request { id, request } => {
             let seq = id.0 & 0xFFFF_FFFF;
-            match request {
+            match &**request {
                 ClientRequest::Acquire { key, lease_ms, .. } => {
                     format!("Acquire {key:?} for {lease_ms} ms (request {seq})")
                 }
@@ -134,7 +134,7 @@ pub fn describe_msg(msg: &ModelMsg) -> String {
         ModelMsg::Cancel { id } => format!("Cancel request {}", id.0 & 0xFFFF_FFFF),
         ModelMsg::Response { id, response } => {
             let seq = id.0 & 0xFFFF_FFFF;
-            let answer = match response {
+            let answer = match &**response {
                 Response::Granted { token } => format!("Granted token {token}"),
                 Response::Busy => "Busy".to_owned(),
                 Response::Released => "Released".to_owned(),

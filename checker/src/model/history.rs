@@ -204,7 +204,7 @@ pub fn record_invoke(
     // linearizability property then reports: the client actor never does that.
     let _ = next.linear.on_invoke(envelope.src, lock_op(request));
     next.open.insert(envelope.src, seq);
-    match request {
+    match &**request {
         ClientRequest::Acquire { .. } => {
             next.token_floor
                 .insert(envelope.src, next.max_returned_token);
@@ -231,7 +231,7 @@ pub fn record_return(
     if history.open.get(&envelope.dst) != Some(&seq) {
         return None;
     }
-    let ret = match response {
+    let ret = match &**response {
         Response::Granted { token } => LockRet::Granted { token: *token },
         Response::Busy => LockRet::Busy,
         Response::Released => LockRet::Released,

@@ -23,7 +23,8 @@
 //! let mut cfg = ModelConfig::default();
 //! cfg.servers = 1;
 //! cfg.clients = 1;
-//! let checker = cfg.into_model().checker().target_max_depth(8).spawn_bfs().join();
+//! cfg.depth_max = 6; // every state within 6 steps
+//! let checker = cfg.into_model().checker().target_max_depth(cfg.stateright_depth()).spawn_bfs().join();
 //! checker.assert_no_discovery(checker::model::properties::LINEARIZABLE);
 //! assert!(checker.unique_state_count() > 1);
 //! ```
@@ -44,6 +45,7 @@ pub mod replay;
 pub mod simulate;
 
 use std::fmt;
+use std::sync::Arc;
 
 use lockd::bugs::BugSet;
 use lockd::raft::Config;
@@ -61,10 +63,50 @@ pub const MODEL_KEY: &str = "a";
 
 /// stateright's actor model of lockd: actors, the configuration, the client-visible
 /// history. [`LockdModel`] wraps it with the reductions.
-pub type ActorLockdModel = ActorModel<LockdActor, ModelConfig, History>;
+pub type ActorLockdModel = ActorModel<LockdActor, ModelConfig, Arc<History>>;
 
-/// A state of the model.
-pub type LockdState = ActorModelState<LockdActor, History>;
+/// stateright's actor-model state of lockd: servers, clients, network, history.
+pub type ActorState = ActorModelState<LockdActor, Arc<History>>;
+
+/// A state of the model: stateright's actor state (which it derefs to), fingerprinted as its
+/// class under renaming of the servers when [`ModelConfig::symmetry`] is on (its `Hash`, in
+/// [`reduce`]), so that the search keeps one state of each class.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LockdState {
+    state: ActorState,
+    symmetric: bool,
+}
+
+impl LockdState {
+    /// `state`, fingerprinted by class when `symmetric`.
+    pub fn new(state: ActorState, symmetric: bool) -> Self {
+        LockdState { state, symmetric }
+    }
+
+    /// Whether the state is fingerprinted by symmetry class.
+    pub fn symmetric(&self) -> bool {
+        self.symmetric
+    }
+
+    /// The actor state.
+    pub fn into_inner(self) -> ActorState {
+        self.state
+    }
+}
+
+impl std::ops::Deref for LockdState {
+    type Target = ActorState;
+    fn deref(&self) -> &ActorState {
+        &self.state
+    }
+}
+
+impl fmt::Debug for LockdState {
+    /// The actor state's (the Explorer shows it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.state.fmt(f)
+    }
+}
 
 /// What to model, and the bounds of the search. Every bound has its unit last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +136,8 @@ pub struct ModelConfig {
     pub log_max: u64,
     /// States with more messages in flight are not explored.
     pub messages_in_flight_max: usize,
-    /// The search depth (steps from the initial state).
+    /// The search depth: every state within this many steps of the initial state is checked
+    /// (pass [`ModelConfig::stateright_depth`] to stateright's `target_max_depth`).
     pub depth_max: usize,
     /// The core's snapshot threshold: small, so that InstallSnapshot is explored.
     pub snapshot_threshold_entries: u64,
@@ -128,7 +171,7 @@ impl Default for ModelConfig {
             term_max: 2,
             log_max: 6,
             messages_in_flight_max: 8,
-            depth_max: 11,
+            depth_max: 9,
             snapshot_threshold_entries: 2,
             pre_vote: true,
             check_quorum: true,
@@ -145,7 +188,8 @@ impl fmt::Display for ModelConfig {
         write!(
             f,
             "{} servers, {} clients ({} may give up), {} round(s) each, key {MODEL_KEY:?}, \
-             max {} crashed, {} network; bounds: depth {}, term {}, log {}, {} messages in flight",
+             max {} crashed, {} network; bounds: depth {} (steps), term {}, log {}, {} messages in \
+             flight",
             self.servers,
             self.clients,
             self.give_up_clients.min(self.clients),
@@ -177,6 +221,17 @@ impl fmt::Display for ModelConfig {
 }
 
 impl ModelConfig {
+    /// The `target_max_depth` that makes stateright check every state within
+    /// [`ModelConfig::depth_max`] steps: stateright counts the initial state as depth 1, and
+    /// checks a state's properties only when it expands it, which it does only below its
+    /// target (0.31, `bfs.rs` and `dfs.rs`). So the target is `depth_max + 2`; the states one
+    /// step further are generated, and counted in stateright's state counts, but never
+    /// checked ([`LockdModel::checked_states`] counts the checked ones). Passing `depth_max`
+    /// itself, as this project did before, checked two steps less than it said.
+    pub fn stateright_depth(&self) -> usize {
+        self.depth_max + 2
+    }
+
     /// The configuration random walks run: the same actors with looser bounds (walks do not
     /// enumerate, so the bounds need not keep the state space small), clients that try
     /// harder (more retries, two rounds), so that walks reach re-grants and leader changes.
@@ -257,7 +312,9 @@ impl ModelConfig {
             wait_ms: self.wait_ms,
             retries_max: self.client_retries_max,
         });
-        let actors = ActorModel::new(self, History::default())
+        // The history behind an `Arc`: stateright clones every state before each step, and
+        // the history changes on few of them.
+        let actors = ActorModel::new(self, Arc::new(History::default()))
             .actors(servers)
             .actors(clients)
             .init_network(Network::new_unordered_nonduplicating([]))
@@ -267,8 +324,8 @@ impl ModelConfig {
                 LossyNetwork::No
             })
             .max_crashes(self.max_crashes)
-            .record_msg_out(history::record_invoke)
-            .record_msg_in(history::record_return)
+            .record_msg_out(|cfg, h, e| history::record_invoke(cfg, h, e).map(Arc::new))
+            .record_msg_in(|cfg, h, e| history::record_return(cfg, h, e).map(Arc::new))
             .within_boundary(within_boundary);
         LockdModel::new(actors, self)
     }
@@ -279,7 +336,7 @@ impl ModelConfig {
 /// stateright's `max_crashes` lets any actor crash. A crashed client would only repeat what
 /// giving up models already (its operation stays in flight), without telling the server, so
 /// states with a crashed client are left out.
-fn within_boundary(cfg: &ModelConfig, state: &LockdState) -> bool {
+fn within_boundary(cfg: &ModelConfig, state: &ActorState) -> bool {
     if state.network.len() > cfg.messages_in_flight_max {
         return false;
     }

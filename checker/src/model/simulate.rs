@@ -308,10 +308,7 @@ fn walk_thread(
     shared: &Shared,
     start: Instant,
 ) {
-    let inits: Vec<LockdState> = models
-        .iter()
-        .map(|m| m.actors.init_states().remove(0))
-        .collect();
+    let inits: Vec<LockdState> = models.iter().map(|m| m.init_states().remove(0)).collect();
     let mut actions = Vec::new();
     loop {
         if shared.stop.load(Ordering::Relaxed) || start.elapsed() >= options.time_limit {
@@ -365,7 +362,7 @@ fn step(
     while !actions.is_empty() {
         let i = swarm.choose(actions, rng);
         let action = actions.swap_remove(i);
-        if let Some(next) = model.actors.next_state(state, action.clone())
+        if let Some(next) = model.next_state(state, action.clone())
             && model.within_boundary(&next)
         {
             taken.push(action);
@@ -410,7 +407,7 @@ fn check(
 /// that property, and says whether one did.
 pub fn replay(model: &LockdModel, actions: &[LockdAction], until: Option<&str>) -> (Run, bool) {
     let property = until.and_then(|name| model.properties().into_iter().find(|p| p.name == name));
-    let mut state = model.actors.init_states().remove(0);
+    let mut state = model.init_states().remove(0);
     let mut run: Run = Vec::new();
     let mut enabled = Vec::new();
     for action in actions {
@@ -419,7 +416,7 @@ pub fn replay(model: &LockdModel, actions: &[LockdAction], until: Option<&str>) 
         if !enabled.contains(action) {
             continue;
         }
-        let Some(next) = model.actors.next_state(&state, action.clone()) else {
+        let Some(next) = model.next_state(&state, action.clone()) else {
             continue;
         };
         if !model.within_boundary(&next) {
