@@ -69,7 +69,10 @@ impl File {
         match self {
             File::Std(file) => file.write_all(bytes),
             #[cfg(feature = "sim")]
-            File::Sim(file) => file.write_all(bytes),
+            File::Sim(file) => {
+                still_simulated()?;
+                file.write_all(bytes)
+            }
         }
     }
 
@@ -78,7 +81,10 @@ impl File {
         match self {
             File::Std(file) => file.sync_data(),
             #[cfg(feature = "sim")]
-            File::Sim(file) => file.sync_data(),
+            File::Sim(file) => {
+                still_simulated()?;
+                file.sync_data()
+            }
         }
     }
 
@@ -87,7 +93,10 @@ impl File {
         match self {
             File::Std(file) => file.sync_all(),
             #[cfg(feature = "sim")]
-            File::Sim(file) => file.sync_all(),
+            File::Sim(file) => {
+                still_simulated()?;
+                file.sync_all()
+            }
         }
     }
 
@@ -96,8 +105,26 @@ impl File {
         match self {
             File::Std(file) => file.set_len(bytes),
             #[cfg(feature = "sim")]
-            File::Sim(file) => file.set_len(bytes),
+            File::Sim(file) => {
+                still_simulated()?;
+                file.set_len(bytes)
+            }
         }
+    }
+}
+
+/// A simulated file outlives its simulation when the host's tasks are dropped after the
+/// simulation ended (a data dir's drop writes its user-space buffer out, `no-fsync`): turmoil's
+/// disk is gone then, and reaching it would panic inside turmoil. An error instead, which the
+/// drop ignores as it ignores every error.
+#[cfg(feature = "sim")]
+fn still_simulated() -> io::Result<()> {
+    if simulated() {
+        Ok(())
+    } else {
+        Err(io::Error::other(
+            "a simulated file used after its simulation ended",
+        ))
     }
 }
 
