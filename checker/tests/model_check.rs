@@ -622,6 +622,8 @@ mod trace_validation {
     use super::*;
     use checker::model::replay::{record, replay};
     use checker::model::simulate::{WalkOptions, walk};
+    use lockd::raft::{Durable, Input, Message, NodeId};
+    use lockd::trace::TraceLine;
 
     fn walk_options(seed: u64) -> WalkOptions {
         let mut options = WalkOptions::default();
@@ -660,5 +662,204 @@ mod trace_validation {
             departure.reason.contains("without an applied Grant"),
             "{departure:?}"
         );
+    }
+
+    /// A clean recorded run of the default walk model (seed 7: the walk that first reaches a
+    /// grant), with at least one step of every server.
+    fn clean_trace() -> Vec<TraceLine> {
+        let cfg = ModelConfig::default().for_walks();
+        let model = cfg.into_model();
+        let report = walk(&model, &walk_options(7));
+        let trace = record(&model, &report.found[properties::SOMETIMES_GRANTED].run);
+        let clean = replay(&trace);
+        assert_eq!(clean.departure, None, "seed 7");
+        assert_eq!(clean.unknown(), None, "seed 7");
+        trace
+    }
+
+    fn line_node(line: &TraceLine) -> NodeId {
+        match line {
+            TraceLine::Config { node, .. }
+            | TraceLine::Step { node, .. }
+            | TraceLine::Restart { node, .. } => *node,
+        }
+    }
+
+    #[test]
+    fn a_trace_with_no_step_or_without_a_member_is_unknown_not_allowed() {
+        // Nothing to check is no verdict.
+        let empty = replay(&[]);
+        assert_eq!(empty.departure, None);
+        assert!(empty.unknown().expect("unknown").contains("no step"));
+        let trace = clean_trace();
+        let configs_only: Vec<TraceLine> = trace
+            .iter()
+            .filter(|l| matches!(l, TraceLine::Config { .. }))
+            .cloned()
+            .collect();
+        assert!(replay(&configs_only).unknown().is_some());
+        // A member's file lost: the others' receipts from it are not held against the run,
+        // and the checks across nodes saw too few nodes to say it is allowed.
+        let first = line_node(&trace[0]);
+        let without: Vec<TraceLine> = trace
+            .iter()
+            .filter(|l| line_node(l) != first)
+            .cloned()
+            .collect();
+        let report = replay(&without);
+        assert_eq!(report.departure, None, "a missing file is no departure");
+        assert_eq!(report.missing, vec![first]);
+        assert!(report.unknown().expect("unknown").contains("member"));
+    }
+
+    #[test]
+    fn a_message_no_node_sent_departs_where_it_is_received() {
+        let mut trace = clean_trace();
+        let at = trace
+            .iter()
+            .position(|l| {
+                matches!(
+                    l,
+                    TraceLine::Step {
+                        input: Input::Message { .. },
+                        ..
+                    }
+                )
+            })
+            .expect("the run delivers a message");
+        let TraceLine::Step {
+            input: Input::Message { from, msg },
+            ..
+        } = &mut trace[at]
+        else {
+            unreachable!()
+        };
+        // The same message from the same sender, 100 terms later: no run this short reaches that term, so it was never sent.
+        let forged = match msg.clone() {
+            Message::RequestVote {
+                term,
+                last_log_index,
+                last_log_term,
+            } => Message::RequestVote {
+                term: term + 100,
+                last_log_index,
+                last_log_term,
+            },
+            Message::PreVote {
+                term,
+                last_log_index,
+                last_log_term,
+            } => Message::PreVote {
+                term: term + 100,
+                last_log_index,
+                last_log_term,
+            },
+            other => Message::RequestVoteResponse {
+                term: other.term() + 100,
+                granted: true,
+            },
+        };
+        let sender = *from;
+        *msg = forged;
+        let d = replay(&trace)
+            .departure
+            .expect("the forged receipt departs");
+        assert_eq!(d.record, at + 1, "{d:?}");
+        assert!(!d.malformed);
+        assert!(
+            d.reason
+                .contains(&format!("which no recorded step of node {sender} sent")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_restart_that_lost_reported_writes_departs() {
+        // A node restarted from empty storage after its driver reported writes durable: what
+        // `no-fsync` does to a killed node. Restarting from what it wrote is allowed.
+        let trace = clean_trace();
+        let mut writes = std::collections::BTreeMap::new();
+        for line in &trace {
+            if let TraceLine::Step {
+                node,
+                input: Input::Persisted { term, .. },
+                ..
+            } = line
+                && *term > 0
+            {
+                writes.insert(*node, *term);
+            }
+        }
+        let (&node, _) = writes
+            .iter()
+            .next()
+            .expect("a node reported a write of term > 0");
+        let mut lost = trace.clone();
+        lost.push(TraceLine::Restart {
+            node,
+            restart: Durable::default(),
+            now_ms: 1_000_000,
+        });
+        let d = replay(&lost).departure.expect("the lossy restart departs");
+        assert_eq!(d.record, lost.len(), "{d:?}");
+        assert!(
+            d.reason.contains("lost what it had reported durable"),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn two_leaders_of_one_term_at_different_times_depart() {
+        // Node 3 (whose outputs are not recorded, so its messages are not matched to sends)
+        // votes for node 1 and then for node 2 in term 1; node 1 steps down to term 2 before
+        // node 2 wins. No two nodes lead one term at the same point of the replay: only the
+        // whole run's leaders show it.
+        let mut trace = Vec::new();
+        for id in 1..=3 {
+            let mut config = lockd::raft::Config::new(id, vec![1, 2, 3]);
+            config.pre_vote = false;
+            config.check_quorum = false;
+            trace.push(TraceLine::Config { node: id, config });
+        }
+        let step = |node, seq, input| TraceLine::Step {
+            node,
+            seq,
+            input,
+            output: None,
+        };
+        let vote = |term| Input::Message {
+            from: 3,
+            msg: Message::RequestVoteResponse {
+                term,
+                granted: true,
+            },
+        };
+        trace.push(step(3, 0, Input::Tick { now_ms: 1 }));
+        trace.push(step(1, 0, Input::Campaign));
+        trace.push(step(1, 1, vote(1)));
+        let heartbeat = Message::AppendEntries {
+            term: 2,
+            prev_log_index: 0,
+            prev_log_term: 0,
+            entries: vec![],
+            leader_commit: 0,
+        };
+        trace.push(step(
+            1,
+            2,
+            Input::Message {
+                from: 3,
+                msg: heartbeat,
+            },
+        ));
+        let before_node_2 = replay(&trace);
+        assert_eq!(before_node_2.departure, None, "{before_node_2:?}");
+        trace.push(step(2, 0, Input::Campaign));
+        trace.push(step(2, 1, vote(1)));
+        let d = replay(&trace)
+            .departure
+            .expect("two leaders of term 1 depart");
+        assert_eq!(d.record, trace.len(), "{d:?}");
+        assert!(d.reason.contains("both led term 1"), "{d:?}");
     }
 }

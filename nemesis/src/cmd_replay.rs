@@ -3,7 +3,8 @@
 //! or the file itself when RUN_DIR is a file (format in `lockd::trace`), feeds each node's recorded
 //! inputs through a fresh real core built with the recorded configuration, and checks the
 //! model's properties after every step (`checker::model::replay`). Exit 0 when the run is one
-//! the model allows, 1 naming the first step that departs, 2 when the trace cannot be read.
+//! the model allows, 1 naming the first step that departs, 2 (unknown) when the trace cannot
+//! be read, is malformed, holds no step, or lacks a member's records.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -74,12 +75,30 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let report = replay(&lines);
     std::panic::set_hook(hook);
     let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    // The nodes' files are replayed one after the other, so a departure stops the count
+    // short of the nodes after it.
+    let upto = if report.departure.is_some() {
+        " up to the departure"
+    } else {
+        ""
+    };
     println!(
-        "replayed {} steps of {} node(s) from {}",
+        "replayed {} steps of {} node(s){upto} from {}",
         report.steps,
         report.nodes,
         names.join(", ")
     );
+    if !report.unmatched_senders.is_empty() {
+        println!(
+            "note: node(s) {:?} recorded steps without their outputs: the messages received \
+             from them were not matched to a send",
+            report.unmatched_senders
+        );
+    }
+    if let Some(why) = report.unknown() {
+        println!("result: unknown: {why}");
+        return Ok(ExitCode::from(2));
+    }
     match report.departure {
         None => {
             println!("result: the recorded run is one the model allows");
@@ -88,14 +107,19 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         Some(d) => {
             // The file holding the record, and the record's number within it.
             let at = starts.iter().rposition(|s| *s < d.record).unwrap_or(0);
-            println!(
-                "DEPARTS at record {} of {} (node {}, step {}): {}",
+            let place = format!(
+                "record {} of {} (node {}, step {})",
                 d.record - starts.get(at).copied().unwrap_or(0),
                 files[at].display(),
                 d.node,
                 d.seq,
-                d.reason
             );
+            if d.malformed {
+                println!("MALFORMED at {place}: {}", d.reason);
+                println!("result: unknown: the trace is not a run that can be replayed");
+                return Ok(ExitCode::from(2));
+            }
+            println!("DEPARTS at {place}: {}", d.reason);
             println!("result: the recorded run is not one the model allows");
             Ok(ExitCode::from(1))
         }

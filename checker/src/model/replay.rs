@@ -7,26 +7,36 @@
 //! ledger of every applied entry, Leader Completeness, "every `Granted` answer is backed by an
 //! applied Grant with that token at the answering node" (what a client may believe it holds:
 //! the model's "at most one holder" rests on it), and, when the trace recorded outputs, that
-//! the replayed output is the recorded one.
+//! the replayed output is the recorded one. Across the whole run (the nodes' files are
+//! replayed one after the other, so the nodes' states at one point of the replay are not
+//! simultaneous): no two nodes ever lead the same term; every message a node received was
+//! sent by its sender (in a recorded output); and a restarted node loads at least what its
+//! driver reported durable (`Input::Persisted`) before the crash: its term, that term's
+//! vote, its committed entries.
+//!
+//! A replay that departs names the first record that does. A replay with nothing to check
+//! (no step) or that did not see every member the configuration names says why
+//! ([`ReplayReport::unknown`]) instead of a verdict.
 //!
 //! Recording from the model's own runs: [`record`] replays a run of the actor model with a
 //! trace writer switched on in the server adapter, so tests can check replay on runs with and
 //! without a bug.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::panic::AssertUnwindSafe;
 
 use lockd::lock::Outcome;
 use lockd::raft::invariants::{self, Ledger};
-use lockd::raft::{Config, Durable, Input, Node, NodeId, Output, Response};
+use lockd::raft::{Config, Durable, Envelope, Input, Node, NodeId, Output, Response, Role, Term};
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
 use super::LockdModel;
 use super::simulate::Run;
 use stateright::Model;
 
-/// The first step of a trace the model does not allow.
+/// The first step of a trace the model does not allow, or the record that makes the trace
+/// unreadable as a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Departure {
     /// The node stepped.
@@ -37,6 +47,9 @@ pub struct Departure {
     pub record: usize,
     /// What went wrong, in words.
     pub reason: String,
+    /// Whether the trace itself is malformed here (a node steps before its configuration
+    /// line): no verdict on the run, rather than a run the model does not allow.
+    pub malformed: bool,
 }
 
 /// What a replay found.
@@ -46,24 +59,109 @@ pub struct ReplayReport {
     pub steps: u64,
     /// Nodes seen.
     pub nodes: usize,
+    /// Members named by a recorded configuration that the trace holds no record of: the
+    /// checks across nodes did not see them, so a replay without a departure proves less.
+    pub missing: Vec<NodeId>,
+    /// Nodes some of whose steps carry no recorded output: the messages they sent are not
+    /// known, so the messages others received from them were not matched to a send.
+    pub unmatched_senders: Vec<NodeId>,
     /// The first departure, if any.
     pub departure: Option<Departure>,
+}
+
+impl ReplayReport {
+    /// Why the replay cannot say the run is allowed, though nothing departed: it replayed no
+    /// step, or it did not see every member. `None` when the verdict stands.
+    pub fn unknown(&self) -> Option<String> {
+        if self.departure.is_some() {
+            return None;
+        }
+        if self.steps == 0 {
+            return Some("the trace holds no step: nothing was checked".to_owned());
+        }
+        if !self.missing.is_empty() {
+            return Some(format!(
+                "the recorded configuration names member(s) {:?} of which the trace holds no \
+                 record (a node's trace file is missing?): the checks across nodes saw only \
+                 {} node(s)",
+                self.missing, self.nodes
+            ));
+        }
+        None
+    }
 }
 
 struct Replayed {
     nodes: BTreeMap<NodeId, Node>,
     configs: BTreeMap<NodeId, Config>,
     ledger: Ledger,
+    /// The leader of each term any node was ever seen leading: Election Safety over the
+    /// whole run, not only over the nodes' states at one point of the replay (the nodes'
+    /// files are replayed one after the other).
+    leaders: BTreeMap<Term, NodeId>,
+    /// Every message a recorded output says was sent (see [`sent_messages`]).
+    sent: HashSet<Envelope>,
+    /// Per node, what its storage holds by the reference semantics
+    /// ([`Durable::apply`] of every persist the core asked for since its start) ...
+    written: BTreeMap<NodeId, Durable>,
+    /// ... and what of it the driver reported durable (`Input::Persisted`): a restart must
+    /// load at least this.
+    reported: BTreeMap<NodeId, Durable>,
+}
+
+/// Why a step failed: the run departs, or the trace is malformed.
+enum Fault {
+    Departs(String),
+    Malformed(String),
+}
+
+impl From<String> for Fault {
+    fn from(reason: String) -> Self {
+        Fault::Departs(reason)
+    }
+}
+
+/// Every message the recorded outputs say was sent, and the nodes whose sends are not all
+/// known: those with a step that recorded no output, and those the trace holds no record of
+/// (a missing member makes the replay unknown, not departing). Replay checks each output
+/// against the real core's, so a forged output departs at its own record.
+fn sent_messages(lines: &[TraceLine]) -> (HashSet<Envelope>, BTreeSet<NodeId>, BTreeSet<NodeId>) {
+    let mut sent = HashSet::new();
+    let mut unrecorded = BTreeSet::new();
+    let mut traced = BTreeSet::new();
+    for line in lines {
+        match line {
+            TraceLine::Step { node, output, .. } => match output {
+                Some(digest) => sent.extend(digest.sent.iter().cloned()),
+                None => {
+                    unrecorded.insert(*node);
+                }
+            },
+            TraceLine::Config { node, .. } => {
+                traced.insert(*node);
+            }
+            TraceLine::Restart { .. } => {}
+        }
+    }
+    (sent, unrecorded, traced)
 }
 
 /// Replays `lines` (see the module doc).
 pub fn replay(lines: &[TraceLine]) -> ReplayReport {
+    let (sent, unrecorded, traced) = sent_messages(lines);
     let mut r = Replayed {
         nodes: BTreeMap::new(),
         configs: BTreeMap::new(),
         ledger: Ledger::new(),
+        leaders: BTreeMap::new(),
+        sent,
+        written: BTreeMap::new(),
+        reported: BTreeMap::new(),
     };
-    let mut report = ReplayReport::default();
+    let mut report = ReplayReport {
+        unmatched_senders: unrecorded.iter().copied().collect(),
+        ..ReplayReport::default()
+    };
     for (i, line) in lines.iter().enumerate() {
         let (node, seq, result) = match line {
             TraceLine::Config { node, config } => {
@@ -75,7 +173,13 @@ pub fn replay(lines: &[TraceLine]) -> ReplayReport {
                 node,
                 restart,
                 now_ms,
-            } => (*node, 0, start(&mut r, *node, restart.clone(), *now_ms)),
+            } => {
+                let started = loads_what_was_reported(&r, *node, restart)
+                    .and_then(|()| start(&mut r, *node, restart.clone(), *now_ms));
+                // What storage loaded is on disk: a later restart must load it again.
+                r.reported.insert(*node, restart.clone());
+                (*node, 0, started)
+            }
             TraceLine::Step {
                 node,
                 seq,
@@ -83,34 +187,129 @@ pub fn replay(lines: &[TraceLine]) -> ReplayReport {
                 output,
             } => {
                 report.steps += 1;
-                (*node, *seq, step(&mut r, *node, input, output.as_ref()))
+                let stepped = was_sent(&r, *node, input, &unrecorded, &traced)
+                    .and_then(|()| step(&mut r, *node, input, output.as_ref()));
+                (*node, *seq, stepped)
             }
         };
-        if let Err(reason) = result.and_then(|()| check(&r)) {
+        if let Err(fault) = result.and_then(|()| check(&mut r).map_err(Fault::Departs)) {
+            let (reason, malformed) = match fault {
+                Fault::Departs(reason) => (reason, false),
+                Fault::Malformed(reason) => (reason, true),
+            };
             report.departure = Some(Departure {
                 node,
                 seq,
                 record: i + 1,
                 reason,
+                malformed,
             });
             break;
         }
     }
     report.nodes = r.nodes.len();
+    let members: BTreeSet<NodeId> = r
+        .configs
+        .values()
+        .flat_map(|c| c.members.iter().copied())
+        .collect();
+    report.missing = members
+        .into_iter()
+        .filter(|id| !r.configs.contains_key(id))
+        .collect();
     report
 }
 
-fn start(r: &mut Replayed, id: NodeId, durable: Durable, now_ms: u64) -> Result<(), String> {
-    let config = r
-        .configs
-        .get(&id)
-        .cloned()
-        .ok_or_else(|| format!("node {id} starts before its configuration line"))?;
-    let (node, out) =
-        std::panic::catch_unwind(AssertUnwindSafe(|| Node::new(config, durable, now_ms)))
-            .map_err(|_| format!("node {id}: Node::new panicked on the recorded storage"))?;
+fn start(r: &mut Replayed, id: NodeId, durable: Durable, now_ms: u64) -> Result<(), Fault> {
+    let config = r.configs.get(&id).cloned().ok_or_else(|| {
+        Fault::Malformed(format!("node {id} starts before its configuration line"))
+    })?;
+    let (node, out) = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        Node::new(config, durable.clone(), now_ms)
+    }))
+    .map_err(|_| format!("node {id}: Node::new panicked on the recorded storage"))?;
     record_applied(r, &node, &out)?;
     r.nodes.insert(id, node);
+    let mut written = durable;
+    if let Some(persist) = &out.persist {
+        written.apply(persist);
+    }
+    r.written.insert(id, written);
+    Ok(())
+}
+
+/// A message a node received was sent: some recorded output of its sender holds it (a
+/// network may drop, delay, duplicate and reorder messages, never make one up).
+fn was_sent(
+    r: &Replayed,
+    id: NodeId,
+    input: &Input,
+    unrecorded: &BTreeSet<NodeId>,
+    traced: &BTreeSet<NodeId>,
+) -> Result<(), Fault> {
+    let Input::Message { from, msg } = input else {
+        return Ok(());
+    };
+    if unrecorded.contains(from) || !traced.contains(from) {
+        return Ok(());
+    }
+    let envelope = Envelope {
+        source: *from,
+        target: id,
+        msg: msg.clone(),
+    };
+    if r.sent.contains(&envelope) {
+        return Ok(());
+    }
+    Err(Fault::Departs(format!(
+        "node {id} received {msg:?} from node {from}, which no recorded step of node {from} sent"
+    )))
+}
+
+/// A restarted node loads at least what its driver reported durable before the crash:
+/// storage that lost it (no fsync, a lying disk) is a run the model does not allow. Only
+/// what can never change is compared: the term, the vote of that term, and the log up to
+/// the commit index (a later, unreported write may have replaced an uncommitted suffix).
+fn loads_what_was_reported(r: &Replayed, id: NodeId, loaded: &Durable) -> Result<(), Fault> {
+    let Some(reported) = r.reported.get(&id) else {
+        return Ok(());
+    };
+    let (was, now) = (&reported.hard_state, &loaded.hard_state);
+    let lost = |what: String| {
+        Fault::Departs(format!(
+            "node {id} restarted from storage that lost what it had reported durable: {what}"
+        ))
+    };
+    if now.term < was.term {
+        return Err(lost(format!(
+            "term {} reported, {} loaded",
+            was.term, now.term
+        )));
+    }
+    if now.term == was.term && was.voted_for.is_some() && now.voted_for != was.voted_for {
+        return Err(lost(format!(
+            "the vote of term {} was {:?}, {:?} loaded",
+            was.term, was.voted_for, now.voted_for
+        )));
+    }
+    let covered = loaded.snapshot.as_ref().map_or(0, |s| s.last_index);
+    for entry in &reported.entries {
+        if entry.index > was.commit {
+            break;
+        }
+        if entry.index <= covered {
+            continue;
+        }
+        let kept = loaded.entries.iter().find(|e| e.index == entry.index);
+        if kept != Some(entry) {
+            return Err(lost(format!(
+                "committed entry {} (term {}) reported, {} loaded",
+                entry.index,
+                entry.term,
+                kept.map_or("none".to_owned(), |e| format!("term {}", e.term))
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -119,11 +318,10 @@ fn step(
     id: NodeId,
     input: &Input,
     recorded: Option<&OutputDigest>,
-) -> Result<(), String> {
-    let node = r
-        .nodes
-        .get_mut(&id)
-        .ok_or_else(|| format!("node {id} steps before its configuration line"))?;
+) -> Result<(), Fault> {
+    let node = r.nodes.get_mut(&id).ok_or_else(|| {
+        Fault::Malformed(format!("node {id} steps before its configuration line"))
+    })?;
     let out = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let out = node.step(input.clone());
         node.check_invariants();
@@ -140,17 +338,29 @@ fn step(
     if let Some(recorded) = recorded {
         let replayed = OutputDigest::from(&out);
         if replayed != *recorded {
-            return Err(format!(
+            return Err(Fault::Departs(format!(
                 "node {id}: the recorded output differs from the real core's on {input:?}: \
                  recorded {recorded:?}, replayed {replayed:?}"
-            ));
+            )));
         }
     }
-    let node = r.nodes.get(&id).cloned().ok_or("node vanished")?;
+    // The driver reports durable what it wrote before this input: everything asked so far.
+    if matches!(input, Input::Persisted { .. })
+        && let Some(written) = r.written.get(&id)
+    {
+        r.reported.insert(id, written.clone());
+    }
+    if let (Some(persist), Some(written)) = (&out.persist, r.written.get_mut(&id)) {
+        written.apply(persist);
+    }
+    let node = r
+        .nodes
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| Fault::Malformed("node vanished".to_owned()))?;
     record_applied(r, &node, &out)?;
-    granted_is_backed(&node, &out)
+    granted_is_backed(&node, &out).map_err(Fault::Departs)
 }
-
 fn record_applied(r: &mut Replayed, node: &Node, out: &Output) -> Result<(), String> {
     let status = node.status();
     for committed in &out.apply {
@@ -183,7 +393,21 @@ fn granted_is_backed(node: &Node, out: &Output) -> Result<(), String> {
     Ok(())
 }
 
-fn check(r: &Replayed) -> Result<(), String> {
+fn check(r: &mut Replayed) -> Result<(), String> {
+    for node in r.nodes.values() {
+        let status = node.status();
+        if status.role != Role::Leader {
+            continue;
+        }
+        if let Some(other) = r.leaders.insert(status.term, status.id)
+            && other != status.id
+        {
+            return Err(format!(
+                "Election Safety: nodes {other} and {} both led term {} during the run",
+                status.id, status.term
+            ));
+        }
+    }
     let nodes: Vec<&Node> = r.nodes.values().collect();
     invariants::election_safety(&nodes)?;
     invariants::log_matching(&nodes)?;
