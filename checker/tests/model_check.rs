@@ -862,4 +862,88 @@ mod trace_validation {
         assert_eq!(d.record, trace.len(), "{d:?}");
         assert!(d.reason.contains("both led term 1"), "{d:?}");
     }
+
+    /// Replays the model's own counterexample to `property` under `bug` (found by a
+    /// one-thread BFS of `cfg`, or by the default walks with `walk_seed`) and returns the
+    /// departure. The replay steps the recorded configuration, bug included: a mutant's run
+    /// replays output for output, so only the properties can reject it.
+    fn replay_counterexample(
+        cfg: ModelConfig,
+        walk_seed: Option<u64>,
+        property: &'static str,
+    ) -> checker::model::replay::Departure {
+        let (model, run) = match walk_seed {
+            None => {
+                let model = cfg.into_model();
+                let checker = model
+                    .clone()
+                    .checker()
+                    .threads(1)
+                    .target_max_depth(cfg.depth_max)
+                    .finish_when(HasDiscoveries::AnyOf([property].into()))
+                    .spawn_bfs()
+                    .join();
+                let path = checker
+                    .discovery(property)
+                    .unwrap_or_else(|| panic!("{cfg}: {property:?} not discovered"));
+                let run = path.clone().into_vec();
+                (model, run)
+            }
+            Some(seed) => {
+                let models: Vec<LockdModel> = cfg
+                    .walk_configs()
+                    .into_iter()
+                    .map(ModelConfig::into_model)
+                    .collect();
+                let mut options = WalkOptions::default();
+                options.threads = 1;
+                options.seed = seed;
+                options.walks_max = 2_000;
+                let reports = checker::model::simulate::walk_models(&models, &options);
+                let (model, report) = models
+                    .into_iter()
+                    .zip(reports)
+                    .find(|(_, r)| r.found.contains_key(property))
+                    .unwrap_or_else(|| panic!("seed {seed}: {property:?} not found by walks"));
+                let run = report.found[property].run.clone();
+                (model, run)
+            }
+        };
+        let trace = record(&model, &run);
+        let report = replay(&trace);
+        report.departure.unwrap_or_else(|| {
+            panic!(
+                "{property:?}: the model's counterexample replayed as allowed ({} steps)",
+                report.steps
+            )
+        })
+    }
+
+    #[test]
+    fn the_lock_properties_reject_a_mutant_run_that_replays_output_for_output() {
+        // Found by the replay of `locksmith sim --bug early-expire` (and release-by-key,
+        // expire-ignores-token) traces: every history was invalid, every replay "allowed",
+        // since the replay checked Raft's properties and the grants, not the lock table's.
+        let early = replay_counterexample(
+            with_bug(one_server(), Bug::EarlyExpire),
+            None,
+            properties::LEASE_NOT_EARLY,
+        );
+        assert!(early.reason.contains("armed the lease"), "{early:?}");
+        let by_key = replay_counterexample(
+            with_bug(one_server(), Bug::ReleaseByKey),
+            None,
+            properties::RELEASE_OWN_TOKEN,
+        );
+        assert!(
+            by_key.reason.contains("removed the lock of token"),
+            "{by_key:?}"
+        );
+        let expire = replay_counterexample(
+            with_bug(ModelConfig::default(), Bug::ExpireIgnoresToken),
+            Some(8),
+            properties::EXPIRE_KEEPS_NEWER,
+        );
+        assert!(expire.reason.contains("Expire{token"), "{expire:?}");
+    }
 }

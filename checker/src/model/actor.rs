@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lockd::bugs::{Bug, BugSet};
-use lockd::lock::{Command, Origin, Outcome, Token};
+use lockd::lock::{Command, LockTable, Origin, Outcome, Token};
 use lockd::raft::invariants::Ledger;
 use lockd::raft::{
     ClientRequest, Committed, Config, Durable, Index, Input, Message, Node, NodeId, Output,
@@ -676,7 +676,7 @@ fn carry_out(
     o: &mut Out<LockdActor>,
 ) {
     let node = &server.node;
-    observe_applied(&mut server.ghost, before, &output.apply);
+    observe_applied(&mut server.ghost, before.table(), &output.apply);
     observe_leases(&mut server.ghost, node, &output.timers);
     let term = node.status().term;
     for committed in &output.apply {
@@ -736,7 +736,7 @@ fn carry_out(
 /// Flags a lease timer armed for less than its lock's lease on the node's clock (the
 /// `early-expire` mutant). Untimed stateright timers fire at any moment, so this is the part
 /// of lease safety the model can check: the deadline the core asks for.
-fn observe_leases(ghost: &mut Ghost, node: &Node, timers: &[TimerCmd]) {
+pub(super) fn observe_leases(ghost: &mut Ghost, node: &Node, timers: &[TimerCmd]) {
     for cmd in timers {
         let TimerCmd::Set {
             timer: Timer::Lease { key, token },
@@ -762,10 +762,10 @@ fn observe_leases(ghost: &mut Ghost, node: &Node, timers: &[TimerCmd]) {
 }
 
 /// Updates the ghost facts from the entries applied in one step, by replaying them on a copy
-/// of the table before the step (the real lock code, so the replay is exact). A step that
-/// installed a snapshot does not continue the old table; its entries are skipped.
-fn observe_applied(ghost: &mut Ghost, before: &Node, applied: &[Committed]) {
-    let mut table = before.table().clone();
+/// of the node's table before the step (the real lock code, so the replay is exact). A step
+/// that installed a snapshot does not continue the old table; its entries are skipped.
+pub(super) fn observe_applied(ghost: &mut Ghost, before: &LockTable, applied: &[Committed]) {
+    let mut table = before.clone();
     for committed in applied {
         if committed.index <= table.last_applied() {
             continue; // Re-applied after a restart: already observed.

@@ -26,13 +26,14 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::panic::AssertUnwindSafe;
 
-use lockd::lock::Outcome;
+use lockd::lock::{LockTable, Outcome};
 use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{Config, Durable, Envelope, Input, Node, NodeId, Output, Response, Role, Term};
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
-use super::LockdModel;
+use super::actor::{Ghost, observe_applied, observe_leases};
 use super::simulate::Run;
+use super::{LockdModel, properties};
 use stateright::Model;
 
 /// The first step of a trace the model does not allow, or the record that makes the trace
@@ -322,6 +323,8 @@ fn step(
     let node = r.nodes.get_mut(&id).ok_or_else(|| {
         Fault::Malformed(format!("node {id} steps before its configuration line"))
     })?;
+    // The lock properties need the table before the step (`actor::observe_applied`).
+    let table_before = node.table().clone();
     let out = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let out = node.step(input.clone());
         node.check_invariants();
@@ -359,7 +362,28 @@ fn step(
         .cloned()
         .ok_or_else(|| Fault::Malformed("node vanished".to_owned()))?;
     record_applied(r, &node, &out)?;
-    granted_is_backed(&node, &out).map_err(Fault::Departs)
+    granted_is_backed(&node, &out).map_err(Fault::Departs)?;
+    lock_properties(&table_before, &node, &out).map_err(Fault::Departs)
+}
+
+/// The model's properties of the lock table, over one step: no applied Expire or Release
+/// removes a lock held under another token, and no lease timer is armed for less than its
+/// lock's lease on the node's clock. The same code as the model's (`actor::observe_*`).
+/// Needed because a mutant's run replays output for output (the trace's configuration
+/// carries the bug): only the properties can reject it.
+fn lock_properties(before: &LockTable, node: &Node, out: &Output) -> Result<(), String> {
+    let mut ghost = Ghost::default();
+    observe_applied(&mut ghost, before, &out.apply);
+    observe_leases(&mut ghost, node, &out.timers);
+    let found = [
+        (properties::EXPIRE_KEEPS_NEWER, ghost.expire_removed_other),
+        (properties::RELEASE_OWN_TOKEN, ghost.release_removed_other),
+        (properties::LEASE_NOT_EARLY, ghost.early_lease),
+    ];
+    match found.into_iter().find_map(|(p, why)| why.map(|w| (p, w))) {
+        Some((property, why)) => Err(format!("{property:?} violated: {why}")),
+        None => Ok(()),
+    }
 }
 fn record_applied(r: &mut Replayed, node: &Node, out: &Output) -> Result<(), String> {
     let status = node.status();
