@@ -946,4 +946,19 @@ mod trace_validation {
         );
         assert!(expire.reason.contains("Expire{token"), "{expire:?}");
     }
+
+    #[test]
+    fn a_leader_that_keeps_the_lock_of_a_client_that_left_departs() {
+        // `skip-phantom-release`: the sim's histories show it as a liveness failure in 13 of
+        // 20 seeds; the replay said "allowed" in all 20 before it checked the property.
+        let departure = replay_counterexample(
+            with_bug(ModelConfig::default(), Bug::SkipPhantomRelease),
+            Some(1),
+            properties::PHANTOM_RELEASED,
+        );
+        assert!(
+            departure.reason.contains("left, with no Release"),
+            "{departure:?}"
+        );
+    }
 }

@@ -600,16 +600,23 @@ fn note_gone(server: &mut ServerState, rid: RequestId) {
         client: usize::from(client) as u64,
         request: seq,
     };
-    let status = server.node.status();
-    let pending = server.node.log().iter().any(|e| {
+    if let Some(gone) = gone_while_pending(&server.node, origin) {
+        server.ghost.gone.insert(gone);
+    }
+}
+
+/// `(term, origin)` when `node` leads and has the Grant of `origin` in its log, proposed in
+/// this term and not yet applied: the client of that Grant left while the leader can still
+/// release what it will get (the `PHANTOM_RELEASED` property, [`Ghost::gone`]).
+pub(super) fn gone_while_pending(node: &Node, origin: Origin) -> Option<(Term, Origin)> {
+    let status = node.status();
+    let pending = node.log().iter().any(|e| {
         e.proposal.origin == Some(origin)
             && e.index > status.last_applied
             && e.term == status.term
             && matches!(e.proposal.command, Command::Grant { .. })
     });
-    if status.role == Role::Leader && pending {
-        server.ghost.gone.insert((status.term, origin));
-    }
+    (status.role == Role::Leader && pending).then_some((status.term, origin))
 }
 
 /// The combined output of one actor step: the node's output with every `persist` applied to

@@ -8,9 +8,11 @@
 //! The Raft properties call the core's own cross-node checks
 //! ([`lockd::raft::invariants`]), so the model and the core's tests agree on what they mean.
 
-use lockd::lock::{Command, Outcome, Token};
+use std::collections::BTreeSet;
+
+use lockd::lock::{Command, Origin, Outcome, Token};
 use lockd::raft::invariants::{self, Ledger};
-use lockd::raft::{Node, Role};
+use lockd::raft::{Node, Role, Term};
 use stateright::Property;
 use stateright::semantics::ConsistencyTester;
 
@@ -218,33 +220,36 @@ pub fn one_holder(state: &LockdState) -> Result<(), String> {
 /// A leader that learned, in its term and before applying the grant, that a client left,
 /// holds no lock of that client without a Release for it in its log.
 pub fn phantom_released(state: &LockdState) -> Result<(), String> {
-    for server in live_servers(state) {
-        let node = &server.node;
-        let status = node.status();
-        if status.role != Role::Leader {
+    live_servers(state).try_for_each(|server| gone_released(&server.node, &server.ghost.gone))
+}
+
+/// [`phantom_released`] of one node, given the clients `gone` while it led (see
+/// [`super::actor::Ghost::gone`]); the trace replay checks it too.
+pub fn gone_released(node: &Node, gone: &BTreeSet<(Term, Origin)>) -> Result<(), String> {
+    let status = node.status();
+    if status.role != Role::Leader {
+        return Ok(());
+    }
+    for (key, held) in node.table().locks() {
+        let Some(origin) = held.origin else { continue };
+        let proposed_here = node.term_at(held.token) == Some(status.term);
+        if !proposed_here || !gone.contains(&(status.term, origin)) {
             continue;
         }
-        for (key, held) in node.table().locks() {
-            let Some(origin) = held.origin else { continue };
-            let proposed_here = node.term_at(held.token) == Some(status.term);
-            if !proposed_here || !server.ghost.gone.contains(&(status.term, origin)) {
-                continue;
-            }
-            let released = node.log().iter().any(|e| {
-                e.index > held.token
-                    && e.proposal.command
-                        == Command::Release {
-                            key: key.clone(),
-                            token: held.token,
-                        }
-            });
-            if !released {
-                return Err(format!(
-                    "{PHANTOM_RELEASED}: leader {} holds {key:?} token {} for client {} that \
-                     left, with no Release in its log",
-                    status.id, held.token, origin.client
-                ));
-            }
+        let released = node.log().iter().any(|e| {
+            e.index > held.token
+                && e.proposal.command
+                    == Command::Release {
+                        key: key.clone(),
+                        token: held.token,
+                    }
+        });
+        if !released {
+            return Err(format!(
+                "{PHANTOM_RELEASED}: leader {} holds {key:?} token {} for client {} that \
+                 left, with no Release in its log",
+                status.id, held.token, origin.client
+            ));
         }
     }
     Ok(())

@@ -26,12 +26,15 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::panic::AssertUnwindSafe;
 
-use lockd::lock::{LockTable, Outcome};
+use lockd::lock::{LockTable, Origin, Outcome};
 use lockd::raft::invariants::{self, Ledger};
-use lockd::raft::{Config, Durable, Envelope, Input, Node, NodeId, Output, Response, Role, Term};
+use lockd::raft::{
+    ClientRequest, Config, Durable, Envelope, Input, Node, NodeId, Output, RequestId, Response,
+    Role, Term,
+};
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
-use super::actor::{Ghost, observe_applied, observe_leases};
+use super::actor::{Ghost, gone_while_pending, observe_applied, observe_leases};
 use super::simulate::Run;
 use super::{LockdModel, properties};
 use stateright::Model;
@@ -108,6 +111,11 @@ struct Replayed {
     /// ... and what of it the driver reported durable (`Input::Persisted`): a restart must
     /// load at least this.
     reported: BTreeMap<NodeId, Durable>,
+    /// Per node since its start, the origin of each unanswered acquire it was asked ...
+    origins: BTreeMap<NodeId, BTreeMap<RequestId, Origin>>,
+    /// ... and the clients that left while it led with their Grant pending
+    /// (`actor::gone_while_pending`): it must release what they get.
+    gone: BTreeMap<NodeId, BTreeSet<(Term, Origin)>>,
 }
 
 /// Why a step failed: the run departs, or the trace is malformed.
@@ -158,6 +166,8 @@ pub fn replay(lines: &[TraceLine]) -> ReplayReport {
         sent,
         written: BTreeMap::new(),
         reported: BTreeMap::new(),
+        origins: BTreeMap::new(),
+        gone: BTreeMap::new(),
     };
     let mut report = ReplayReport {
         unmatched_senders: unrecorded.iter().copied().collect(),
@@ -231,6 +241,9 @@ fn start(r: &mut Replayed, id: NodeId, durable: Durable, now_ms: u64) -> Result<
     .map_err(|_| format!("node {id}: Node::new panicked on the recorded storage"))?;
     record_applied(r, &node, &out)?;
     r.nodes.insert(id, node);
+    // A new process knows no request and no client that left.
+    r.origins.remove(&id);
+    r.gone.remove(&id);
     let mut written = durable;
     if let Some(persist) = &out.persist {
         written.apply(persist);
@@ -363,7 +376,47 @@ fn step(
         .ok_or_else(|| Fault::Malformed("node vanished".to_owned()))?;
     record_applied(r, &node, &out)?;
     granted_is_backed(&node, &out).map_err(Fault::Departs)?;
-    lock_properties(&table_before, &node, &out).map_err(Fault::Departs)
+    lock_properties(&table_before, &node, &out).map_err(Fault::Departs)?;
+    phantom_released(r, &node, input, &out).map_err(Fault::Departs)
+}
+
+/// The model's `PHANTOM_RELEASED` over the replay: a client that left (`ClientGone`) while
+/// this node led with its Grant pending gets no lock without a Release in the leader's log.
+/// Request ids are the node's (a restarted process starts afresh), so their origins are
+/// learned from the node's own inputs.
+fn phantom_released(
+    r: &mut Replayed,
+    node: &Node,
+    input: &Input,
+    out: &Output,
+) -> Result<(), String> {
+    let id = node.status().id;
+    let origins = r.origins.entry(id).or_default();
+    match input {
+        Input::Request {
+            id: rid,
+            request:
+                ClientRequest::Acquire {
+                    origin: Some(origin),
+                    ..
+                },
+        } => {
+            origins.insert(*rid, *origin);
+        }
+        Input::ClientGone { id: rid } => {
+            if let Some(gone) = origins.get(rid).and_then(|o| gone_while_pending(node, *o)) {
+                r.gone.entry(id).or_default().insert(gone);
+            }
+        }
+        _ => {}
+    }
+    for (rid, _) in &out.respond {
+        origins.remove(rid);
+    }
+    match r.gone.get(&id) {
+        Some(gone) => properties::gone_released(node, gone),
+        None => Ok(()),
+    }
 }
 
 /// The model's properties of the lock table, over one step: no applied Expire or Release
