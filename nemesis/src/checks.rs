@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use checker::{Check, Options, Verdict};
+use checker::{Check, CheckResult, Options, Verdict};
 
 use crate::recorder::write_file;
 
@@ -21,6 +21,34 @@ pub struct CheckOutput {
     pub check: Option<Check>,
     /// Reports that could not be written.
     pub report_errors: Vec<String>,
+}
+
+impl CheckOutput {
+    /// Adds the result of one more check of the run (`trace replay`) and merges the verdict
+    /// again (`checker::compose`: invalid > unknown > valid).
+    pub fn push(&mut self, result: CheckResult) {
+        match &mut self.check {
+            Some(check) => {
+                check.results.push(result);
+                let merged = checker::compose(std::mem::take(&mut check.results));
+                check.results = merged.results;
+                check.verdict = merged.verdict;
+                self.verdict = check.verdict.clone();
+                self.explanation = check.explanation();
+            }
+            None => {
+                if !result.verdict.is_valid() {
+                    self.explanation
+                        .push_str(&format!("{}: {}\n", result.name, result.verdict));
+                    if let Some(text) = &result.explanation {
+                        self.explanation.push_str(text);
+                        self.explanation.push('\n');
+                    }
+                }
+                self.verdict = self.verdict.clone().merge(result.verdict);
+            }
+        }
+    }
 }
 
 fn unknown(reason: String) -> CheckOutput {

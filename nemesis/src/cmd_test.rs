@@ -76,7 +76,8 @@ pub struct TestArgs {
     #[arg(long)]
     ssh_key: Option<PathBuf>,
     /// Every lockd node writes a trace of its core's inputs to node-logs/n<ID>.trace.jsonl
-    /// in the run dir, for `locksmith model replay RUN_DIR` (local lockd nodes only).
+    /// in the run dir, and the verdict includes their replay through the model (the check
+    /// `trace replay`; `locksmith model replay RUN_DIR` repeats it). Local lockd nodes only.
     #[arg(long)]
     trace: bool,
 }
@@ -278,13 +279,13 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             eprintln!(
                 "rerun: locksmith test --seed {}{}",
                 options.seed,
-                rerun_flags(&options, &args.system)
+                rerun_flags(&options, &args.system, args.trace)
             );
             return Err(e);
         }
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-    print_summary(&options, &args.system, &outcome);
+    print_summary(&options, &args.system, args.trace, &outcome);
     if let Some(path) = &args.junit {
         nemesis::reports::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
     }
@@ -292,7 +293,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 
-fn print_summary(options: &TestOptions, system: &str, outcome: &run::RunOutcome) {
+fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run::RunOutcome) {
     let r = &outcome.results;
     println!("seed: {}", options.seed);
     println!("store: {}", outcome.dir.display());
@@ -329,15 +330,19 @@ fn print_summary(options: &TestOptions, system: &str, outcome: &run::RunOutcome)
         println!(
             "rerun: locksmith test --seed {}{}",
             options.seed,
-            rerun_flags(options, system)
+            rerun_flags(options, system, trace)
         );
     }
 }
 
-/// The flags that differ from the defaults, so that the rerun line reproduces the run.
-fn rerun_flags(o: &TestOptions, system: &str) -> String {
+/// The flags that differ from the defaults, so that the rerun line reproduces the run
+/// (`--trace` too: with it the verdict includes the trace replay).
+fn rerun_flags(o: &TestOptions, system: &str, trace: bool) -> String {
     let d = TestOptions::default();
     let mut s = String::new();
+    if trace {
+        s.push_str(" --trace");
+    }
     if system != "lockd" {
         s.push_str(&format!(" --system {system}"));
     }

@@ -34,6 +34,7 @@ pub mod net;
 pub mod netem;
 pub mod progress;
 pub mod recorder;
+pub mod replay;
 pub mod reports;
 pub mod rng;
 pub mod run;

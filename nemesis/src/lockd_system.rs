@@ -253,6 +253,10 @@ impl System for Lockd {
         true
     }
 
+    fn traces(&self) -> bool {
+        self.trace
+    }
+
     fn name(&self) -> &'static str {
         "lockd"
     }

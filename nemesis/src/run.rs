@@ -654,7 +654,12 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     let ticker = options
         .progress
         .then(|| crate::progress::Ticker::start("test", "checking the history"));
-    let check = checks::check_history(&dir, &checker::Options::default());
+    let mut check = checks::check_history(&dir, &checker::Options::default());
+    if system.traces() {
+        // The nodes' traces through the model: catches what no client saw (a restart that
+        // lost acknowledged writes, a grant without the log behind it).
+        check.push(crate::replay::check_run(&dir));
+    }
     drop(ticker);
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
     let recovered = phase.recovered_slots.len() as u64 == options.concurrency;

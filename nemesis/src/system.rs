@@ -97,6 +97,13 @@ pub trait System: Send + Sync {
         false
     }
 
+    /// True when every node writes a trace of its core's inputs into the run's node-logs
+    /// (`lockd --trace`, `locksmith test --trace`): the run's verdict then includes the
+    /// replay of those traces through the model (`crate::replay`).
+    fn traces(&self) -> bool {
+        false
+    }
+
     /// A client for client process `client_id`.
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient>;
 

@@ -162,6 +162,16 @@ fn a_simulated_run_replays_through_the_model() {
         "seed 1: {:?}",
         result.verdict()
     );
+    // With traces on, the seed's verdict includes their replay.
+    let replayed = |result: &nemesis::sim::CaseResult| {
+        result
+            .check
+            .results
+            .iter()
+            .find(|r| r.name == nemesis::replay::CHECK_NAME)
+            .map(|r| r.verdict.clone())
+    };
+    assert_eq!(replayed(&result), Some(checker::Verdict::Valid), "seed 1");
     let out = replay(&clean);
     assert_eq!(
         out.status.code(),
@@ -192,7 +202,13 @@ fn a_simulated_run_replays_through_the_model() {
     no_fsync.time_s = 4;
     no_fsync.bug = Some("no-fsync".parse().expect("a known bug"));
     no_fsync.trace_root = Some(root.path().join("no-fsync"));
-    run_case(&no_fsync);
+    let result = run_case(&no_fsync);
+    assert_eq!(
+        replayed(&result),
+        Some(checker::Verdict::Invalid),
+        "seed 4, no-fsync: the seed's own verdict has the replay's"
+    );
+    assert!(!result.verdict().is_valid(), "seed 4, no-fsync");
     let out = replay(&no_fsync);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "seed 4, no-fsync: {stdout}");

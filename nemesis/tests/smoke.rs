@@ -191,6 +191,19 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
         clean.dir.display()
     );
     assert!(text.contains("the model allows"), "{text}");
+    // The run's own verdict includes the replay (results.json names the check).
+    let replay_verdict = |results: &serde_json::Value| {
+        results["checks"]["results"]
+            .as_array()
+            .and_then(|all| all.iter().find(|r| r["name"] == "trace replay"))
+            .map(|r| r["verdict"].clone())
+    };
+    assert_eq!(
+        replay_verdict(&clean.results),
+        Some(serde_json::json!("valid")),
+        "{}",
+        clean.results
+    );
 
     // Kills move the leadership away from n1, where every client starts: a follower then
     // gets acquires, and the bug grants them.
@@ -208,4 +221,11 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
         bad.dir.display()
     );
     assert!(text.contains("without an applied Grant"), "{text}");
+    assert_eq!(
+        replay_verdict(&bad.results),
+        Some(serde_json::json!("invalid")),
+        "{}",
+        bad.results
+    );
+    assert_eq!(bad.exit_code, 1);
 }

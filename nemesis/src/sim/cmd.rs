@@ -54,7 +54,8 @@ pub struct SimArgs {
     #[arg(long)]
     pub bug: Option<String>,
     /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
-    /// `DIR/seed-S/node-logs/nI.trace.jsonl`, for `locksmith model replay DIR/seed-S`.
+    /// `DIR/seed-S/node-logs/nI.trace.jsonl`; each seed's verdict then includes their replay
+    /// through the model (the check `trace replay`; `locksmith model replay DIR/seed-S`).
     #[arg(long, value_name = "DIR")]
     pub trace: Option<PathBuf>,
     /// Leave these planned faults out (indexes into the plan; written by the shrinker).

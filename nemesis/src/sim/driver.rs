@@ -131,6 +131,11 @@ fn run_case_on_this_thread(case: &SimCase) -> CaseResult {
         )
     };
     check.results.push(health);
+    if let Some(dir) = case.trace_dir() {
+        // `--trace`: the nodes' traces through the model (`crate::replay`), written to the
+        // real disk by the run that just ended.
+        check.results.push(crate::replay::check_run(&dir));
+    }
     check = checker::compose(check.results);
     let logs = logs.map(|buffer| {
         let bytes = buffer.lock().map(|b| b.clone()).unwrap_or_default();
