@@ -26,7 +26,7 @@ pub struct CheckOutput {
 impl CheckOutput {
     /// Adds the result of one more check of the run (`trace replay`) and merges the verdict
     /// again (`checker::compose`: invalid > unknown > valid).
-    pub fn push(&mut self, result: CheckResult) {
+    fn push(&mut self, result: CheckResult) {
         match &mut self.check {
             Some(check) => {
                 check.results.push(result);
@@ -51,6 +51,16 @@ impl CheckOutput {
     }
 }
 
+/// The history could not be read: unknown, with the run's other checks still merged in (an
+/// invalid trace replay stays invalid).
+fn unknown_with(reason: String, extra: Vec<CheckResult>) -> CheckOutput {
+    let mut out = unknown(reason);
+    for result in extra {
+        out.push(result);
+    }
+    out
+}
+
 fn unknown(reason: String) -> CheckOutput {
     CheckOutput {
         verdict: Verdict::unknown(reason.clone()),
@@ -63,16 +73,29 @@ fn unknown(reason: String) -> CheckOutput {
 /// Checks `dir/history.csv` (lock model, default drift, default liveness bounds) and
 /// writes `timeline.html` and `latency.svg` into `dir`.
 pub fn check_history(dir: &Path, options: &Options) -> CheckOutput {
+    check_history_with(dir, options, Vec::new())
+}
+
+/// [`check_history`], with the results of the run's other checks (`trace replay`) merged in
+/// before the reports are written, so that the timeline shows them too.
+pub fn check_history_with(dir: &Path, options: &Options, extra: Vec<CheckResult>) -> CheckOutput {
     let path = dir.join("history.csv");
     let ops = match history::csv::read_path(&path) {
         Ok(ops) => ops,
-        Err(e) => return unknown(format!("{}: {e}", path.display())),
+        Err(e) => return unknown_with(format!("{}: {e}", path.display()), extra),
     };
     let paired = match history::pair::pair_with_faults(&ops) {
         Ok(p) => p,
-        Err(e) => return unknown(format!("{}: {e}", path.display())),
+        Err(e) => return unknown_with(format!("{}: {e}", path.display()), extra),
     };
-    let check = checker::check_paired(&paired, options);
+    let mut check = checker::check_paired(&paired, options);
+    if !extra.is_empty() {
+        let model = check.model;
+        let mut results = std::mem::take(&mut check.results);
+        results.extend(extra);
+        check = checker::compose(results);
+        check.model = model;
+    }
     let title = dir.display().to_string();
     let mut report_errors = Vec::new();
     let timeline = checker::report::timeline::render(&title, &paired, &check);

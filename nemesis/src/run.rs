@@ -654,12 +654,14 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     let ticker = options
         .progress
         .then(|| crate::progress::Ticker::start("test", "checking the history"));
-    let mut check = checks::check_history(&dir, &checker::Options::default());
-    if system.traces() {
-        // The nodes' traces through the model: catches what no client saw (a restart that
-        // lost acknowledged writes, a grant without the log behind it).
-        check.push(crate::replay::check_run(&dir));
-    }
+    // With traces, the nodes' traces through the model: catches what no client saw (a
+    // restart that lost acknowledged writes, a grant without the log behind it).
+    let extra = if system.traces() {
+        vec![crate::replay::check_run(&dir)]
+    } else {
+        Vec::new()
+    };
+    let check = checks::check_history_with(&dir, &checker::Options::default(), extra);
     drop(ticker);
     let counts = driver.counts.lock().unwrap_or_else(|p| p.into_inner());
     let recovered = phase.recovered_slots.len() as u64 == options.concurrency;
