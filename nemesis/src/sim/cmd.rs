@@ -323,9 +323,14 @@ fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Re
     println!("rerun: {}", case.rerun_command());
     if !args.no_shrink {
         eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
-        let shrunk = shrink_with(&case, |candidate| {
-            spawn_child(candidate, &args.store, true).is_ok_and(|r| r.is_invalid())
+        // Candidates write their traces apart (`DIR/shrink/seed-S`), so that the failing
+        // seed's own traces stay in `DIR/seed-S` for `locksmith model replay`.
+        let mut shrunk = shrink_with(&case, |candidate| {
+            let mut candidate = candidate.clone();
+            candidate.trace_root = case.trace_root.as_ref().map(|root| root.join("shrink"));
+            spawn_child(&candidate, &args.store, true).is_ok_and(|r| r.is_invalid())
         });
+        shrunk.case.trace_root = case.trace_root.clone();
         println!(
             "smallest failing case found ({} reruns): {} simulated s, {} clients, {} planned faults",
             shrunk.runs, shrunk.case.time_s, shrunk.case.clients, shrunk.faults_left
