@@ -322,6 +322,18 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         );
     }
     println!("recovery: {}", r["recovery"]);
+    if let Some(replayed) = r["checks"]["results"].as_array().and_then(|all| {
+        all.iter()
+            .find(|c| c["name"] == nemesis::replay::CHECK_NAME)
+    }) && replayed["verdict"] == "valid"
+    {
+        // Shown when valid too: that the traces were replayed at all is worth knowing.
+        println!(
+            "{}: valid ({})",
+            nemesis::replay::CHECK_NAME,
+            replayed["explanation"].as_str().unwrap_or("")
+        );
+    }
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());
     }

@@ -102,7 +102,14 @@ impl RunReplay {
             return CheckResult::new(CHECK_NAME, Verdict::unknown(why));
         }
         match &self.report.departure {
-            None => CheckResult::new(CHECK_NAME, Verdict::Valid),
+            None => {
+                let mut valid = CheckResult::new(CHECK_NAME, Verdict::Valid);
+                valid.explanation = Some(format!(
+                    "{} steps of {} node(s) replayed, every one allowed by the model",
+                    self.report.steps, self.report.nodes
+                ));
+                valid
+            }
             Some(d) if d.malformed => CheckResult::new(
                 CHECK_NAME,
                 Verdict::unknown(format!(
