@@ -23,40 +23,18 @@ pub struct CheckOutput {
     pub report_errors: Vec<String>,
 }
 
-impl CheckOutput {
-    /// Adds the result of one more check of the run (`trace replay`) and merges the verdict
-    /// again (`checker::compose`: invalid > unknown > valid).
-    fn push(&mut self, result: CheckResult) {
-        match &mut self.check {
-            Some(check) => {
-                check.results.push(result);
-                let merged = checker::compose(std::mem::take(&mut check.results));
-                check.results = merged.results;
-                check.verdict = merged.verdict;
-                self.verdict = check.verdict.clone();
-                self.explanation = check.explanation();
-            }
-            None => {
-                if !result.verdict.is_valid() {
-                    self.explanation
-                        .push_str(&format!("{}: {}\n", result.name, result.verdict));
-                    if let Some(text) = &result.explanation {
-                        self.explanation.push_str(text);
-                        self.explanation.push('\n');
-                    }
-                }
-                self.verdict = self.verdict.clone().merge(result.verdict);
-            }
-        }
-    }
-}
-
 /// The history could not be read: unknown, with the run's other checks still merged in (an
-/// invalid trace replay stays invalid).
+/// invalid trace replay stays invalid), and their explanation after the reason.
 fn unknown_with(reason: String, extra: Vec<CheckResult>) -> CheckOutput {
     let mut out = unknown(reason);
-    for result in extra {
-        out.push(result);
+    if !extra.is_empty() {
+        let others = checker::compose(extra);
+        let text = others.explanation();
+        if !text.is_empty() {
+            out.explanation.push('\n');
+            out.explanation.push_str(&text);
+        }
+        out.verdict = out.verdict.merge(others.verdict);
     }
     out
 }

@@ -305,10 +305,7 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         println!("fault notes: {}", outcome.fault_notes.join("; "));
     }
     println!("nodes: {}", r["nodes"]);
-    if let Some(liveness) = r["checks"]["results"]
-        .as_array()
-        .and_then(|all| all.iter().find(|c| c["name"] == "liveness"))
-    {
+    if let Some(liveness) = check_named(r, "liveness") {
         let counts = liveness["explanation"].as_str().unwrap_or("");
         let first = counts.lines().last().unwrap_or("");
         println!(
@@ -322,10 +319,8 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         );
     }
     println!("recovery: {}", r["recovery"]);
-    if let Some(replayed) = r["checks"]["results"].as_array().and_then(|all| {
-        all.iter()
-            .find(|c| c["name"] == nemesis::replay::CHECK_NAME)
-    }) && replayed["verdict"] == "valid"
+    if let Some(replayed) = check_named(r, nemesis::replay::CHECK_NAME)
+        && replayed["verdict"] == "valid"
     {
         // Shown when valid too: that the traces were replayed at all is worth knowing.
         println!(
@@ -345,6 +340,13 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
             rerun_flags(options, system, trace)
         );
     }
+}
+
+/// The result of the check `name` in results.json, if it ran.
+fn check_named<'a>(results: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    results["checks"]["results"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["name"] == name))
 }
 
 /// The flags that differ from the defaults, so that the rerun line reproduces the run

@@ -239,7 +239,7 @@ fn start(r: &mut Replayed, id: NodeId, durable: Durable, now_ms: u64) -> Result<
         Node::new(config, durable.clone(), now_ms)
     }))
     .map_err(|_| format!("node {id}: Node::new panicked on the recorded storage"))?;
-    record_applied(r, &node, &out)?;
+    record_applied(&mut r.ledger, &node, &out)?;
     r.nodes.insert(id, node);
     // A new process knows no request and no client that left.
     r.origins.remove(&id);
@@ -369,15 +369,22 @@ fn step(
     if let (Some(persist), Some(written)) = (&out.persist, r.written.get_mut(&id)) {
         written.apply(persist);
     }
-    let node = r
-        .nodes
+    // Borrowed field by field: the node stays where it is (no copy of its log per step).
+    let Replayed {
+        nodes,
+        ledger,
+        origins,
+        gone,
+        ..
+    } = r;
+    let node = nodes
         .get(&id)
-        .cloned()
         .ok_or_else(|| Fault::Malformed("node vanished".to_owned()))?;
-    record_applied(r, &node, &out)?;
-    granted_is_backed(&node, &out).map_err(Fault::Departs)?;
-    lock_properties(&table_before, &node, &out).map_err(Fault::Departs)?;
-    phantom_released(r, &node, input, &out).map_err(Fault::Departs)
+    record_applied(ledger, node, &out)?;
+    granted_is_backed(node, &out)?;
+    lock_properties(&table_before, node, &out)?;
+    let (origins, gone) = (origins.entry(id).or_default(), gone.entry(id).or_default());
+    Ok(phantom_released(origins, gone, node, input, &out)?)
 }
 
 /// The model's `PHANTOM_RELEASED` over the replay: a client that left (`ClientGone`) while
@@ -385,13 +392,12 @@ fn step(
 /// Request ids are the node's (a restarted process starts afresh), so their origins are
 /// learned from the node's own inputs.
 fn phantom_released(
-    r: &mut Replayed,
+    origins: &mut BTreeMap<RequestId, Origin>,
+    gone: &mut BTreeSet<(Term, Origin)>,
     node: &Node,
     input: &Input,
     out: &Output,
 ) -> Result<(), String> {
-    let id = node.status().id;
-    let origins = r.origins.entry(id).or_default();
     match input {
         Input::Request {
             id: rid,
@@ -404,8 +410,8 @@ fn phantom_released(
             origins.insert(*rid, *origin);
         }
         Input::ClientGone { id: rid } => {
-            if let Some(gone) = origins.get(rid).and_then(|o| gone_while_pending(node, *o)) {
-                r.gone.entry(id).or_default().insert(gone);
+            if let Some(left) = origins.get(rid).and_then(|o| gone_while_pending(node, *o)) {
+                gone.insert(left);
             }
         }
         _ => {}
@@ -413,10 +419,10 @@ fn phantom_released(
     for (rid, _) in &out.respond {
         origins.remove(rid);
     }
-    match r.gone.get(&id) {
-        Some(gone) => properties::gone_released(node, gone),
-        None => Ok(()),
+    if gone.is_empty() {
+        return Ok(());
     }
+    properties::gone_released(node, gone)
 }
 
 /// The model's properties of the lock table, over one step: no applied Expire or Release
@@ -438,10 +444,11 @@ fn lock_properties(before: &LockTable, node: &Node, out: &Output) -> Result<(), 
         None => Ok(()),
     }
 }
-fn record_applied(r: &mut Replayed, node: &Node, out: &Output) -> Result<(), String> {
+
+fn record_applied(ledger: &mut Ledger, node: &Node, out: &Output) -> Result<(), String> {
     let status = node.status();
     for committed in &out.apply {
-        r.ledger.record(status.id, status.term, committed)?;
+        ledger.record(status.id, status.term, committed)?;
     }
     Ok(())
 }
