@@ -99,7 +99,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use history::{Op, Operation};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use error::CheckError;
 pub use linear::Budget;
@@ -108,7 +108,7 @@ pub use verdict::Verdict;
 use linear::LinearReport;
 
 /// Which sequential specification linearizability is checked against.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// Inferred from the history's ops ([`infer_model`]).
@@ -328,7 +328,7 @@ impl Options {
 }
 
 /// The result of one named check.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CheckResult {
     /// The check's name: `linearizability`, `fencing`, `lease safety`.
@@ -345,7 +345,7 @@ pub struct CheckResult {
     pub checked: bool,
     /// For a failed linearizability check: the invoke rows of the longest legal order the
     /// search found, in that order (the timeline numbers them).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order: Vec<u64>,
 }
 
@@ -394,7 +394,7 @@ impl CheckResult {
 }
 
 /// The results of several checks on one history, and their merged verdict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Check {
     /// The merged verdict (`Invalid` > `Unknown` > `Valid`).

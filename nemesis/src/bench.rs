@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::cluster::{Cluster, Layout};
 use crate::system::{LockClient, Outcome, System, leader_of};
@@ -428,7 +430,7 @@ async fn first_grant_after(
     killed_at: Instant,
     timeout: Duration,
 ) -> Result<Duration, String> {
-    let deadline = tokio::time::Instant::from_std(killed_at + timeout);
+    let deadline = killed_at + timeout;
     loop {
         match tokio::time::timeout_at(deadline, granted.recv()).await {
             Err(_) => {

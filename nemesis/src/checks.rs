@@ -1,14 +1,19 @@
-//! Runs every check on a recorded history and writes the reports (`timeline.html`, and
-//! the plots `latency.svg`, `latency-quantiles.svg`, `rate.svg`: see checker::report::plot).
+//! The one pipeline from a history to a typed report, used by `test` and `sim`: pair the
+//! ops, run every check (`checker::check_paired`), merge in the run's own checks (node
+//! health, trace replay), and write the reports into the run dir ([`RunDir::write_reports`]).
 //!
-//! The history is read back from `history.csv`, so the checks see exactly the file a user
-//! would give `locksmith check`. The verdict stays a typed [`Verdict`] until it is printed.
+//! A chaos run's history is read back from `history.csv`, so the checks see exactly the
+//! file a user would give `locksmith check`; a simulated seed's comes from memory and is
+//! written to `history.csv` only when its store is. The verdict stays a typed [`Verdict`]
+//! until it is printed.
 
 use std::path::Path;
 
 use checker::{Check, CheckResult, Options, Verdict};
+use history::Op;
+use history::pair::Paired;
 
-use crate::recorder::write_file;
+use crate::store::RunDir;
 
 /// The checks' result, ready for results.json and the exit code.
 #[derive(Clone, Debug)]
@@ -23,10 +28,23 @@ pub struct CheckOutput {
     pub report_errors: Vec<String>,
 }
 
+/// A history checked, with its paired form for the reports.
+pub struct Checked {
+    /// The outcome.
+    pub output: CheckOutput,
+    /// The paired history, when it paired.
+    pub paired: Option<Paired>,
+}
+
 /// The history could not be read: unknown, with the run's other checks still merged in (an
 /// invalid trace replay stays invalid), and their explanation after the reason.
 fn unknown_with(reason: String, extra: Vec<CheckResult>) -> CheckOutput {
-    let mut out = unknown(reason);
+    let mut out = CheckOutput {
+        verdict: Verdict::unknown(reason.clone()),
+        explanation: reason,
+        check: None,
+        report_errors: Vec::new(),
+    };
     if !extra.is_empty() {
         let others = checker::compose(extra);
         let text = others.explanation();
@@ -39,32 +57,17 @@ fn unknown_with(reason: String, extra: Vec<CheckResult>) -> CheckOutput {
     out
 }
 
-fn unknown(reason: String) -> CheckOutput {
-    CheckOutput {
-        verdict: Verdict::unknown(reason.clone()),
-        explanation: reason,
-        check: None,
-        report_errors: Vec::new(),
-    }
-}
-
-/// Checks `dir/history.csv` (lock model, default drift, default liveness bounds) and
-/// writes `timeline.html` and `latency.svg` into `dir`.
-pub fn check_history(dir: &Path, options: &Options) -> CheckOutput {
-    check_history_with(dir, options, Vec::new())
-}
-
-/// [`check_history`], with the results of the run's other checks (`trace replay`) merged in
-/// before the reports are written, so that the timeline shows them too.
-pub fn check_history_with(dir: &Path, options: &Options, extra: Vec<CheckResult>) -> CheckOutput {
-    let path = dir.join("history.csv");
-    let ops = match history::csv::read_path(&path) {
-        Ok(ops) => ops,
-        Err(e) => return unknown_with(format!("{}: {e}", path.display()), extra),
-    };
-    let paired = match history::pair::pair_with_faults(&ops) {
+/// Checks `ops` with `options` and merges the run's own results (`extra`: node health,
+/// trace replay) into the verdict.
+pub fn check_ops(ops: &[Op], options: &Options, extra: Vec<CheckResult>) -> Checked {
+    let paired = match history::pair::pair_with_faults(ops) {
         Ok(p) => p,
-        Err(e) => return unknown_with(format!("{}: {e}", path.display()), extra),
+        Err(e) => {
+            return Checked {
+                output: unknown_with(format!("the history does not pair: {e}"), extra),
+                paired: None,
+            };
+        }
     };
     let mut check = checker::check_paired(&paired, options);
     if !extra.is_empty() {
@@ -74,35 +77,41 @@ pub fn check_history_with(dir: &Path, options: &Options, extra: Vec<CheckResult>
         check = checker::compose(results);
         check.model = model;
     }
-    let title = dir.display().to_string();
-    let mut report_errors = Vec::new();
-    let timeline = checker::report::timeline::render(&title, &paired, &check);
-    if let Err(e) = write_file(&dir.join("timeline.html"), &timeline) {
-        report_errors.push(e.to_string());
-    }
-    let plot_title = checker::report::plot::PlotTitle {
-        test: dir_test_name(dir),
-        seed: std::fs::read_to_string(dir.join("seed.txt"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok()),
-        verdict: check.verdict.as_str().to_owned(),
-    };
-    let (operations, faults) = (&paired.operations, &paired.faults);
-    if let Err(e) = checker::report::plot::write_all(dir, &plot_title, operations, faults) {
-        report_errors.push(format!("{}: {e}", dir.display()));
-    }
-    CheckOutput {
-        verdict: check.verdict.clone(),
-        explanation: check.explanation(),
-        check: Some(check),
-        report_errors,
+    Checked {
+        output: CheckOutput {
+            verdict: check.verdict.clone(),
+            explanation: check.explanation(),
+            check: Some(check),
+            report_errors: Vec::new(),
+        },
+        paired: Some(paired),
     }
 }
 
-/// The test's name of `store/<test>/<timestamp>/`.
-fn dir_test_name(dir: &Path) -> String {
-    dir.parent().and_then(|p| p.file_name()).map_or_else(
-        || dir.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
+/// Checks `dir/history.csv` (lock model, default drift, default liveness bounds), merges
+/// `extra`, and writes the reports into `dir`.
+pub fn check_history_with(dir: &Path, options: &Options, extra: Vec<CheckResult>) -> CheckOutput {
+    let run = RunDir::at(dir);
+    let path = run.file(RunDir::HISTORY);
+    let ops = match history::csv::read_path(&path) {
+        Ok(ops) => ops,
+        Err(e) => return unknown_with(format!("{}: {e}", path.display()), extra),
+    };
+    let checked = check_ops(&ops, options, extra);
+    write_reports(&run, &dir.display().to_string(), checked)
+}
+
+/// [`check_history_with`] with no extra checks.
+pub fn check_history(dir: &Path, options: &Options) -> CheckOutput {
+    check_history_with(dir, options, Vec::new())
+}
+
+/// Writes the reports of a checked history into `run` and returns the outcome with any
+/// report that could not be written.
+pub fn write_reports(run: &RunDir, title: &str, checked: Checked) -> CheckOutput {
+    let mut output = checked.output;
+    if let (Some(paired), Some(check)) = (&checked.paired, &output.check) {
+        output.report_errors = run.write_reports(title, run.seed(), paired, check);
+    }
+    output
 }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::harness::Nodes;
 use crate::{Error, NodeId};
 
 /// How long to wait for a SIGKILLed child to be reaped before reporting it.
@@ -193,7 +194,7 @@ impl NodeProcess {
 }
 
 /// What happened to one node during a run (results.json `nodes`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeStats {
     /// The node.
     pub node: NodeId,
@@ -458,6 +459,53 @@ impl Cluster {
             }
         }
         first
+    }
+}
+
+/// Real processes as the harness's [`Nodes`] seam (local, or on SSH hosts through a remote
+/// launcher).
+impl Nodes for Cluster {
+    fn kill(&self, id: NodeId) -> Result<(), Error> {
+        Cluster::kill(self, id)
+    }
+
+    fn restart(&self, id: NodeId) -> Result<(), Error> {
+        Cluster::restart(self, id)
+    }
+
+    fn pause(&self, id: NodeId) -> Result<(), Error> {
+        Cluster::pause(self, id)
+    }
+
+    fn resume(&self, id: NodeId) -> Result<(), Error> {
+        Cluster::resume(self, id)
+    }
+
+    fn is_alive(&self, id: NodeId) -> bool {
+        self.nodes.contains(&id) && !Cluster::down(self).contains(&id)
+    }
+
+    fn down(&self) -> BTreeSet<NodeId> {
+        Cluster::down(self)
+    }
+
+    fn paused(&self) -> BTreeSet<NodeId> {
+        Cluster::paused(self)
+    }
+
+    fn reap_exited(&self) -> Vec<(NodeId, String)> {
+        Cluster::reap_exited(self)
+            .into_iter()
+            .map(|(id, status)| (id, status.to_string()))
+            .collect()
+    }
+
+    fn log_tail(&self, id: NodeId, lines: usize) -> String {
+        Cluster::log_tail(self, id, lines)
+    }
+
+    fn stats(&self) -> Vec<NodeStats> {
+        Cluster::stats(self)
     }
 }
 

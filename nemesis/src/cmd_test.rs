@@ -197,6 +197,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         overhold_percent: args.overhold_percent.min(100),
         progress: true,
         hosts,
+        drop_faults: Default::default(),
     })
 }
 
@@ -295,38 +296,39 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
 
 fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run::RunOutcome) {
     let r = &outcome.results;
+    let json = |value: &dyn erased::Json| value.json();
     println!("seed: {}", options.seed);
     println!("store: {}", outcome.dir.display());
-    println!("ops: {}", r["ops"]);
-    println!("faults: {}", r["faults"]["by_kind"]);
+    println!("ops: {}", json(&r.ops));
+    println!("faults: {}", json(&r.faults.by_kind));
     if outcome.fault_notes.is_empty() {
         println!("fault notes: every fault acted, every node was targeted");
     } else {
         println!("fault notes: {}", outcome.fault_notes.join("; "));
     }
-    println!("nodes: {}", r["nodes"]);
+    println!("nodes: {}", json(&r.nodes));
     if let Some(liveness) = check_named(r, "liveness") {
-        let counts = liveness["explanation"].as_str().unwrap_or("");
+        let counts = liveness.explanation.as_deref().unwrap_or("");
         let first = counts.lines().last().unwrap_or("");
         println!(
             "liveness: {}{} {first}",
-            liveness["verdict"].as_str().unwrap_or("?"),
-            if liveness["checked"] == false {
-                " (not checked)"
-            } else {
+            liveness.verdict.as_str(),
+            if liveness.checked {
                 ""
+            } else {
+                " (not checked)"
             }
         );
     }
-    println!("recovery: {}", r["recovery"]);
+    println!("recovery: {}", json(&r.recovery));
     if let Some(replayed) = check_named(r, nemesis::replay::CHECK_NAME)
-        && replayed["verdict"] == "valid"
+        && replayed.verdict.is_valid()
     {
         // Shown when valid too: that the traces were replayed at all is worth knowing.
         println!(
             "{}: valid ({})",
             nemesis::replay::CHECK_NAME,
-            replayed["explanation"].as_str().unwrap_or("")
+            replayed.explanation.as_deref().unwrap_or("")
         );
     }
     if !outcome.explanation.is_empty() {
@@ -342,11 +344,29 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
     }
 }
 
+/// One line of JSON for the summary.
+mod erased {
+    /// A value the summary prints as JSON.
+    pub trait Json {
+        fn json(&self) -> String;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> String {
+            serde_json::to_string(self).unwrap_or_default()
+        }
+    }
+}
+
 /// The result of the check `name` in results.json, if it ran.
-fn check_named<'a>(results: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
-    results["checks"]["results"]
-        .as_array()
-        .and_then(|all| all.iter().find(|c| c["name"] == name))
+fn check_named<'a>(
+    results: &'a nemesis::store::Results,
+    name: &str,
+) -> Option<&'a checker::CheckResult> {
+    results
+        .checks
+        .as_ref()
+        .and_then(|c| c.results.iter().find(|r| r.name == name))
 }
 
 /// The flags that differ from the defaults, so that the rerun line reproduces the run

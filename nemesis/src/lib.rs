@@ -27,11 +27,10 @@ pub mod checks;
 pub mod cluster;
 pub mod etcd;
 pub mod faults;
+pub mod harness;
 pub mod hosts;
 pub mod lockd_system;
-pub mod nemeses;
 pub mod net;
-pub mod netem;
 pub mod progress;
 pub mod recorder;
 pub mod replay;
@@ -41,8 +40,11 @@ pub mod run;
 pub mod schedule;
 pub mod serve;
 pub mod sim;
+pub mod store;
 pub mod system;
 pub mod workload;
+
+pub use faults::netem;
 
 /// A node's id, 1-based as in `lockd --id`.
 pub type NodeId = u64;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;

@@ -13,10 +13,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use history::csv::WriterOptions;
 use history::{Op, OpType, Process};
+use tokio::time::Instant;
 
 use crate::Error;
 
@@ -43,7 +43,9 @@ pub struct Row {
 }
 
 struct Inner {
-    writer: history::csv::Writer<BufWriter<File>>,
+    /// The CSV file, written as the run goes; `None` records in memory only (a simulated
+    /// seed, whose store is written only when it fails).
+    writer: Option<history::csv::Writer<BufWriter<File>>>,
     ops: Vec<Op>,
     failed: Option<String>,
 }
@@ -59,14 +61,23 @@ impl Recorder {
     pub fn create(path: &Path) -> Result<Recorder, Error> {
         let writer = history::csv::Writer::create(path, WriterOptions::flush_each_row())
             .map_err(|e| Error::History(format!("{}: create: {e}", path.display())))?;
-        Ok(Recorder {
+        Ok(Recorder::with_writer(Some(writer)))
+    }
+
+    /// Records in memory only; the clock starts now.
+    pub fn in_memory() -> Recorder {
+        Recorder::with_writer(None)
+    }
+
+    fn with_writer(writer: Option<history::csv::Writer<BufWriter<File>>>) -> Recorder {
+        Recorder {
             start: Instant::now(),
             inner: Mutex::new(Inner {
                 writer,
                 ops: Vec::new(),
                 failed: None,
             }),
-        })
+        }
     }
 
     /// Nanoseconds since the run started, on the run's one monotonic clock.
@@ -96,7 +107,8 @@ impl Recorder {
             error: row.error,
         };
         if inner.failed.is_none()
-            && let Err(e) = write_row(&mut inner.writer, &op)
+            && let Some(writer) = inner.writer.as_mut()
+            && let Err(e) = write_row(writer, &op)
         {
             inner.failed = Some(format!("row {}: {e}", op.index));
         }
@@ -145,10 +157,12 @@ impl Recorder {
         if let Some(e) = inner.failed.take() {
             return Err(Error::History(e));
         }
-        inner
-            .writer
-            .flush()
-            .map_err(|e| Error::History(format!("flush: {e}")))
+        match inner.writer.as_mut() {
+            Some(writer) => writer
+                .flush()
+                .map_err(|e| Error::History(format!("flush: {e}"))),
+            None => Ok(()),
+        }
     }
 }
 

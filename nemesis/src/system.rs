@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use futures::future::BoxFuture;
+use tokio::time::Instant;
 use history::ErrorWord;
 
 use crate::cluster::{Launcher, Layout};

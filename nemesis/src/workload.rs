@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use history::{AcquireValue, ErrorWord, OpName, OpType, Process};
 
@@ -27,7 +29,7 @@ const DISCONNECTING_CLIENT_ID_BASE: u64 = 1 << 40;
 pub const OP_TIMEOUT_MS: u64 = 2_000;
 
 /// Which resource the clients write to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WorkloadKind {
     /// Writes carry tokens; stale ones are rejected.
@@ -215,7 +217,7 @@ impl Worker {
             if start >= stop {
                 return ops;
             }
-            tokio::time::sleep_until(start.into()).await;
+            tokio::time::sleep_until(start).await;
             // A stalled client stops right before its next write: a lock holder in a GC
             // pause between its acquire and its use of the lock, the case fencing exists
             // for. Stalling at any op instead would mostly catch clients that hold nothing.
@@ -264,6 +266,11 @@ impl Worker {
 
     fn process(&self) -> Process {
         Process::Client(self.process)
+    }
+
+    /// The client slot this worker runs.
+    pub fn slot(&self) -> u64 {
+        self.slot
     }
 
     /// An acquire whose client leaves after `leave.after_ms` unless it was answered: it

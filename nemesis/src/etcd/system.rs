@@ -123,8 +123,9 @@ impl LockClient for EtcdProcessClient {
         key: &'a str,
         lease_ms: u64,
         wait_ms: u64,
-        deadline: Instant,
+        deadline: tokio::time::Instant,
     ) -> BoxFuture<'a, Outcome> {
+        let deadline: Instant = deadline.into_std();
         async move {
             let wait = if wait_ms == 0 {
                 Wait::No
@@ -157,8 +158,9 @@ impl LockClient for EtcdProcessClient {
         &'a self,
         key: &'a str,
         token: u64,
-        deadline: Instant,
+        deadline: tokio::time::Instant,
     ) -> BoxFuture<'a, Outcome> {
+        let deadline: Instant = deadline.into_std();
         async move {
             let mut client = self.client.lock().await;
             let node = client.node();

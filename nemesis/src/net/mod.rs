@@ -35,7 +35,7 @@ pub use grudge::Grudge;
 use crate::{Error, NodeId};
 
 /// Which backend makes the partitions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum NetKind {
     /// The userspace fault proxy (default).
     Proxy,

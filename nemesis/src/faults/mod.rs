@@ -1,31 +1,48 @@
 //! Faults as data (STYLE practice 10). A [`FaultOp`] `{ f, value }` is what the schedule
-//! plans and what the history records (process `nemesis`); a [`Nemesis`] interprets it.
+//! plans and what the history records (process `nemesis`); its [`Family`] performs it.
 //!
 //! A planned op names its targets symbolically ([`NodeSpec`]: one, a minority, a majority,
-//! all, the leader; [`Shape`]: halves, bridge, ...). Just before it acts, the runner resolves
-//! it ([`resolve`], a pure function of the cluster's state, the leader it asked for, and a
-//! seeded RNG) into a concrete op naming nodes or a [`Grudge`], records that concrete op, and
-//! only then invokes the nemesis (record before acting: a fault that hangs or crashes the
-//! harness is still in the history).
+//! all, the leader; [`Shape`]: halves, bridge, ...). Just before it acts, the fault driver
+//! (`harness::driver`) resolves it ([`resolve`], a pure function of the cluster's state, the
+//! leader it asked for, and a seeded RNG) into a concrete op naming nodes or a [`Grudge`],
+//! records that concrete op, and only then acts (record before acting: a fault that hangs or
+//! crashes the harness is still in the history).
 //!
-//! Each fault family ships as a [`Package`]: its kind, its episode generator (start and stop
-//! ops, used by `schedule.rs`), its final schedule (the ops that undo it, always run before
-//! the recovery phase) and its nemesis. [`compose`] joins nemeses and rejects two that claim
-//! the same [`FaultKind`]. Verbs come in pairs: kill/restart, pause/resume, partition/heal,
-//! skew or strobe/reset-clock.
+//! One file per family, each a [`Family`] value: its verbs, its episode generator (start
+//! and stop ops, used by `schedule.rs`), its final schedule (the ops that undo it, always run
+//! before the recovery phase), how it chooses targets and how it acts through the seams of
+//! the [`World`] — the same code on real processes and in the simulator:
+//!
+//! | file | kind | verbs |
+//! |---|---|---|
+//! | `kill.rs` | kill | kill / restart |
+//! | `pause.rs` | pause | pause / resume, pause-clients / resume-clients |
+//! | `partition.rs` | partition | partition / heal |
+//! | `clock.rs` | clock | skew or strobe / reset-clock |
+//! | `netem.rs` | netem | slow / unslow, flaky / unflaky |
+//!
+//! A family's plot colour stays with the history's vocabulary in
+//! `checker::report::plot::faults`: the plots draw any tool's history, not only ours.
 
-use std::collections::{BTreeMap, BTreeSet};
+pub mod clock;
+pub mod kill;
+pub mod netem;
+pub mod partition;
+pub mod pause;
+
+use std::collections::BTreeSet;
 use std::str::FromStr;
 
+use futures::future::BoxFuture;
 use serde::Serialize;
 
+use crate::harness::World;
 use crate::net::Grudge;
-use crate::net::grudge;
 use crate::rng::Rng;
 use crate::{Error, NodeId};
 
 /// A family of faults; one nemesis handles each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     /// SIGKILL and restart from the same data dir.
@@ -363,7 +380,7 @@ pub struct ResolveContext {
     pub paused_clients: BTreeSet<u64>,
 }
 
-fn pick_nodes(
+pub(crate) fn pick_nodes(
     spec: NodeSpec,
     from: &[NodeId],
     faulty: &BTreeSet<NodeId>,
@@ -391,123 +408,37 @@ fn pick_nodes(
     out
 }
 
-/// Resolves a planned op into a concrete one (pure: same inputs, same result).
+/// Resolves a planned op into a concrete one (pure: same inputs, same result), by the
+/// family its verb belongs to ([`Family::resolve`]). An op of no family (`recover`) stays as
+/// it is.
 ///
 /// Kill targets nodes that are up (a paused node counts as up: it is resumed first); pause
-/// targets running nodes; restart, resume and reset-clock target what this family left
+/// targets running nodes; restart, resume and reset-clock target what their family left
 /// faulty. Leader specs fall back to a random node when no leader answered.
 pub fn resolve(op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultOp {
-    let up: Vec<NodeId> = ctx
-        .nodes
-        .iter()
-        .copied()
-        .filter(|n| !ctx.killed.contains(n))
-        .collect();
-    let running: Vec<NodeId> = up
-        .iter()
-        .copied()
-        .filter(|n| !ctx.paused.contains(n))
-        .collect();
-    let value = match (&op.f, &op.value) {
-        (Verb::Kill, FaultValue::Nodes(s)) => {
-            FaultValue::Targets(pick_nodes(*s, &up, &ctx.killed, ctx, rng))
-        }
-        (Verb::Restart, FaultValue::Nodes(s)) => FaultValue::Targets(
-            pick_nodes(*s, &ctx.nodes, &ctx.killed, ctx, rng)
-                .into_iter()
-                .filter(|n| ctx.killed.contains(n))
-                .collect(),
-        ),
-        (Verb::Pause, FaultValue::Nodes(s)) => {
-            FaultValue::Targets(pick_nodes(*s, &running, &ctx.paused, ctx, rng))
-        }
-        (Verb::Resume, FaultValue::Nodes(s)) => FaultValue::Targets(
-            pick_nodes(*s, &ctx.nodes, &ctx.paused, ctx, rng)
-                .into_iter()
-                .filter(|n| ctx.paused.contains(n))
-                .collect(),
-        ),
-        // A host's interface is there whether its node runs or not.
-        (Verb::Slow | Verb::Flaky | Verb::Unslow | Verb::Unflaky, FaultValue::Nodes(s)) => {
-            FaultValue::Targets(pick_nodes(*s, &ctx.nodes, &BTreeSet::new(), ctx, rng))
-        }
-        (Verb::Partition, FaultValue::Shape(shape)) => {
-            FaultValue::Grudge(*shape, shape_grudge(*shape, ctx, rng))
-        }
-        (
-            Verb::Skew | Verb::ResetClock,
-            FaultValue::Clock {
-                spec,
-                rate_permille,
-                jump_ms,
-                ..
-            },
-        ) => {
-            let targets = pick_nodes(*spec, &up, &ctx.skewed, ctx, rng);
-            FaultValue::Clock {
-                spec: *spec,
-                targets,
-                rate_permille: *rate_permille,
-                jump_ms: *jump_ms,
-            }
-        }
-        (
-            Verb::Strobe,
-            FaultValue::Strobe {
-                spec,
-                delta_ms,
-                period_ms,
-                count,
-                ..
-            },
-        ) => {
-            let targets = pick_nodes(*spec, &up, &ctx.skewed, ctx, rng);
-            FaultValue::Strobe {
-                spec: *spec,
-                targets,
-                delta_ms: *delta_ms,
-                period_ms: *period_ms,
-                count: (*count).min(STROBE_JUMPS_MAX),
-            }
-        }
-        (Verb::PauseClients, FaultValue::None) => {
-            let mut slots: Vec<u64> = (0..ctx.client_slots)
-                .filter(|c| !ctx.paused_clients.contains(c))
-                .collect();
-            rng.shuffle(&mut slots);
-            slots.truncate(ctx.client_slots.div_ceil(3) as usize);
-            slots.sort_unstable();
-            FaultValue::Clients(slots)
-        }
-        (Verb::ResumeClients, FaultValue::None) => {
-            FaultValue::Clients(ctx.paused_clients.iter().copied().collect())
-        }
-        (_, other) => other.clone(),
+    let value = match op.f.kind() {
+        Some(kind) => family(kind).resolve(op, ctx, rng),
+        None => op.value.clone(),
     };
     FaultOp { f: op.f, value }
 }
 
-fn shape_grudge(shape: Shape, ctx: &ResolveContext, rng: &mut Rng) -> Grudge {
-    let nodes = &ctx.nodes;
-    let leader = ctx.leader.unwrap_or_else(|| *rng.pick(nodes).unwrap_or(&1));
-    let others: Vec<NodeId> = nodes.iter().copied().filter(|n| *n != leader).collect();
-    match shape {
-        Shape::Halves => grudge::halves(nodes),
-        Shape::RandomHalves => grudge::random_halves(nodes, rng),
-        Shape::One => grudge::one(nodes, *rng.pick(nodes).unwrap_or(&1)),
-        Shape::IsolateLeader => grudge::one(nodes, leader),
-        Shape::Bridge => {
-            let mut shuffled = nodes.clone();
-            rng.shuffle(&mut shuffled);
-            grudge::bridge(&shuffled)
-        }
-        Shape::MajoritiesRing => {
-            let mut shuffled = nodes.clone();
-            rng.shuffle(&mut shuffled);
-            grudge::majorities_ring(&shuffled)
-        }
-        Shape::LeaderMute => grudge::one_way(&[leader], &others),
-        Shape::LeaderDeaf => grudge::one_way(&others, &[leader]),
+impl ResolveContext {
+    /// Nodes that are up (not killed; a paused node is up).
+    pub fn up(&self) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .copied()
+            .filter(|n| !self.killed.contains(n))
+            .collect()
+    }
+
+    /// Nodes that are up and not paused.
+    pub fn running(&self) -> Vec<NodeId> {
+        self.up()
+            .into_iter()
+            .filter(|n| !self.paused.contains(n))
+            .collect()
     }
 }
 
@@ -538,235 +469,82 @@ impl FaultOutcome {
     }
 }
 
-/// A fault injector for one or more fault kinds (Jepsen's Nemesis protocol).
-///
-/// `invoke` is synchronous and may block (signals, iptables, a clock RPC through a runtime
-/// handle); the runner calls it from a blocking thread with a timeout. Part from STYLE's
-/// sketch: `setup` takes no `&Cluster`, because each nemesis is built holding the handles it
-/// needs (the cluster, the net, the system's control client).
-pub trait Nemesis: Send {
-    /// Prepares (e.g. heals any leftover state). Called once before the first fault.
-    fn setup(&mut self) -> Result<(), Error>;
-    /// Performs one resolved fault op.
-    fn invoke(&mut self, op: &FaultOp) -> FaultOutcome;
-    /// Undoes everything (idempotent); called at the end and on every error path.
-    fn teardown(&mut self) -> Result<(), Error>;
-    /// The fault kinds this nemesis handles.
-    fn fs(&self) -> &[FaultKind];
+/// A fault family as one value (Jepsen's nemesis packages): its verbs, its generator, its
+/// final heal, how its targets are chosen, and how it acts. It acts only through the seams of
+/// the [`World`] (the nodes, the net, the system's clock control, the client stalls), so
+/// one family runs unchanged on real processes (`locksmith test`) and in the simulator
+/// (`locksmith sim`). Adding a family is a file in this folder and a line in [`FAMILIES`].
+pub trait Family: Send + Sync {
+    /// The kind (`--nemesis` name).
+    fn kind(&self) -> FaultKind;
+
+    /// Every verb of the family, starts and ends (each verb belongs to exactly one family).
+    fn verbs(&self) -> &'static [Verb];
+
+    /// One episode: the op that starts a fault and the op that ends it, drawn from `rng`
+    /// (pure). The episode's length is for `schedule.rs` to choose.
+    fn episode(&self, rng: &mut Rng) -> (FaultOp, FaultOp);
+
+    /// The ops that undo any fault of the family, run in order before the recovery phase.
+    fn final_schedule(&self) -> Vec<FaultOp>;
+
+    /// The concrete value of a planned op of this family (pure: same inputs, same result).
+    fn resolve(&self, op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultValue;
+
+    /// Performs a resolved op on `world`.
+    fn act<'a>(&'a self, op: &'a FaultOp, world: &'a World) -> BoxFuture<'a, FaultOutcome>;
 }
 
-/// Several nemeses as one: each op goes to the child that claims its verb's kind.
-pub struct Composed {
-    children: Vec<Box<dyn Nemesis>>,
-    route: BTreeMap<FaultKind, usize>,
-    kinds: Vec<FaultKind>,
-}
+/// Every fault family, in the order their final schedules run.
+pub static FAMILIES: [&dyn Family; 5] = [
+    &kill::Kill,
+    &pause::Pause,
+    &partition::Partition,
+    &clock::Clock,
+    &netem::Netem,
+];
 
-/// Joins nemeses; two children claiming the same [`FaultKind`] is an error.
-pub fn compose(children: Vec<Box<dyn Nemesis>>) -> Result<Composed, Error> {
-    let mut route = BTreeMap::new();
-    for (i, child) in children.iter().enumerate() {
-        for kind in child.fs() {
-            if let Some(j) = route.insert(*kind, i) {
-                return Err(Error::Nemesis(format!(
-                    "nemeses {j} and {i} both claim fault kind {}",
-                    kind.name()
-                )));
-            }
-        }
-    }
-    let kinds = route.keys().copied().collect();
-    Ok(Composed {
-        children,
-        route,
-        kinds,
-    })
-}
-
-impl Nemesis for Composed {
-    fn setup(&mut self) -> Result<(), Error> {
-        self.children.iter_mut().try_for_each(|c| c.setup())
-    }
-
-    fn invoke(&mut self, op: &FaultOp) -> FaultOutcome {
-        match op.f.kind().and_then(|kind| self.route.get(&kind)) {
-            Some(i) => self.children[*i].invoke(op),
-            None => FaultOutcome::failed(format!("no nemesis handles {}", op.f.name())),
-        }
-    }
-
-    fn teardown(&mut self) -> Result<(), Error> {
-        // Tear every child down even if one fails; report the first failure.
-        let mut first = Ok(());
-        for child in &mut self.children {
-            if let Err(e) = child.teardown()
-                && first.is_ok()
-            {
-                first = Err(e);
-            }
-        }
-        first
-    }
-
-    fn fs(&self) -> &[FaultKind] {
-        &self.kinds
-    }
-}
-
-/// A fault family: the ops that start and stop one episode, and the ops that undo it.
-#[derive(Clone, Debug)]
-pub struct PackagePlan {
-    /// The family.
-    pub kind: FaultKind,
-    /// The final schedule: run in order before the recovery phase, even after errors.
-    pub final_schedule: Vec<FaultOp>,
-}
-
-/// A fault family with its nemesis (STYLE practice 10: `{ schedule, final_schedule,
-/// nemesis }`; the schedule is [`episode`], drawn by `schedule.rs`).
-pub struct Package {
-    /// Kind and final schedule.
-    pub plan: PackagePlan,
-    /// The nemesis that performs this family's ops.
-    pub nemesis: Box<dyn Nemesis>,
+/// The family of `kind`.
+pub fn family(kind: FaultKind) -> &'static dyn Family {
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.kind() == kind)
+        .unwrap_or(&kill::Kill)
 }
 
 /// The final schedule of a family: the ops that undo any fault of it.
 pub fn final_schedule(kind: FaultKind) -> Vec<FaultOp> {
-    match kind {
-        FaultKind::Kill => vec![FaultOp::new(
-            Verb::Restart,
-            FaultValue::Nodes(NodeSpec::Faulty),
-        )],
-        FaultKind::Pause => vec![
-            FaultOp::new(Verb::Resume, FaultValue::Nodes(NodeSpec::Faulty)),
-            FaultOp::new(Verb::ResumeClients, FaultValue::None),
-        ],
-        FaultKind::Partition => vec![FaultOp::new(Verb::Heal, FaultValue::None)],
-        FaultKind::Clock => vec![reset_clock()],
-        FaultKind::Netem => crate::netem::heal(),
-    }
+    family(kind).final_schedule()
 }
 
-fn reset_clock() -> FaultOp {
-    FaultOp::new(
-        Verb::ResetClock,
-        FaultValue::Clock {
-            spec: NodeSpec::Faulty,
-            targets: vec![],
-            rate_permille: 1000,
-            jump_ms: 0,
-        },
-    )
-}
-
-const KILL_SPECS: [NodeSpec; 5] = [
-    NodeSpec::One,
-    NodeSpec::Minority,
-    NodeSpec::Majority,
-    NodeSpec::All,
-    NodeSpec::Leader,
-];
-const CLOCK_SPECS: [NodeSpec; 3] = [NodeSpec::One, NodeSpec::Minority, NodeSpec::Leader];
-/// Clock rates of skews: all slower than real time. A lease service may assume bounded
-/// drift (DESIGN: the checker's `--drift`, default 1%); a clock running fast breaks that
-/// assumption for any lease-based lock, so the default clock family does not run clocks fast
-/// (see [`episode`]).
-const CLOCK_RATES_PERMILLE: [u32; 4] = [250, 500, 750, 900];
-/// One-time jumps of skews: backwards only (lockd holds its clock still instead of going
-/// back), for the same reason.
-const CLOCK_JUMPS_MS: [i64; 4] = [0, -250, -1000, -3000];
-
-/// One episode of a family: the op that starts the fault and the op that ends it, drawn from
-/// `rng` (pure). The episode's length is for `schedule.rs` to choose.
-///
-/// Clock episodes stay inside what a correct lease service may assume: a node's lease
-/// clock runs slow or stands still (backward jumps), and a strobe alternates backward jumps
-/// and half speed, so the clock is never ahead of real time. A fast clock makes any
-/// lease holder's lease end early at that node, which no lease protocol survives (the
-/// fencing check still must pass); measured with an earlier plan that ran clocks at 2-4x.
+/// One episode of a family (see [`Family::episode`]).
 pub fn episode(kind: FaultKind, rng: &mut Rng) -> (FaultOp, FaultOp) {
-    match kind {
-        FaultKind::Kill => {
-            let spec = *rng.pick(&KILL_SPECS).unwrap_or(&NodeSpec::One);
-            (
-                FaultOp::new(Verb::Kill, FaultValue::Nodes(spec)),
-                final_schedule(kind).remove(0),
-            )
+    family(kind).episode(rng)
+}
+
+/// Runs `act` on each target and says how it went: done, or every target that failed.
+pub(crate) async fn each<'a, F, Fut>(targets: &'a [NodeId], mut act: F) -> FaultOutcome
+where
+    F: FnMut(NodeId) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>> + 'a,
+{
+    let mut failures = Vec::new();
+    for id in targets {
+        if let Err(e) = act(*id).await {
+            failures.push(format!("n{id}: {e}"));
         }
-        FaultKind::Pause if rng.chance(1, 3) => (
-            FaultOp::new(Verb::PauseClients, FaultValue::None),
-            FaultOp::new(Verb::ResumeClients, FaultValue::None),
-        ),
-        FaultKind::Pause => {
-            let spec = *rng.pick(&KILL_SPECS).unwrap_or(&NodeSpec::One);
-            (
-                FaultOp::new(Verb::Pause, FaultValue::Nodes(spec)),
-                final_schedule(kind).remove(0),
-            )
-        }
-        FaultKind::Partition => {
-            let shape = *rng.pick(&Shape::ALL).unwrap_or(&Shape::Halves);
-            (
-                FaultOp::new(Verb::Partition, FaultValue::Shape(shape)),
-                final_schedule(kind).remove(0),
-            )
-        }
-        FaultKind::Clock => {
-            let spec = *rng.pick(&CLOCK_SPECS).unwrap_or(&NodeSpec::One);
-            let start = if rng.chance(1, 2) {
-                let rate = *rng.pick(&CLOCK_RATES_PERMILLE).unwrap_or(&500);
-                let jump_ms = *rng.pick(&CLOCK_JUMPS_MS).unwrap_or(&0);
-                FaultOp::new(
-                    Verb::Skew,
-                    FaultValue::Clock {
-                        spec,
-                        targets: vec![],
-                        rate_permille: rate,
-                        jump_ms,
-                    },
-                )
-            } else {
-                let delta_ms = 1i64 << rng.range(4, 10);
-                let period_ms = 1u64 << rng.range(4, 7);
-                let count = 2 * rng.range(2, u64::from(STROBE_JUMPS_MAX / 2)) as u32;
-                FaultOp::new(
-                    Verb::Strobe,
-                    FaultValue::Strobe {
-                        spec,
-                        targets: vec![],
-                        delta_ms,
-                        period_ms,
-                        count,
-                    },
-                )
-            };
-            (start, reset_clock())
-        }
-        FaultKind::Netem => crate::netem::episode(rng),
+    }
+    if failures.is_empty() {
+        FaultOutcome::done(format!("{} node(s)", targets.len()))
+    } else {
+        FaultOutcome::failed(failures.join("; "))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Fake(Vec<FaultKind>);
-
-    impl Nemesis for Fake {
-        fn setup(&mut self) -> Result<(), Error> {
-            Ok(())
-        }
-        fn invoke(&mut self, op: &FaultOp) -> FaultOutcome {
-            FaultOutcome::done(op.f.name())
-        }
-        fn teardown(&mut self) -> Result<(), Error> {
-            Ok(())
-        }
-        fn fs(&self) -> &[FaultKind] {
-            &self.0
-        }
-    }
 
     fn ctx(n: u64) -> ResolveContext {
         ResolveContext {
@@ -776,21 +554,32 @@ mod tests {
     }
 
     #[test]
-    fn compose_rejects_two_nemeses_claiming_one_kind() {
-        // STYLE practice 10: compose() rejects two children that claim the same FaultKind.
-        let dup = compose(vec![
-            Box::new(Fake(vec![FaultKind::Kill])),
-            Box::new(Fake(vec![FaultKind::Pause, FaultKind::Kill])),
-        ]);
-        assert!(matches!(dup, Err(Error::Nemesis(m)) if m.contains("kill")));
-        let mut ok = compose(vec![
-            Box::new(Fake(vec![FaultKind::Kill])),
-            Box::new(Fake(vec![FaultKind::Pause])),
-        ])
-        .expect("distinct kinds compose");
-        assert_eq!(ok.fs(), &[FaultKind::Kill, FaultKind::Pause]);
-        assert!(ok.invoke(&FaultOp::new(Verb::Resume, FaultValue::None)).ok);
-        assert!(!ok.invoke(&FaultOp::new(Verb::Heal, FaultValue::None)).ok);
+    fn every_verb_belongs_to_exactly_one_family_and_each_kind_has_one() {
+        // STYLE practice 10 (compose rejects two children claiming one kind), now as data:
+        // one family per kind, and a verb's family is the one its kind names.
+        for verb in Verb::ALL {
+            let owners: Vec<FaultKind> = FAMILIES
+                .iter()
+                .filter(|f| f.verbs().contains(verb))
+                .map(|f| f.kind())
+                .collect();
+            match verb.kind() {
+                Some(kind) => assert_eq!(owners, vec![kind], "{verb}"),
+                None => assert!(owners.is_empty(), "{verb} is a marker: {owners:?}"),
+            }
+        }
+        let mut kinds: Vec<FaultKind> = FAMILIES.iter().map(|f| f.kind()).collect();
+        kinds.sort();
+        kinds.dedup();
+        assert_eq!(kinds.len(), FAMILIES.len(), "two families claim one kind");
+        for kind in FaultKind::ALL.into_iter().chain([FaultKind::Netem]) {
+            assert_eq!(family(kind).kind(), kind);
+            // Every family's final schedule undoes with verbs of its own.
+            for op in final_schedule(kind) {
+                assert_eq!(op.f.kind(), Some(kind), "{op:?}");
+                assert!(op.f.ends_fault(), "{op:?}");
+            }
+        }
     }
 
     #[test]

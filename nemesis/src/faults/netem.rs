@@ -2,17 +2,22 @@
 //! and duplication (`flaky`), made with `tc netem` on the egress of a host's interface, and undone by
 //! `unslow` and `unflaky` (the history vocabulary's pairs; Jepsen's `:slow` / `:flaky` /
 //! `:fast`). Either undo puts the node's interface back to normal. The fault family is [`FaultKind::Netem`]; it
-//! needs a net that can shape a node's interface ([`Net::netem`]: remote hosts, namespace
+//! needs a net that can shape a node's interface ([`crate::net::Net::netem`]: remote hosts, namespace
 //! hosts), so it joins the default mix only with `--hosts`.
 //!
 //! A qdisc on the egress of node `i`'s interface delays or drops everything `i` sends: to
 //! its peers, to the clients, and the harness's own ssh commands (which only slows them).
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
-use crate::Error;
-use crate::faults::{FaultKind, FaultOp, FaultOutcome, FaultValue, Nemesis, NodeSpec, Verb};
-use crate::net::Net;
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+
+use super::{
+    Family, FaultKind, FaultOp, FaultOutcome, FaultValue, NodeSpec, ResolveContext, Verb,
+    pick_nodes,
+};
+use crate::harness::World;
 use crate::rng::Rng;
 
 /// One `tc netem` setting.
@@ -157,59 +162,68 @@ pub fn episode(rng: &mut Rng) -> (FaultOp, FaultOp) {
     (FaultOp::new(verb, FaultValue::Nodes(spec)), undo(verb))
 }
 
-/// Shapes the targets' interfaces through the net.
-pub struct NetemNemesis {
-    net: Arc<dyn Net>,
-}
+/// The netem family. On real hosts it shapes a node's interface through the net
+/// ([`crate::net::Net::netem`]); in the simulator the same call sets the node's link latency and its
+/// peer links' loss, reordering and duplication.
+pub struct Netem;
 
-impl NetemNemesis {
-    /// A nemesis acting through `net`.
-    pub fn new(net: Arc<dyn Net>) -> Self {
-        NetemNemesis { net }
-    }
-}
-
-impl Nemesis for NetemNemesis {
-    fn setup(&mut self) -> Result<(), Error> {
-        Ok(())
+impl Family for Netem {
+    fn kind(&self) -> FaultKind {
+        FaultKind::Netem
     }
 
-    fn invoke(&mut self, op: &FaultOp) -> FaultOutcome {
-        let spec = match op.f {
-            Verb::Slow | Verb::Flaky => NetemSpec::of(op.f),
-            Verb::Unslow | Verb::Unflaky => None,
-            other => return FaultOutcome::failed(format!("netem nemesis cannot {other}")),
-        };
-        let mut failures = Vec::new();
-        let mut how = std::collections::BTreeSet::new();
-        for id in op.targets() {
-            match self.net.netem(*id, spec.as_ref()) {
-                Ok(applied) => {
-                    how.insert(applied);
+    fn verbs(&self) -> &'static [Verb] {
+        &[Verb::Slow, Verb::Unslow, Verb::Flaky, Verb::Unflaky]
+    }
+
+    fn episode(&self, rng: &mut Rng) -> (FaultOp, FaultOp) {
+        episode(rng)
+    }
+
+    fn final_schedule(&self) -> Vec<FaultOp> {
+        heal()
+    }
+
+    fn resolve(&self, op: &FaultOp, ctx: &ResolveContext, rng: &mut Rng) -> FaultValue {
+        match &op.value {
+            // A host's interface is there whether its node runs or not.
+            FaultValue::Nodes(s) => {
+                FaultValue::Targets(pick_nodes(*s, &ctx.nodes, &BTreeSet::new(), ctx, rng))
+            }
+            other => other.clone(),
+        }
+    }
+
+    fn act<'a>(&'a self, op: &'a FaultOp, world: &'a World) -> BoxFuture<'a, FaultOutcome> {
+        async move {
+            let spec = match op.f {
+                Verb::Slow | Verb::Flaky => NetemSpec::of(op.f),
+                Verb::Unslow | Verb::Unflaky => None,
+                other => return FaultOutcome::failed(format!("the netem family cannot {other}")),
+            };
+            let mut failures = Vec::new();
+            let mut how = BTreeSet::new();
+            for id in op.targets().iter().copied() {
+                let net = world.net.clone();
+                match world.blocking(move || net.netem(id, spec.as_ref())).await {
+                    Ok(applied) => {
+                        how.insert(applied);
+                    }
+                    Err(e) => failures.push(format!("n{id}: {e}")),
                 }
-                Err(e) => failures.push(format!("n{id}: {e}")),
+            }
+            if failures.is_empty() {
+                let how: Vec<String> = how.into_iter().collect();
+                FaultOutcome::done(format!(
+                    "{} node(s): {}",
+                    op.targets().len(),
+                    how.join("; ")
+                ))
+            } else {
+                FaultOutcome::failed(failures.join("; "))
             }
         }
-        if failures.is_empty() {
-            let how: Vec<String> = how.into_iter().collect();
-            FaultOutcome::done(format!(
-                "{} node(s): {}",
-                op.targets().len(),
-                how.join("; ")
-            ))
-        } else {
-            FaultOutcome::failed(failures.join("; "))
-        }
-    }
-
-    fn teardown(&mut self) -> Result<(), Error> {
-        // The final schedule runs both undos on every node; the net's own teardown removes any
-        // qdisc left after a failure.
-        Ok(())
-    }
-
-    fn fs(&self) -> &[FaultKind] {
-        &[FaultKind::Netem]
+        .boxed()
     }
 }
 

@@ -1,0 +1,230 @@
+//! The harness, one program in two worlds: the workload ([`crate::workload`], following
+//! [`crate::schedule`]), the recorder, the fault families ([`crate::faults`]) and their
+//! [`driver`], the final heal, the recovery phase and the phantom-lock probe
+//! ([`phases`]). It reaches the world only through the seams of [`World`] ([`world`]):
+//! the nodes, the net, the system's clients and clock control, and tokio's clock.
+//!
+//! `locksmith test` ([`crate::run`]) gives it real processes on loopback (or SSH hosts);
+//! `locksmith sim` ([`crate::sim`]) gives it turmoil hosts on a simulated network, clock and
+//! disk. Both then check the history through the one pipeline ([`crate::checks`]) and
+//! write the same store ([`crate::store`]).
+
+pub mod driver;
+pub mod phases;
+pub mod world;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use checker::{CheckResult, Verdict};
+
+use crate::cluster::NodeStats;
+use crate::faults::FaultKind;
+use crate::net::NetKind;
+use crate::recorder::Recorder;
+use crate::schedule::{self, FaultPlanConfig, Planned};
+use crate::workload::WorkloadKind;
+
+pub use driver::{FaultCounts, FaultDriver};
+pub use phases::{PhaseOutcome, run_phases};
+pub use world::{Nodes, World};
+
+/// Everything a run takes, in either world (`locksmith test`'s options; a simulated seed's
+/// options are the same data, see `sim::SimCase::options`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct TestOptions {
+    /// Number of nodes.
+    pub nodes: u64,
+    /// Length of the fault phase, seconds.
+    pub time_s: u64,
+    /// Enabled fault kinds.
+    pub nemesis: Vec<FaultKind>,
+    /// Client slots.
+    pub concurrency: u64,
+    /// Lock keys.
+    pub keys: u32,
+    /// The seed.
+    pub seed: u64,
+    /// `lockd --bug NAME`.
+    pub bug: Option<String>,
+    /// Partition backend (real processes only).
+    pub net: NetKind,
+    /// Store directory.
+    pub store: PathBuf,
+    /// Fenced or the unfenced control.
+    pub workload: WorkloadKind,
+    /// Length of the recovery phase's bound, seconds.
+    pub recovery_s: u64,
+    /// Shortest and longest pause between two ops of one client, ms (the request rate).
+    pub think_ms: (u64, u64),
+    /// Percent of grants held past their lease (see `WorkloadConfig::overhold_percent`).
+    pub overhold_percent: u64,
+    /// Print a progress line.
+    pub progress: bool,
+    /// Nodes on remote hosts over SSH, one per host (`--hosts`); `None`: local processes.
+    #[serde(skip)]
+    pub hosts: Option<crate::hosts::HostsOptions>,
+    /// Planned fault ops (indexes into the plan) left out (the simulator's shrinker).
+    #[serde(default)]
+    pub drop_faults: BTreeSet<usize>,
+}
+
+/// The default percent of grants held past their lease: the holder writes after its lease
+/// ran out, which the fenced resource must refuse once a newer token was accepted.
+pub const OVERHOLD_PERCENT_DEFAULT: u64 = 12;
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        TestOptions {
+            nodes: 5,
+            time_s: 60,
+            nemesis: FaultKind::ALL.to_vec(),
+            concurrency: 10,
+            keys: 4,
+            seed: 0,
+            bug: None,
+            net: NetKind::Proxy,
+            store: PathBuf::from("store"),
+            workload: WorkloadKind::Fenced,
+            recovery_s: 20,
+            think_ms: (10, 100),
+            overhold_percent: OVERHOLD_PERCENT_DEFAULT,
+            progress: true,
+            hosts: None,
+            drop_faults: BTreeSet::new(),
+        }
+    }
+}
+
+impl TestOptions {
+    /// The test's name: `<system>-<faults>[-<workload>][-bug-<name>]`.
+    pub fn test_name(&self, system: &str) -> String {
+        let faults: Vec<&str> = self.nemesis.iter().map(|k| k.name()).collect();
+        let mut name = format!(
+            "{system}-{}",
+            if faults.is_empty() {
+                "none".to_owned()
+            } else {
+                faults.join("+")
+            }
+        );
+        if self.workload == WorkloadKind::Unfenced {
+            name.push_str("-unfenced");
+        }
+        if let Some(bug) = &self.bug {
+            name.push_str(&format!("-bug-{bug}"));
+        }
+        name
+    }
+
+    /// The fault plan of these options, whole (plan.txt shows it so).
+    pub fn plan(&self) -> Vec<Planned> {
+        schedule::fault_plan(&FaultPlanConfig {
+            seed: self.seed,
+            kinds: self.nemesis.clone(),
+            duration_ms: self.time_s * 1000,
+        })
+    }
+
+    /// The plan the run performs: [`TestOptions::plan`] without `drop_faults`.
+    pub fn active_plan(&self) -> Vec<Planned> {
+        self.plan()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !self.drop_faults.contains(i))
+            .map(|(_, p)| p)
+            .collect()
+    }
+
+    /// The command that tries these options on real processes.
+    pub fn test_command(&self) -> String {
+        let defaults = TestOptions::default();
+        let mut line = format!("locksmith test --seed {}", self.seed);
+        let mut flag = |name: &str, value: String, default: String| {
+            if value != default {
+                line.push_str(&format!(" --{name} {value}"));
+            }
+        };
+        flag("nodes", self.nodes.to_string(), defaults.nodes.to_string());
+        flag("time-s", self.time_s.to_string(), defaults.time_s.to_string());
+        let kinds = |k: &[FaultKind]| {
+            let names: Vec<&str> = k.iter().map(|k| k.name()).collect();
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(",")
+            }
+        };
+        flag("nemesis", kinds(&self.nemesis), kinds(&defaults.nemesis));
+        flag(
+            "concurrency",
+            self.concurrency.to_string(),
+            defaults.concurrency.to_string(),
+        );
+        flag("keys", self.keys.to_string(), defaults.keys.to_string());
+        if let Some(bug) = &self.bug {
+            line.push_str(&format!(" --bug {bug}"));
+        }
+        if self.nemesis.contains(&FaultKind::Netem) {
+            // netem shapes interfaces of their own: namespace hosts on one machine.
+            line.push_str(" --net netns");
+        }
+        line
+    }
+}
+
+/// What the harness did in one run, in either world: the phases, the faults and the nodes.
+pub struct Execution {
+    /// The workload's and the recovery's outcome.
+    pub phase: PhaseOutcome,
+    /// What the faults did.
+    pub counts: FaultCounts,
+    /// Nodes that stopped on their own, each with the tail of its log.
+    pub exited: Vec<String>,
+    /// Per node: starts, kills, pauses, exits, uptime.
+    pub node_stats: Vec<NodeStats>,
+}
+
+/// Runs the workload and the faults of `options` on `world` to the end of the phantom probe,
+/// recording into `recorder` (the history's clock starts with it).
+pub async fn execute(options: &TestOptions, world: World, recorder: Arc<Recorder>) -> Execution {
+    let driver = Arc::new(FaultDriver::new(
+        options.seed,
+        world.clone(),
+        recorder.clone(),
+        options.concurrency,
+    ));
+    let phase = run_phases(options, &world, recorder, driver.clone()).await;
+    driver.reap_exited();
+    Execution {
+        phase,
+        counts: driver.counts(),
+        exited: driver.exited(),
+        node_stats: world.nodes.stats(),
+    }
+}
+
+/// Node health, an ordinary check in every world: a node that stopped on its own (it
+/// exited, or panicked) makes the run invalid, with the tail of its log; a world that could
+/// not finish the run makes it unknown.
+pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult {
+    let name = "node health";
+    if !exited.is_empty() {
+        return CheckResult::invalid(
+            name,
+            format!(
+                "a node stopped on its own (no fault killed it): {}",
+                exited.join("; ")
+            ),
+            Vec::new(),
+        );
+    }
+    match world_error {
+        Some(error) => CheckResult::new(
+            name,
+            Verdict::unknown(format!("the run could not finish: {error}")),
+        ),
+        None => CheckResult::new(name, Verdict::Valid),
+    }
+}

@@ -1,0 +1,156 @@
+//! The store: one directory per run, `store/<test>/<timestamp>/` for a chaos run and
+//! `store/sim/<time>-seed<S>/` for a failing simulated seed, with the same files in both.
+//! [`RunDir`] owns the file names and writes every artifact; [`results::Results`] is
+//! results.json, written and read back as the struct.
+//!
+//! | file | what |
+//! |---|---|
+//! | `history.csv` | the history, CSV schema v1 (a chaos run writes it as it goes) |
+//! | `seed.txt` | the seed |
+//! | `plan.txt` | the options and the fault plan (`at_ms verb value`) |
+//! | `results.json` | [`results::Results`] |
+//! | `timeline.html`, `latency.svg`, `latency-quantiles.svg`, `rate.svg` | the reports |
+//! | `node-logs/n<ID>.log` | each node's log (and `n<ID>.trace.jsonl` with traces on) |
+
+pub mod results;
+
+use std::path::{Path, PathBuf};
+
+use checker::Check;
+use history::Op;
+use history::pair::Paired;
+
+use crate::Error;
+use crate::harness::TestOptions;
+use crate::recorder::write_file;
+use crate::schedule::{self, Planned};
+
+pub use results::Results;
+
+/// One run's directory in the store.
+#[derive(Clone, Debug)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// The history.
+    pub const HISTORY: &'static str = "history.csv";
+    /// The seed.
+    pub const SEED: &'static str = "seed.txt";
+    /// The options and the fault plan.
+    pub const PLAN: &'static str = "plan.txt";
+    /// [`Results`].
+    pub const RESULTS: &'static str = "results.json";
+    /// The HTML timeline.
+    pub const TIMELINE: &'static str = "timeline.html";
+    /// The nodes' logs.
+    pub const NODE_LOGS: &'static str = "node-logs";
+
+    /// Creates `path` and its `node-logs/`.
+    pub fn create(path: PathBuf) -> Result<RunDir, Error> {
+        let logs = path.join(Self::NODE_LOGS);
+        std::fs::create_dir_all(&logs).map_err(|e| Error::Io(format!("{}: {e}", logs.display())))?;
+        Ok(RunDir { path })
+    }
+
+    /// The run dir at `path` (to read).
+    pub fn at(path: &Path) -> RunDir {
+        RunDir {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of one of its files.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Where the nodes' logs go.
+    pub fn node_logs(&self) -> PathBuf {
+        self.path.join(Self::NODE_LOGS)
+    }
+
+    /// Writes `seed.txt` and `plan.txt` (the options, then the whole plan).
+    pub fn write_plan(&self, options: &TestOptions, plan: &[Planned]) -> Result<(), Error> {
+        write_file(&self.file(Self::SEED), &format!("{}\n", options.seed))?;
+        let options_json = serde_json::to_string_pretty(options).unwrap_or_default();
+        write_file(
+            &self.file(Self::PLAN),
+            &format!(
+                "# options\n{options_json}\n# fault plan: at_ms verb value\n{}",
+                schedule::describe_plan(plan)
+            ),
+        )
+    }
+
+    /// Writes `history.csv` in one go (a simulated run, recorded in memory).
+    pub fn write_history(&self, ops: &[Op]) -> Result<(), Error> {
+        let path = self.file(Self::HISTORY);
+        let mut writer = history::csv::Writer::create(&path, Default::default())
+            .map_err(|e| Error::History(format!("{}: {e}", path.display())))?;
+        for op in ops {
+            writer
+                .write(op)
+                .map_err(|e| Error::History(format!("{}: {e}", path.display())))?;
+        }
+        writer
+            .flush()
+            .map_err(|e| Error::History(format!("{}: {e}", path.display())))
+    }
+
+    /// Writes `results.json`.
+    pub fn write_results(&self, results: &Results) -> Result<(), Error> {
+        let json = serde_json::to_string_pretty(results)
+            .map_err(|e| Error::Io(format!("results.json: {e}")))?;
+        write_file(&self.file(Self::RESULTS), &json)
+    }
+
+    /// Reads `results.json` back as the struct.
+    pub fn read_results(&self) -> Result<Results, Error> {
+        let path = self.file(Self::RESULTS);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        serde_json::from_str(&text).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+    }
+
+    /// Writes the reports of a checked history: `timeline.html` and the plots. Returns what
+    /// could not be written.
+    pub fn write_reports(&self, title: &str, seed: Option<u64>, paired: &Paired, check: &Check) -> Vec<String> {
+        let mut errors = Vec::new();
+        let timeline = checker::report::timeline::render(title, paired, check);
+        if let Err(e) = write_file(&self.file(Self::TIMELINE), &timeline) {
+            errors.push(e.to_string());
+        }
+        let plot_title = checker::report::plot::PlotTitle {
+            test: self.test_name(),
+            seed,
+            verdict: check.verdict.as_str().to_owned(),
+        };
+        let (operations, faults) = (&paired.operations, &paired.faults);
+        if let Err(e) = checker::report::plot::write_all(&self.path, &plot_title, operations, faults) {
+            errors.push(format!("{}: {e}", self.path.display()));
+        }
+        errors
+    }
+
+    /// The seed of `seed.txt`, if it reads.
+    pub fn seed(&self) -> Option<u64> {
+        std::fs::read_to_string(self.file(Self::SEED))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// The test's name: the parent folder's, `store/<test>/<timestamp>/`.
+    pub fn test_name(&self) -> String {
+        self.path.parent().and_then(|p| p.file_name()).map_or_else(
+            || self.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    }
+}
