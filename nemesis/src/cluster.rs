@@ -194,7 +194,7 @@ impl NodeProcess {
 }
 
 /// What happened to one node during a run (results.json `nodes`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeStats {
     /// The node.
     pub node: NodeId,

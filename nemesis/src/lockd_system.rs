@@ -86,6 +86,13 @@ impl Lockd {
         }
     }
 
+    /// lockd in the simulator (`locksmith sim`): its nodes are turmoil hosts that the
+    /// simulation starts, so there is no binary to launch; clients, status and the clock
+    /// control are the same as on real processes.
+    pub fn simulated(bug: Option<String>, seed: u64) -> Self {
+        Lockd::new(PathBuf::from("(simulated: no binary)"), bug, seed)
+    }
+
     /// With `trace`, every node appends a trace of its core's inputs (`lockd --trace`) to
     /// `n<ID>.trace.jsonl` in the log dir, for `locksmith model replay RUN_DIR`.
     pub fn with_trace(mut self, trace: bool) -> Self {

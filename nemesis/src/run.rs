@@ -10,28 +10,27 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use checker::Verdict;
-use tokio::time::Instant;
 
 use crate::checks;
 use crate::cluster::{Cluster, Layout};
-use crate::harness::{self, World, driver::STATUS_TIMEOUT_MS};
+use crate::harness::{self, World};
 use crate::net::kernel::Kernel;
 use crate::net::owner::{self, Owner};
 use crate::net::proxy::Proxy;
 use crate::net::{Net, NetKind};
 use crate::recorder::Recorder;
 use crate::store::{Results, RunDir};
-use crate::system::{System, leader_of};
+use crate::system::System;
 use crate::workload::ClientPauses;
-use crate::{Error, NodeId};
+use crate::Error;
 
 pub use crate::harness::TestOptions;
 
-/// How long the cluster has to show a leader before the run gives up (exit 2).
-pub const START_TIMEOUT_MS: u64 = 20_000;
+
+pub use crate::harness::START_TIMEOUT_MS;
 
 /// What a run produced.
 #[derive(Clone, Debug)]
@@ -112,79 +111,6 @@ fn remote_run_id(seed: u64) -> String {
     )
 }
 
-/// Waits until some node says it leads, or gives up.
-async fn wait_for_leader(system: &dyn System, layout: &Layout) -> Result<NodeId, Error> {
-    let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
-    while Instant::now() < deadline {
-        let views = tokio::time::timeout(
-            Duration::from_millis(STATUS_TIMEOUT_MS),
-            system.status(layout),
-        )
-        .await
-        .unwrap_or_default();
-        if let Some(leader) = leader_of(&views) {
-            return Ok(leader);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(Error::Cluster(format!(
-        "no leader within {START_TIMEOUT_MS} ms (see node-logs/)"
-    )))
-}
-
-/// Every node must answer a status call before the workload starts; a node that does not
-/// (it exited, or never bound its ports) makes the run fail with the tail of its log.
-async fn all_nodes_answer(
-    system: &dyn System,
-    layout: &Layout,
-    cluster: &Cluster,
-) -> Result<(), Error> {
-    let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
-    loop {
-        let views = tokio::time::timeout(
-            Duration::from_millis(STATUS_TIMEOUT_MS),
-            system.status(layout),
-        )
-        .await
-        .unwrap_or_default();
-        let silent: Vec<NodeId> = layout
-            .nodes
-            .iter()
-            .copied()
-            .filter(|n| !views.iter().any(|v| v.node == *n))
-            .collect();
-        let Some(first) = silent.first() else {
-            return Ok(());
-        };
-        if Instant::now() >= deadline {
-            let crashed = cluster.reap_exited();
-            return Err(Error::Cluster(format!(
-                "node(s) {} answered no status call within {START_TIMEOUT_MS} ms{}; the tail of \
-                 node-logs/n{first}.log:\n{}",
-                silent
-                    .iter()
-                    .map(|n| format!("n{n}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if crashed.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " (exited: {})",
-                        crashed
-                            .iter()
-                            .map(|(n, status)| format!("n{n} {status}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                },
-                cluster.log_tail(*first, 8)
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Runs one complete test (see the module docs). `Err` means the run could not be done
 /// (exit 2); an anomaly is `Ok` with exit code 1.
 pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOutcome, Error> {
@@ -237,15 +163,6 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     // The net's listeners are bound: the nodes' ports can be let go now.
     reservation.release();
     let cluster = Arc::new(Cluster::start(launcher, &layout.nodes, &layout.log_dir)?);
-    let first_leader = wait_for_leader(system.as_ref(), &layout).await?;
-    all_nodes_answer(system.as_ref(), &layout, &cluster).await?;
-    eprintln!(
-        "locksmith test: {} nodes up (each answered a status call), leader n{first_leader} after {:?}",
-        options.nodes,
-        started.elapsed()
-    );
-
-    let recorder = Arc::new(Recorder::create(&run.file(RunDir::HISTORY))?);
     let world = World {
         system: system.clone(),
         layout: layout.clone(),
@@ -254,6 +171,13 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         clients: Arc::new(ClientPauses::default()),
         blocking_pool: true,
     };
+    let first_leader = harness::await_cluster(&world).await?;
+    eprintln!(
+        "locksmith test: {} nodes up (each answered a status call), leader n{first_leader} after {:?}",
+        options.nodes,
+        started.elapsed()
+    );
+    let recorder = Arc::new(Recorder::create(&run.file(RunDir::HISTORY))?);
     let execution = harness::execute(options, world, recorder.clone()).await;
     let mut teardown_error = teardown(&cluster, net.as_ref());
     if let Some(Err(e)) = remote.as_ref().map(|r| r.finish()) {
@@ -323,6 +247,7 @@ pub fn latest_run(store: &Path, test: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn timestamps_are_utc_civil_dates() {

@@ -380,7 +380,7 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     let bench = BenchCluster::start(system, 3, START_TIMEOUT)
         .await
         .expect("start etcd");
-    let deadline = || Instant::now() + Duration::from_secs(5);
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(5);
     let (first, second) = (bench.client(0), bench.client(1));
     let Outcome::Ok {
         token: Some(token),

@@ -30,7 +30,8 @@ async fn a_short_run_on_lockd_exits_valid_with_every_fault_kind() {
     };
     let system = Arc::new(Lockd::new(find_lockd().expect("lockd binary"), None, SEED));
     let outcome = run(&options, system).await.expect("the run completes");
-    let r = &outcome.results;
+    // Read back as an untyped value, as any tool reading results.json would.
+    let r = &serde_json::to_value(&outcome.results).expect("results.json serializes");
     assert_eq!(
         outcome.exit_code,
         0,
@@ -117,7 +118,7 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         outcome.explanation
     );
     // Issue 16: its JUnit report has a failing fencing testcase that names the stale write.
-    let suite = nemesis::reports::test_suite(&outcome.dir, &outcome.results);
+    let suite = nemesis::reports::test_suite(&outcome.dir, &serde_json::to_value(&outcome.results).expect("serializes"));
     let fencing = suite
         .cases
         .iter()
@@ -192,17 +193,19 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
     );
     assert!(text.contains("the model allows"), "{text}");
     // The run's own verdict includes the replay (results.json names the check).
-    let replay_verdict = |results: &serde_json::Value| {
-        results["checks"]["results"]
-            .as_array()
-            .and_then(|all| all.iter().find(|r| r["name"] == "trace replay"))
-            .map(|r| r["verdict"].clone())
+    let replay_verdict = |results: &nemesis::store::Results| {
+        results
+            .checks
+            .iter()
+            .flat_map(|c| c.results.iter())
+            .find(|r| r.name == "trace replay")
+            .map(|r| r.verdict.clone())
     };
     assert_eq!(
         replay_verdict(&clean.results),
-        Some(serde_json::json!("valid")),
-        "{}",
-        clean.results
+        Some(checker::Verdict::Valid),
+        "{:?}",
+        clean.results.checks
     );
 
     // Kills move the leadership away from n1, where every client starts: a follower then
@@ -223,9 +226,9 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
     assert!(text.contains("without an applied Grant"), "{text}");
     assert_eq!(
         replay_verdict(&bad.results),
-        Some(serde_json::json!("invalid")),
-        "{}",
-        bad.results
+        Some(checker::Verdict::Invalid),
+        "{:?}",
+        bad.results.checks
     );
     assert_eq!(bad.exit_code, 1);
 }

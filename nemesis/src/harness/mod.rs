@@ -19,7 +19,14 @@ use std::sync::Arc;
 
 use checker::{CheckResult, Verdict};
 
-use crate::cluster::NodeStats;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::cluster::{Layout, NodeStats};
+use crate::harness::driver::STATUS_TIMEOUT_MS;
+use crate::system::{System, leader_of};
+use crate::{Error, NodeId};
 use crate::faults::FaultKind;
 use crate::net::NetKind;
 use crate::recorder::Recorder;
@@ -186,6 +193,29 @@ pub struct Execution {
     pub node_stats: Vec<NodeStats>,
 }
 
+impl Execution {
+    /// The execution of a run that never got to its phases (the cluster did not come up, or
+    /// the world stopped): nothing counted.
+    pub fn unfinished(options: &TestOptions) -> Execution {
+        Execution {
+            phase: PhaseOutcome {
+                counters: Default::default(),
+                recovered_slots: Vec::new(),
+                recovery_ms: 0,
+                probe_keys: 0,
+            },
+            counts: FaultCounts::default(),
+            exited: Vec::new(),
+            node_stats: (1..=options.nodes)
+                .map(|node| NodeStats {
+                    node,
+                    ..NodeStats::default()
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Runs the workload and the faults of `options` on `world` to the end of the phantom probe,
 /// recording into `recorder` (the history's clock starts with it).
 pub async fn execute(options: &TestOptions, world: World, recorder: Arc<Recorder>) -> Execution {
@@ -202,6 +232,86 @@ pub async fn execute(options: &TestOptions, world: World, recorder: Arc<Recorder
         counts: driver.counts(),
         exited: driver.exited(),
         node_stats: world.nodes.stats(),
+    }
+}
+
+/// How long the cluster has to show a leader, and every node to answer, before the run
+/// gives up (exit 2).
+pub const START_TIMEOUT_MS: u64 = 20_000;
+
+/// Waits until some node says it leads and every node answers a status call; the leader.
+pub async fn await_cluster(world: &World) -> Result<NodeId, Error> {
+    let leader = wait_for_leader(world.system.as_ref(), &world.layout).await?;
+    all_nodes_answer(world.system.as_ref(), &world.layout, world.nodes.as_ref()).await?;
+    Ok(leader)
+}
+
+/// Waits until some node says it leads, or gives up.
+async fn wait_for_leader(system: &dyn System, layout: &Layout) -> Result<NodeId, Error> {
+    let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
+    while Instant::now() < deadline {
+        let views = tokio::time::timeout(
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+            system.status(layout),
+        )
+        .await
+        .unwrap_or_default();
+        if let Some(leader) = leader_of(&views) {
+            return Ok(leader);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(Error::Cluster(format!(
+        "no leader within {START_TIMEOUT_MS} ms (see node-logs/)"
+    )))
+}
+
+/// Every node must answer a status call before the workload starts; a node that does not
+/// (it exited, or never bound its ports) makes the run fail with the tail of its log.
+async fn all_nodes_answer(system: &dyn System, layout: &Layout, nodes: &dyn Nodes) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
+    loop {
+        let views = tokio::time::timeout(
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+            system.status(layout),
+        )
+        .await
+        .unwrap_or_default();
+        let silent: Vec<NodeId> = layout
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| !views.iter().any(|v| v.node == *n))
+            .collect();
+        let Some(first) = silent.first() else {
+            return Ok(());
+        };
+        if Instant::now() >= deadline {
+            let crashed = nodes.reap_exited();
+            return Err(Error::Cluster(format!(
+                "node(s) {} answered no status call within {START_TIMEOUT_MS} ms{}; the tail of \
+                 node-logs/n{first}.log:\n{}",
+                silent
+                    .iter()
+                    .map(|n| format!("n{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if crashed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (exited: {})",
+                        crashed
+                            .iter()
+                            .map(|(n, status)| format!("n{n} {status}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                nodes.log_tail(*first, 8)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

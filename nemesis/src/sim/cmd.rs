@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde::Serialize;
 
 use super::shrink::shrink_with;
 use super::{CaseResult, SimCase, run_case};
 use crate::faults::FaultKind;
+use crate::store::RunDir;
 
 /// `locksmith sim [--seeds 1..1000] [--jobs N] [--shard I/N] [--time-s 30] [--nodes 5]
 /// [--bug NAME] [--store DIR]`
@@ -141,7 +141,7 @@ fn run_child(args: &SimArgs) -> Result<i32, String> {
         result.sim_ms
     );
     if !result.verdict().is_valid() {
-        println!("{}", result.check.explanation());
+        println!("{}", result.explanation());
         if !args.child_quiet {
             let dir = write_store(&args.store, &result)?;
             println!("store: {}", dir.display());
@@ -321,6 +321,10 @@ fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Re
     };
     println!("\nseed {} failed:\n{}", case.seed, abridged(&report.text));
     println!("rerun: {}", case.rerun_command());
+    println!(
+        "rerun on real processes (same options and fault plan): {}",
+        case.options().test_command()
+    );
     if !args.no_shrink {
         eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
         // Candidates write their traces apart (`DIR/shrink/seed-S`), so that the failing
@@ -528,67 +532,40 @@ fn progress(
     }
 }
 
-#[derive(Serialize)]
-struct SimResults<'a> {
-    seed: u64,
-    verdict: &'a str,
-    rerun: String,
-    simulated_ms: u64,
-    ops: usize,
-    faults: &'a [String],
-    checks: &'a checker::Check,
-}
-
-/// Writes `DIR/sim/<time>-seed<S>/`: history.csv, results.json, timeline.html,
-/// latency.svg, plan.txt, faults.txt, node-logs/ (one file per node, and all.log).
+/// Writes the store of a seed, `DIR/sim/<time>-seed<S>/`, with the files of a chaos run's
+/// (`crate::store::RunDir`): history.csv, seed.txt, plan.txt, results.json, the timeline and
+/// plots, and node-logs/n<ID>.log (with the nodes' logs on).
 fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, String> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let dir = store
-        .join("sim")
-        .join(format!("{stamp}-seed{}", result.case.seed));
-    let io = |e: std::io::Error| format!("{}: {e}", dir.display());
-    fs::create_dir_all(dir.join("node-logs")).map_err(io)?;
-    fs::write(dir.join("history.csv"), super::history_csv(&result.ops)).map_err(io)?;
-    let results = SimResults {
-        seed: result.case.seed,
-        verdict: result.verdict().as_str(),
-        rerun: result.case.rerun_command(),
-        simulated_ms: result.sim_ms,
-        ops: result.ops.len(),
-        faults: &result.faults,
-        checks: &result.check,
-    };
-    let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
-    fs::write(dir.join("results.json"), json).map_err(io)?;
-    fs::write(
-        dir.join("plan.txt"),
-        crate::schedule::describe_plan(&result.plan),
-    )
-    .map_err(io)?;
-    fs::write(dir.join("faults.txt"), result.faults.join("\n") + "\n").map_err(io)?;
-    if let Ok(paired) = history::pair::pair_with_faults(&result.ops) {
-        let title = format!("sim seed {}", result.case.seed);
-        let html = checker::report::timeline::render(&title, &paired, &result.check);
-        fs::write(dir.join("timeline.html"), html).map_err(io)?;
-        let svg = checker::report::plot::latency_svg(&title, &paired.operations, &paired.faults);
-        fs::write(dir.join("latency.svg"), svg).map_err(io)?;
+    let stamp = crate::run::timestamp(std::time::SystemTime::now());
+    let seed = result.case.seed;
+    let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))
+        .map_err(|e| e.to_string())?;
+    let io = |e: crate::Error| e.to_string();
+    run.write_plan(&result.case.options(), &result.plan)
+        .map_err(io)?;
+    run.write_history(&result.ops).map_err(io)?;
+    let mut results = result.results.clone();
+    if let (Ok(paired), Some(check)) = (
+        history::pair::pair_with_faults(&result.ops),
+        &result.results.checks,
+    ) {
+        let title = format!("sim seed {seed}");
+        results.report_errors = run.write_reports(&title, Some(seed), &paired, check);
     }
+    run.write_results(&results).map_err(io)?;
     if let Some(logs) = &result.logs {
-        fs::write(dir.join("node-logs").join("all.log"), logs).map_err(io)?;
         for node in 1..=result.case.nodes {
-            let tag = format!("node{{name=\"n{node}\"}}");
+            let tag = super::world::node_tag(node);
             let lines: String = logs
                 .lines()
                 .filter(|line| line.contains(&tag))
                 .map(|line| format!("{line}\n"))
                 .collect();
-            fs::write(dir.join("node-logs").join(format!("n{node}.log")), lines).map_err(io)?;
+            let path = run.node_logs().join(format!("n{node}.log"));
+            fs::write(&path, lines).map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
-    Ok(dir)
+    Ok(run.path().to_path_buf())
 }
 
 #[cfg(test)]
