@@ -56,7 +56,7 @@ pub struct TestArgs {
     think_ms: String,
     /// Percent of grants a client holds past its lease on its own, 0-100 (besides the stalls
     /// of the pause nemesis's pause-clients).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = nemesis::harness::OVERHOLD_PERCENT_DEFAULT)]
     overhold_percent: u64,
     /// Bound of the recovery phase, seconds.
     #[arg(long, default_value_t = 20)]

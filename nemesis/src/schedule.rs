@@ -20,6 +20,10 @@ const FAULT_STREAM: u64 = 2 << 32;
 const EXTRA_STREAM: u64 = 4 << 32;
 /// The stream that picks the leader-targeted partition shape.
 const LEADER_STREAM: u64 = 5 << 32;
+/// The stream of the release-at-the-lease-end draws (apart, so the other draws stay).
+const LATE_STREAM: u64 = 6 << 32;
+/// A late release is sent this many ms before the lease ends, at most.
+const LATE_RELEASE_MARGIN_MS: u64 = 40;
 
 /// The key that clients touch briefly and rarely, so that it is free most of the time: a
 /// leader cut off while a key is free at it is what shows a leader that grants from its
@@ -51,6 +55,10 @@ pub struct WorkloadConfig {
     /// Percent of grants a client holds past its lease (110-160% of it), as a client that
     /// stalls (a GC pause) would: the fenced resource must then reject its late writes.
     pub overhold_percent: u64,
+    /// Percent of grants held until just before their lease ends (within
+    /// 40 ms) and then released: the release races the leader's Expire of the same token,
+    /// and a late Expire must not remove the next holder's lock.
+    pub late_release_percent: u64,
     /// Percent of idle steps that try the free key ([`FREE_KEY`]) instead of the slot's key.
     pub free_key_percent: u64,
     /// Percent of idle steps that leave mid-acquire (0 for systems that do not release the
@@ -68,6 +76,7 @@ impl WorkloadConfig {
             wait_ms_max: 1000,
             think_ms: (10, 100),
             overhold_percent: 0,
+            late_release_percent: 16,
             free_key_percent: 15,
             leaver_percent: 4,
         }
@@ -232,7 +241,14 @@ impl ClientGen {
             } else {
                 rng.range(20, 80)
             };
-            let hold_ms = lease * percent / 100;
+            let mut late = Rng::derive(self.config.seed, LATE_STREAM + self.slot, self.step);
+            let hold_ms = if !overhold
+                && late.chance(self.config.late_release_percent.min(100), 100)
+            {
+                lease.saturating_sub(late.range(0, LATE_RELEASE_MARGIN_MS))
+            } else {
+                lease * percent / 100
+            };
             let writes = rng.range(1, 3) as u32;
             let gap_ms = hold_ms / (u64::from(writes) + 1);
             // The free key is held only for a moment: no writes, released at once.
