@@ -123,6 +123,7 @@ pub async fn run_phases(
     }
     // The liveness check's marker: every fault is undone, the recovery phase starts.
     recorder.nemesis(Verb::Recover, "", "");
+    let recovered_at = Instant::now();
 
     say(
         options,
@@ -148,6 +149,12 @@ pub async fn run_phases(
     recovered_slots.sort_unstable();
     let recovery_ms = recovery_start.elapsed().as_millis() as u64;
     let probe_keys = if world.system.releases_phantom_locks() {
+        // The probe's clients start after the liveness check's recovery bound, so that its
+        // rule "every client that starts within the bound succeeds within it" judges the
+        // recovering clients only (a probe that began 8 ms before the bound was once flagged
+        // for completing 24 ms after it: sim seed 138).
+        let bound = checker::liveness::LivenessOptions::default().recovery_bound_ms;
+        tokio::time::sleep_until(recovered_at + Duration::from_millis(bound + 1)).await;
         say(options, "phantom-lock probe (clients that leave mid-acquire)");
         let keys: Vec<String> = (0..options.keys.min(PROBE_KEYS_MAX))
             .map(|k| format!("k{k}"))
