@@ -41,8 +41,7 @@
 //!     disk.apply(&persist); // a real driver writes and fsyncs here
 //!     network.extend(out.send_after_persist);
 //!     answers.extend(out.respond);
-//!     let index = disk.last_index();
-//!     let term = disk.entries.last().map_or(0, |e| e.term);
+//!     let (term, index) = (disk.last_term(), disk.last_index());
 //!     let again = node.step(Input::Persisted { term, index });
 //!     drive(id, again, node, disk, network, answers);
 //! }

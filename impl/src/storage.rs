@@ -1358,14 +1358,6 @@ mod tests {
         }
     }
 
-    fn last_term(d: &Durable) -> Term {
-        d.entries
-            .last()
-            .map(|e| e.term)
-            .or(d.snapshot.as_ref().map(|s| s.last_term))
-            .unwrap_or(0)
-    }
-
     /// A persist that every rule accepts, drawn from `rng` for the state `model`.
     fn valid_persist(rng: &mut Rng, model: &Durable) -> Persist {
         let mut persist = Persist::default();
@@ -1378,7 +1370,7 @@ mod tests {
             let base_term = model.snapshot.as_ref().filter(|x| x.last_index == s);
             let term = term_at_s
                 .or(base_term.map(|x| x.last_term))
-                .unwrap_or(last_term(model).max(model.hard_state.term));
+                .unwrap_or(model.last_term().max(model.hard_state.term));
             if let Some(term_at_s) = term_at_s
                 && rng.chance(30)
             {
@@ -1398,7 +1390,7 @@ mod tests {
                 ..Persist::default()
             });
         }
-        let mut term = last_term(&after).max(model.hard_state.term);
+        let mut term = after.last_term().max(model.hard_state.term);
         for _ in 0..rng.range(0, 4) {
             if rng.chance(20) {
                 term += 1;
@@ -1429,7 +1421,7 @@ mod tests {
         let commit = model.hard_state.commit;
         match rng.range(0, 2) {
             0 => Some(Persist {
-                entries: vec![entry(last_term(model), last + 2)],
+                entries: vec![entry(model.last_term(), last + 2)],
                 ..Persist::default()
             }),
             1 => (commit > 0 && commit > model.snapshot.as_ref().map_or(0, |s| s.last_index)).then(
