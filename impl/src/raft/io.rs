@@ -140,8 +140,8 @@ impl Persist {
     }
 }
 
-/// Everything a node keeps on stable storage: what [`crate::storage`] loads at start and
-/// what the model keeps as an actor's durable storage.
+/// Everything a node keeps on stable storage: what `crate::storage` (feature `server`) loads
+/// at start and what the model keeps as an actor's durable storage.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Durable {
     /// Term, vote and known commit index.
