@@ -1,14 +1,23 @@
 //! lockd: a Raft-replicated lock service with fencing tokens and leases.
 //!
+//! The sans-IO part, always built:
+//!
 //! - [`lock`]: the lock table of the seed design, a pure state machine.
 //! - [`raft`]: the sans-IO Raft core that replicates it.
 //! - [`bugs`]: the injected bugs of `lockd --bug NAME`.
-//! - [`storage`]: the data dir: term, vote, log and snapshot, checksummed and fsync'd.
-//! - [`server`]: the tokio driver of a node (the `lockd` binary), over the [`rpc`] services.
-//! - [`bench`](mod@bench): acquire+release cycles per second and latency percentiles.
-//! - [`client`]: the client library: leader discovery, redirects, deadlines, bounded retries.
+//! - [`trace`]: the trace records of the inputs a driver steps in, their writer and reader.
+//! - [`rng`]: the seeded generator every random choice draws from.
 //! - `testkit` (feature `testkit`, on by default): an in-memory seeded cluster of nodes for
 //!   tests here and in other crates.
+//!
+//! The IO part, behind the feature `server` (on by default; the checker builds without it,
+//! so it compiles no tokio, tarpc or clap):
+//!
+//! - `storage`: the data dir: term, vote, log and snapshot, checksummed and fsync'd.
+//! - `server`: the tokio driver of a node (the `lockd` binary), over the `rpc` services.
+//! - `bench`: acquire+release cycles per second and latency percentiles.
+//! - `client`: the client library: leader discovery, redirects, deadlines, bounded retries.
+//! - `sys`: the sockets and files of all of them, real or simulated (feature `sim`).
 //!
 //! # The main loop
 //!
@@ -41,8 +50,7 @@
 //!     disk.apply(&persist); // a real driver writes and fsyncs here
 //!     network.extend(out.send_after_persist);
 //!     answers.extend(out.respond);
-//!     let index = disk.last_index();
-//!     let term = disk.entries.last().map_or(0, |e| e.term);
+//!     let (term, index) = (disk.last_term(), disk.last_index());
 //!     let again = node.step(Input::Persisted { term, index });
 //!     drive(id, again, node, disk, network, answers);
 //! }
@@ -75,16 +83,23 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod bench;
 pub mod bugs;
-pub mod client;
 pub mod lock;
 pub mod raft;
 pub mod rng;
-pub mod rpc;
-pub mod server;
-pub mod storage;
-pub mod sys;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod trace;
+
+#[cfg(feature = "server")]
+pub mod bench;
+#[cfg(feature = "server")]
+pub mod client;
+#[cfg(feature = "server")]
+pub mod rpc;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "server")]
+pub mod storage;
+#[cfg(feature = "server")]
+pub mod sys;

@@ -306,13 +306,7 @@ impl Cluster {
         }
         if persisted {
             let durable = &self.member(id).durable;
-            let index = durable.last_index();
-            let term = durable
-                .entries
-                .last()
-                .map(|e| e.term)
-                .or(durable.snapshot.as_ref().map(|s| s.last_term))
-                .unwrap_or(0);
+            let (term, index) = (durable.last_term(), durable.last_index());
             let input = Input::Persisted { term, index };
             if self.defer_persisted {
                 self.persisted_due.push((id, input));

@@ -140,8 +140,8 @@ impl Persist {
     }
 }
 
-/// Everything a node keeps on stable storage: what [`crate::storage`] loads at start and
-/// what the model keeps as an actor's durable storage.
+/// Everything a node keeps on stable storage: what `crate::storage` (feature `server`) loads
+/// at start and what the model keeps as an actor's durable storage.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Durable {
     /// Term, vote and known commit index.
@@ -183,6 +183,17 @@ impl Durable {
             .last()
             .map(|e| e.index)
             .or(self.snapshot.as_ref().map(|s| s.last_index))
+            .unwrap_or(0)
+    }
+
+    /// The term of the last entry (or of the snapshot when the log is empty): with
+    /// [`Durable::last_index`], the last durable (term, index) that a driver feeds back as
+    /// [`Input::Persisted`] after a persist.
+    pub fn last_term(&self) -> Term {
+        self.entries
+            .last()
+            .map(|e| e.term)
+            .or(self.snapshot.as_ref().map(|s| s.last_term))
             .unwrap_or(0)
     }
 }
@@ -400,5 +411,20 @@ mod tests {
             at_once.apply(&merged);
             assert_eq!(sequential, at_once, "a={a:?} b={b:?}");
         }
+    }
+
+    #[test]
+    fn last_term_and_index_come_from_the_log_else_the_snapshot() {
+        // io.rs, Output contract step 5: `Persisted` carries the last durable entry, which
+        // is the snapshot's last entry when the log after it is empty (Raft paper §7).
+        let empty = Durable::default();
+        let mut snapshotted = Durable::default();
+        snapshotted.apply(&snapshot_at(4, 2, None));
+        let mut appended = snapshotted.clone();
+        appended.apply(&persist(None, vec![entry(3, 5), entry(3, 6)]));
+
+        let got = [&empty, &snapshotted, &appended].map(|d| (d.last_term(), d.last_index()));
+
+        assert_eq!(got, [(0, 0), (2, 4), (3, 6)]);
     }
 }

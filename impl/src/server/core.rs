@@ -274,11 +274,7 @@ impl Core {
     fn persisted(&mut self) -> Output {
         self.persisted_unreported = false;
         let durable = self.storage.durable();
-        let (term, index) = match (durable.entries.last(), &durable.snapshot) {
-            (Some(last), _) => (last.term, last.index),
-            (None, Some(snapshot)) => (snapshot.last_term, snapshot.last_index),
-            (None, None) => (0, 0),
-        };
+        let (term, index) = (durable.last_term(), durable.last_index());
         self.step(Input::Persisted { term, index })
     }
 
