@@ -23,13 +23,17 @@
 //!
 //! ```
 //! use checker::{Options, Verdict};
+//! use history::csv::HEADER;
+//! use history::vocab::CheckName;
 //!
-//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//!            0,1000,0,invoke,acquire,a,10000,,,\n\
-//!            1,2000,0,ok,acquire,a,,5,n1,\n\
-//!            2,3000,1,invoke,acquire,a,10000,,,\n\
-//!            3,4000,1,ok,acquire,a,,6,n1,\n";
-//! let ops = history::csv::read_str(csv).unwrap();
+//! let csv = format!(
+//!     "{HEADER}\n\
+//!      0,1000,0,invoke,acquire,a,10000,,,\n\
+//!      1,2000,0,ok,acquire,a,,5,n1,\n\
+//!      2,3000,1,invoke,acquire,a,10000,,,\n\
+//!      3,4000,1,ok,acquire,a,,6,n1,\n"
+//! );
+//! let ops = history::csv::read_str(&csv).unwrap();
 //! let check = checker::check(&ops, &Options::default()).unwrap();
 //! assert_eq!(check.verdict, Verdict::Invalid);
 //! assert_eq!(check.verdict.exit_code(), 1);
@@ -39,14 +43,16 @@
 //! assert!(check.explanation().contains("process 0 acquired token 5"));
 //!
 //! // With a release of token 5 in between, the same grants are fine.
-//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//!            0,1000,0,invoke,acquire,a,10000,,,\n\
-//!            1,2000,0,ok,acquire,a,,5,n1,\n\
-//!            2,2500,0,invoke,release,a,,5,,\n\
-//!            3,2600,0,ok,release,a,,,n1,\n\
-//!            4,3000,1,invoke,acquire,a,10000,,,\n\
-//!            5,4000,1,ok,acquire,a,,6,n1,\n";
-//! let ops = history::csv::read_str(csv).unwrap();
+//! let csv = format!(
+//!     "{HEADER}\n\
+//!      0,1000,0,invoke,acquire,a,10000,,,\n\
+//!      1,2000,0,ok,acquire,a,,5,n1,\n\
+//!      2,2500,0,invoke,release,a,,5,,\n\
+//!      3,2600,0,ok,release,a,,,n1,\n\
+//!      4,3000,1,invoke,acquire,a,10000,,,\n\
+//!      5,4000,1,ok,acquire,a,,6,n1,\n"
+//! );
+//! let ops = history::csv::read_str(&csv).unwrap();
 //! assert_eq!(checker::check(&ops, &Options::default()).unwrap().verdict, Verdict::Valid);
 //! ```
 //!
@@ -57,12 +63,15 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//! #            0,1000,0,invoke,acquire,a,10000,,,\n\
-//! #            1,1500,nemesis,info,pause,,n1,,,\n\
-//! #            2,2000,0,ok,acquire,a,,5,n1,\n\
-//! #            3,2500,nemesis,info,resume,,n1,,,\n";
-//! # let ops: Vec<history::Op> = history::csv::read_str(csv)?;
+//! # let csv = format!(
+//! #     "{}\n\
+//! #      0,1000,0,invoke,acquire,a,10000,,,\n\
+//! #      1,1500,nemesis,info,pause,,n1,,,\n\
+//! #      2,2000,0,ok,acquire,a,,5,n1,\n\
+//! #      3,2500,nemesis,info,resume,,n1,,,\n",
+//! #     history::csv::HEADER
+//! # );
+//! # let ops: Vec<history::Op> = history::csv::read_str(&csv)?;
 //! # let dir = std::env::temp_dir();
 //! let paired = history::pair::pair_with_faults(&ops)?;
 //! let options = checker::Options::default().with_drift(0.01);
@@ -775,7 +784,7 @@ mod tests {
         // Issue 12 "per-key partitions checked in parallel": 200 keys (800 rows, above
         // PARALLEL_OPS_MIN), each put then get; key 150's get returns a value never put.
         let history = |bad: bool| {
-            let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+            let mut csv = format!("{}\n", history::csv::HEADER);
             let mut row = 0u64;
             for key in 0..200u64 {
                 let got = if bad && key == 150 { "zz" } else { "v" };
@@ -818,7 +827,7 @@ mod tests {
     #[test]
     fn exhausted_budget_gives_unknown_with_the_bound() {
         // STYLE practice 13: reaching a bound is reported as Unknown.
-        let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+        let mut csv = format!("{}\n", history::csv::HEADER);
         // Many concurrent writes then reads: the generic search needs many states.
         for p in 0..6u64 {
             csv.push_str(&format!("{},{},{p},invoke,write,x,{p},,,\n", p, p));

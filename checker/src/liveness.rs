@@ -759,10 +759,10 @@ impl Context<'_> {
 mod tests {
     use super::*;
 
-    const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error\n";
+    use history::csv::HEADER;
 
     fn run(rows: &str, options: LivenessOptions) -> (LivenessReport, CheckResult) {
-        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let ops = history::csv::read_str(&format!("{HEADER}\n{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         (
             check(&paired, &options, 0.01),
@@ -823,7 +823,7 @@ mod tests {
                     5,3000000000,nemesis,info,reset-clock,,n1,,,\n\
                     6,3200000000,2,invoke,acquire,a,500,,,\n\
                     7,3210000000,2,fail,acquire,a,,,n1,busy\n";
-        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let ops = history::csv::read_str(&format!("{HEADER}\n{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
         let grant = &paired.operations[1];
@@ -874,7 +874,7 @@ mod tests {
             )
         };
         let rows = format!("{first}{}", later(6));
-        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let ops = history::csv::read_str(&format!("{HEADER}\n{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
         let (_, until) = context.live_interval(&paired.operations[0]).unwrap();

@@ -93,7 +93,7 @@ mod tests {
     use super::*;
 
     fn faults(csv_rows: &str) -> Vec<Op> {
-        let csv = format!("index,time_ns,process,type,f,key,value,token,node,error\n{csv_rows}");
+        let csv = format!("{}\n{csv_rows}", history::csv::HEADER);
         let ops = history::csv::read_str(&csv).unwrap();
         history::pair::pair_with_faults(&ops).unwrap().faults
     }
