@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use history::csv::RowView;
 use history::hash::FastBuildHasher;
 use history::pair::ProcessTable;
-use history::{AcquireValue, ErrorWord, OpType, Process, Text};
+use history::{AcquireValue, CheckName, ErrorWord, OpType, Process, Text};
 
 use crate::linear::lock_fast;
 use crate::linear::lock_model::{LockOptions, lock_operations_of};
@@ -299,9 +299,9 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
     let liveness =
         crate::liveness::check_result(&Default::default(), &options.liveness, options.drift);
     let mut check = crate::compose(vec![
-        CheckResult::new("linearizability", Verdict::Valid),
-        CheckResult::new("fencing", Verdict::Valid),
-        CheckResult::new("lease safety", Verdict::Valid),
+        CheckResult::new(CheckName::Linearizability, Verdict::Valid),
+        CheckResult::new(CheckName::Fencing, Verdict::Valid),
+        CheckResult::new(CheckName::LeaseSafety, Verdict::Valid),
         liveness,
     ]);
     check.model = Some(ModelKind::Lock);

@@ -394,12 +394,15 @@ mod tests {
         }
         let check = verdict(Inject::DoubleGrant, 0.005);
         assert_eq!(
-            check.result("linearizability").unwrap().verdict,
+            check
+                .result(history::CheckName::Linearizability)
+                .unwrap()
+                .verdict,
             Verdict::Invalid
         );
         let check = verdict(Inject::StaleWrite, 0.005);
         assert_eq!(
-            check.result("fencing").unwrap().verdict,
+            check.result(history::CheckName::Fencing).unwrap().verdict,
             Verdict::Invalid,
             "{}",
             check.explanation()

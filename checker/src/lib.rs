@@ -37,9 +37,9 @@
 //! let check = checker::check(&ops, &Options::default()).unwrap();
 //! assert_eq!(check.verdict, Verdict::Invalid);
 //! assert_eq!(check.verdict.exit_code(), 1);
-//! assert_eq!(check.result("linearizability").unwrap().verdict, Verdict::Invalid);
-//! assert_eq!(check.result("fencing").unwrap().verdict, Verdict::Valid);
-//! assert_eq!(check.result("lease safety").unwrap().verdict, Verdict::Invalid);
+//! assert_eq!(check.result(CheckName::Linearizability).unwrap().verdict, Verdict::Invalid);
+//! assert_eq!(check.result(CheckName::Fencing).unwrap().verdict, Verdict::Valid);
+//! assert_eq!(check.result(CheckName::LeaseSafety).unwrap().verdict, Verdict::Invalid);
 //! assert!(check.explanation().contains("process 0 acquired token 5"));
 //!
 //! // With a release of token 5 in between, the same grants are fine.
@@ -107,7 +107,7 @@ pub mod view;
 use std::fmt;
 use std::str::FromStr;
 
-use history::{Op, Operation};
+use history::{CheckName, Op, Operation};
 use serde::Serialize;
 
 pub use error::CheckError;
@@ -336,12 +336,41 @@ impl Options {
     }
 }
 
+/// What [`CheckResult`]'s constructors take as the check's name: a [`CheckName`], or its
+/// spelling.
+///
+/// The spelling is kept for the callers that still name their checks as text (the
+/// harness's `node health`, `history` and `trace replay` results, until they move to the
+/// table); it must be a word of [`CheckName`], so a check is still spelled once.
+pub trait IntoCheckName {
+    /// The check's name.
+    ///
+    /// # Panics
+    ///
+    /// When a spelling is no word of [`CheckName`]: a programmer error.
+    fn into_check_name(self) -> CheckName;
+}
+
+impl IntoCheckName for CheckName {
+    fn into_check_name(self) -> CheckName {
+        self
+    }
+}
+
+impl IntoCheckName for &str {
+    fn into_check_name(self) -> CheckName {
+        CheckName::parse(self).unwrap_or_else(|| {
+            panic!("check name {self:?} is no word of history::vocab::CheckName")
+        })
+    }
+}
+
 /// The result of one named check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct CheckResult {
-    /// The check's name: `linearizability`, `fencing`, `lease safety`.
-    pub name: String,
+    /// The check's name, serialized as its spelling (`linearizability`, `lease safety`).
+    pub name: CheckName,
     /// Its verdict.
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -360,9 +389,13 @@ pub struct CheckResult {
 
 impl CheckResult {
     /// A result with no explanation.
-    pub fn new(name: &str, verdict: Verdict) -> CheckResult {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is a spelling that is no [`CheckName`] ([`IntoCheckName`]).
+    pub fn new(name: impl IntoCheckName, verdict: Verdict) -> CheckResult {
         CheckResult {
-            name: name.to_string(),
+            name: name.into_check_name(),
             verdict,
             explanation: None,
             rows: Vec::new(),
@@ -373,7 +406,11 @@ impl CheckResult {
 
     /// A check that had nothing to check: `fencing: not checked (no tokens)`. Its verdict is
     /// `Unknown`, never `Valid`.
-    pub fn not_checked(name: &str, reason: &str) -> CheckResult {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is a spelling that is no [`CheckName`] ([`IntoCheckName`]).
+    pub fn not_checked(name: impl IntoCheckName, reason: &str) -> CheckResult {
         CheckResult {
             checked: false,
             ..CheckResult::new(name, Verdict::unknown(format!("not checked ({reason})")))
@@ -390,9 +427,13 @@ impl CheckResult {
     }
 
     /// An `Invalid` result with its explanation and rows.
-    pub fn invalid(name: &str, explanation: String, rows: Vec<u64>) -> CheckResult {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is a spelling that is no [`CheckName`] ([`IntoCheckName`]).
+    pub fn invalid(name: impl IntoCheckName, explanation: String, rows: Vec<u64>) -> CheckResult {
         CheckResult {
-            name: name.to_string(),
+            name: name.into_check_name(),
             verdict: Verdict::Invalid,
             explanation: Some(explanation),
             rows,
@@ -440,7 +481,7 @@ pub fn compose(results: Vec<CheckResult>) -> Check {
 
 impl Check {
     /// The result of the check with this name.
-    pub fn result(&self, name: &str) -> Option<&CheckResult> {
+    pub fn result(&self, name: CheckName) -> Option<&CheckResult> {
         self.results.iter().find(|r| r.name == name)
     }
 
@@ -492,7 +533,7 @@ pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check 
     let mut check = check_operations(&paired.operations, options);
     let model = check.model;
     if options.model == ModelKind::Lock || model == Some(ModelKind::Lock) {
-        let liveness = guarded(liveness::NAME, || {
+        let liveness = guarded(CheckName::Liveness, || {
             Ok(liveness::check_result(
                 paired,
                 &options.liveness,
@@ -516,7 +557,7 @@ pub fn check_operations(history: &[Operation], options: &Options) -> Check {
             Ok(model) => model,
             Err(error) => {
                 let result = CheckResult::new(
-                    "linearizability",
+                    CheckName::Linearizability,
                     Verdict::unknown(format!("no model can read this history: {error}")),
                 );
                 return compose(vec![result]);
@@ -546,23 +587,23 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
         let fencing = (!clean.fencing).then(|| scope.spawn(|| check_fencing(history)));
         let lease = (!clean.lease).then(|| scope.spawn(|| check_lease(history, options.drift)));
         let linear = if clean.linearizability {
-            CheckResult::new("linearizability", Verdict::Valid)
+            CheckResult::new(CheckName::Linearizability, Verdict::Valid)
         } else {
             check_linearizability(history, options)
         };
         // Each check catches its own panics (`guarded`), so a join cannot fail; if it
         // somehow does, the check is Unknown, never Valid.
-        let joined = |name: &str, handle: std::thread::ScopedJoinHandle<'_, CheckResult>| {
+        let joined = |name: CheckName, handle: std::thread::ScopedJoinHandle<'_, CheckResult>| {
             handle.join().unwrap_or_else(|_| {
                 CheckResult::new(name, Verdict::unknown(format!("{name} thread panicked")))
             })
         };
         let fencing = match fencing {
-            Some(handle) => joined("fencing", handle),
+            Some(handle) => joined(CheckName::Fencing, handle),
             None => fencing_result(history, Vec::new),
         };
         let lease = match lease {
-            Some(handle) => joined("lease safety", handle),
+            Some(handle) => joined(CheckName::LeaseSafety, handle),
             None => lease_result(history, Vec::new),
         };
         compose(vec![linear, fencing, lease])
@@ -571,7 +612,7 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
 
 /// Linearizability against `options.model` (`Auto` is inferred).
 pub fn check_linearizability(history: &[Operation], options: &Options) -> CheckResult {
-    const NAME: &str = "linearizability";
+    const NAME: CheckName = CheckName::Linearizability;
     let run = || -> Result<CheckResult, CheckError> {
         let model = match options.model {
             ModelKind::Auto => infer_model(history)?,
@@ -616,7 +657,7 @@ fn lock_linearizability(
     history: &[Operation],
     options: &Options,
 ) -> Result<CheckResult, CheckError> {
-    const NAME: &str = "linearizability";
+    const NAME: CheckName = CheckName::Linearizability;
     let lock_options = linear::lock_model::LockOptions::new(options.drift)
         .with_phantom_release(options.phantom_release);
     let ops = linear::lock_model::lock_operations(history, lock_options)?;
@@ -640,7 +681,7 @@ where
     M::Input: Sync,
     M::Output: Sync,
 {
-    const NAME: &str = "linearizability";
+    const NAME: CheckName = CheckName::Linearizability;
     let report = linear::check(model, ops, budget);
     let mut result = linear_result(NAME, &report, |cx| {
         report::explain::generic_linear(model, ops, cx)
@@ -660,7 +701,7 @@ fn order_found<M: linear::Model>(report: &LinearReport, ops: &[linear::Operation
 }
 
 fn linear_result(
-    name: &str,
+    name: CheckName,
     report: &LinearReport,
     explain: impl FnOnce(&linear::Counterexample) -> (String, Vec<u64>),
 ) -> CheckResult {
@@ -683,7 +724,7 @@ fn fencing_result(
     history: &[Operation],
     violations: impl FnOnce() -> Vec<fencing::FencingViolation>,
 ) -> CheckResult {
-    const NAME: &str = "fencing";
+    const NAME: CheckName = CheckName::Fencing;
     let has_tokens = history.iter().any(|op| {
         op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
     });
@@ -718,7 +759,7 @@ fn lease_result(
     history: &[Operation],
     violations: impl FnOnce() -> Vec<lease::LeaseViolation>,
 ) -> CheckResult {
-    const NAME: &str = "lease safety";
+    const NAME: CheckName = CheckName::LeaseSafety;
     let leased_grant = history.iter().any(|op| {
         op.f == "acquire"
             && op.is_ok()
@@ -746,8 +787,8 @@ fn lease_result(
 }
 
 /// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.
-fn guarded(name: &str, run: impl FnOnce() -> Result<CheckResult, CheckError>) -> CheckResult {
-    match verdict::guard(name, run) {
+fn guarded(name: CheckName, run: impl FnOnce() -> Result<CheckResult, CheckError>) -> CheckResult {
+    match verdict::guard(name.as_str(), run) {
         Ok(Ok(result)) => result,
         Ok(Err(error)) => CheckResult::new(name, Verdict::unknown(error.to_string())),
         Err(verdict) => CheckResult::new(name, verdict),
@@ -762,21 +803,42 @@ mod tests {
     fn compose_merges_by_priority_and_keeps_names() {
         // STYLE practice 7: named results, merged Invalid > Unknown > Valid.
         let check = compose(vec![
-            CheckResult::new("a", Verdict::Valid),
-            CheckResult::new("b", Verdict::unknown("budget")),
+            CheckResult::new(CheckName::Fencing, Verdict::Valid),
+            CheckResult::new(CheckName::Linearizability, Verdict::unknown("budget")),
         ]);
         assert_eq!(check.verdict, Verdict::unknown("budget"));
         assert_eq!(
-            check.result("b").unwrap().verdict,
+            check.result(CheckName::Linearizability).unwrap().verdict,
             Verdict::unknown("budget")
         );
         let check = compose(vec![
-            CheckResult::new("b", Verdict::unknown("budget")),
-            CheckResult::invalid("c", "two holders".into(), vec![1, 2]),
+            CheckResult::new(CheckName::Linearizability, Verdict::unknown("budget")),
+            CheckResult::invalid(CheckName::LeaseSafety, "two holders".into(), vec![1, 2]),
         ]);
         assert_eq!(check.verdict, Verdict::Invalid);
         assert_eq!(check.marked_rows(), vec![1, 2]);
-        assert!(check.explanation().contains("c: invalid\ntwo holders\n"));
+        assert!(
+            check
+                .explanation()
+                .contains("lease safety: invalid\ntwo holders\n")
+        );
+    }
+
+    #[test]
+    fn results_name_their_checks_by_the_word_tables_spelling() {
+        // STYLE practice 16: a check named in two places is spelled once, and results.json
+        // keeps that spelling.
+        let typed = CheckResult::new(CheckName::LeaseSafety, Verdict::Valid);
+        let json = serde_json::to_value(&typed).unwrap();
+        assert_eq!(json["name"], "lease safety");
+        assert_eq!(CheckResult::new("lease safety", Verdict::Valid), typed);
+        assert!(typed.name == "lease safety");
+    }
+
+    #[test]
+    #[should_panic(expected = "no word of history::vocab::CheckName")]
+    fn a_check_name_outside_the_table_is_a_programmer_error() {
+        let _ = CheckResult::new("lease-safety", Verdict::Valid);
     }
 
     #[test]
@@ -817,10 +879,10 @@ mod tests {
     #[test]
     fn a_panicking_check_gives_unknown() {
         // STYLE practice 7: a checker that panics yields Unknown, never Valid.
-        let result = guarded("boom", || panic!("deliberate"));
+        let result = guarded(CheckName::Fencing, || panic!("deliberate"));
         assert_eq!(
             result.verdict,
-            Verdict::unknown("boom panicked: deliberate")
+            Verdict::unknown("fencing panicked: deliberate")
         );
     }
 

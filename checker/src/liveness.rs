@@ -41,7 +41,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use history::pair::Paired;
-use history::{AcquireValue, ErrorWord, FaultVerb, OpName, OpType, Operation};
+use history::{AcquireValue, CheckName, ErrorWord, FaultVerb, OpName, OpType, Operation};
 
 use crate::linear::bitset::FastBuildHasher;
 use crate::{CheckResult, Verdict};
@@ -173,9 +173,6 @@ impl LivenessReport {
     }
 }
 
-/// The check's name in a [`crate::Check`].
-pub const NAME: &str = "liveness";
-
 /// Runs the liveness rules and makes the `liveness` result: `invalid` with every violation
 /// in words, `valid` with the counts, or "not checked" when no rule had anything to judge.
 pub fn check_result(paired: &Paired, options: &LivenessOptions, drift: f64) -> CheckResult {
@@ -193,18 +190,18 @@ pub fn check_result(paired: &Paired, options: &LivenessOptions, drift: f64) -> C
             .iter()
             .flat_map(|v| v.rows.clone())
             .collect();
-        return CheckResult::invalid(NAME, text, rows);
+        return CheckResult::invalid(CheckName::Liveness, text, rows);
     }
     if report.evaluated() == 0 {
         return CheckResult::not_checked(
-            NAME,
+            CheckName::Liveness,
             &format!(
                 "nothing to judge: no recover marker, abandoned acquire or waiter in a fault-free window ({})",
                 report.summary()
             ),
         );
     }
-    let mut result = CheckResult::new(NAME, Verdict::Valid);
+    let mut result = CheckResult::new(CheckName::Liveness, Verdict::Valid);
     result.explanation = Some(report.summary());
     result
 }

@@ -315,7 +315,7 @@ mod tests {
         let ops = history::csv::read_str(&csv).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let check = crate::compose(vec![crate::CheckResult::invalid(
-            "test",
+            history::CheckName::LeaseSafety,
             "marked".into(),
             vec![2 * (n as u64 - 1)],
         )]);
