@@ -107,7 +107,7 @@ pub mod view;
 use std::fmt;
 use std::str::FromStr;
 
-use history::{CheckName, Op, Operation};
+use history::{CheckName, Op, OpName, Operation};
 use serde::Serialize;
 
 pub use error::CheckError;
@@ -195,32 +195,33 @@ impl fmt::Display for ModelKind {
 /// checked against a model that cannot read all of it.
 pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
     // The first row of each family, by family.
-    let mut first: [Option<(u64, &str)>; 4] = [None; 4];
+    let mut first: [Option<(u64, OpName)>; 4] = [None; 4];
     let mut tokens = false;
     for op in history {
-        let family = match op.f.as_str() {
-            "acquire" | "release" => 0,
-            "read" | "write" | "cas" => 1,
-            "get" | "put" | "append" => 2,
-            "txn" => 3,
-            other => {
-                return Err(CheckError::bad(
-                    op.invoke.index,
-                    format!(
-                        "op `{other}` belongs to no model (lock: acquire, release, read, write; register: read, write, cas; kv: get, put, append; multi-register: txn)"
-                    ),
-                ));
-            }
+        let Some(name) = OpName::parse(op.f.as_str()) else {
+            return Err(CheckError::bad(
+                op.invoke.index,
+                format!(
+                    "op `{}` belongs to no model (lock: acquire, release, read, write; register: read, write, cas; kv: get, put, append; multi-register: txn)",
+                    op.f
+                ),
+            ));
+        };
+        let family = match name {
+            OpName::Acquire | OpName::Release => 0,
+            OpName::Read | OpName::Write | OpName::Cas => 1,
+            OpName::Get | OpName::Put | OpName::Append => 2,
+            OpName::Txn => 3,
         };
         tokens |=
             op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some());
-        first[family].get_or_insert((op.invoke.index, op.f.as_str()));
+        first[family].get_or_insert((op.invoke.index, name));
     }
     if first[0].is_some() {
         // Fenced reads and writes go with the lock ops.
-        first[1] = first[1].filter(|(_, f)| *f == "cas");
+        first[1] = first[1].filter(|(_, f)| *f == OpName::Cas);
     }
-    let present: Vec<(usize, (u64, &str))> = first
+    let present: Vec<(usize, (u64, OpName))> = first
         .iter()
         .enumerate()
         .filter_map(|(family, f)| f.map(|f| (family, f)))
@@ -761,7 +762,7 @@ fn lease_result(
 ) -> CheckResult {
     const NAME: CheckName = CheckName::LeaseSafety;
     let leased_grant = history.iter().any(|op| {
-        op.f == "acquire"
+        op.f == OpName::Acquire
             && op.is_ok()
             && !op.invoke.value.trim().is_empty()
             && op.completion.as_ref().is_some_and(|c| c.token.is_some())

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use history::{Op, OpType, pair::Paired};
+use history::{Op, OpName, OpType, pair::Paired};
 use serde::Serialize;
 
 use crate::Check;
@@ -197,25 +197,30 @@ fn label(op: &history::Operation, token: &str) -> String {
         Some(c) if c.op_type == OpType::Ok => c.value.to_string(),
         _ => outcome.to_string(),
     };
-    let key = if op.key.is_empty() || op.key == "x" {
+    // The single register of converted Porcupine etcd histories goes unnamed.
+    let key = if op.key.is_empty() || op.key == history::convert::porcupine_etcd::REGISTER_KEY {
         String::new()
     } else {
         format!("{} ", op.key)
     };
     let value = op.invoke.value.trim();
-    match op.f.as_str() {
-        "read" if op.invoke.token.is_none() => format!("{key}read() -> {}", read_value()),
-        "write" if op.invoke.token.is_none() => format!("{key}write({value}) -> {outcome}"),
-        "cas" => format!(
+    match OpName::parse(op.f.as_str()) {
+        Some(OpName::Read) if op.invoke.token.is_none() => {
+            format!("{key}read() -> {}", read_value())
+        }
+        Some(OpName::Write) if op.invoke.token.is_none() => {
+            format!("{key}write({value}) -> {outcome}")
+        }
+        Some(OpName::Cas) => format!(
             "{key}cas({}) -> {outcome}",
             value.split_whitespace().collect::<Vec<_>>().join(", ")
         ),
-        "get" => format!(
+        Some(OpName::Get) => format!(
             "{key}get() -> {:?}",
             completion.map_or("", |c| c.value.as_str())
         ),
-        "put" | "append" => format!("{key}{}({value:?}) -> {outcome}", op.f),
-        "txn" => format!(
+        Some(OpName::Put | OpName::Append) => format!("{key}{}({value:?}) -> {outcome}", op.f),
+        Some(OpName::Txn) => format!(
             "txn[{}] -> {outcome}",
             completion
                 .filter(|_| outcome == "ok")

@@ -30,7 +30,7 @@ pub mod svg;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use history::{Op, OpType, Operation};
+use history::{Op, OpName, OpType, Operation};
 
 use self::faults::{FaultSpan, fault_spans};
 use self::svg::{Canvas, Entry, LinearScale, LogScale, Swatch, marker, op_shape, outcome_colour};
@@ -151,7 +151,12 @@ fn end_ns(done: &[Done<'_>], operations: &[Operation], faults: &[Op]) -> u64 {
 
 /// The op kinds in the history, acquire/release/write/read first.
 fn op_kinds<'a>(done: &[Done<'a>]) -> Vec<&'a str> {
-    let order = ["acquire", "release", "write", "read"];
+    let order = [
+        OpName::Acquire,
+        OpName::Release,
+        OpName::Write,
+        OpName::Read,
+    ];
     let mut kinds: Vec<&str> = done.iter().map(|d| d.f).collect();
     kinds.sort_by_key(|k| (order.iter().position(|o| o == k).unwrap_or(order.len()), *k));
     kinds.dedup();
