@@ -37,41 +37,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use history::csv::RowView;
 use history::hash::FastBuildHasher;
 use history::pair::ProcessTable;
-use history::{AcquireValue, ErrorWord, OpType, Process, Text};
+use history::{AcquireValue, CheckName, ErrorWord, OpName, OpType, Process, Text};
 
 use crate::linear::lock_fast;
 use crate::linear::lock_model::{LockOptions, lock_operations_of};
 use crate::view::OpView;
 use crate::{Check, CheckResult, LockSearch, ModelKind, Options, Verdict, fencing, lease};
 
-/// The op names a lock history may hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Name {
-    Acquire,
-    Release,
-    Read,
-    Write,
-}
-
-impl Name {
-    fn parse(f: &str) -> Option<Name> {
-        match f {
-            "acquire" => Some(Name::Acquire),
-            "release" => Some(Name::Release),
-            "read" => Some(Name::Read),
-            "write" => Some(Name::Write),
-            _ => None,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Name::Acquire => "acquire",
-            Name::Release => "release",
-            Name::Read => "read",
-            Name::Write => "write",
-        }
-    }
+/// The op name of a lock history's op, if it is one this path reads (`acquire`,
+/// `release`, `read`, `write`).
+fn lock_op_name(f: &str) -> Option<OpName> {
+    OpName::parse(f).filter(|name| {
+        matches!(
+            name,
+            OpName::Acquire | OpName::Release | OpName::Read | OpName::Write
+        )
+    })
 }
 
 /// Which of a [`Record`]'s optional numbers are present.
@@ -95,7 +76,7 @@ pub(crate) struct Record {
     lease_ms: u64,
     /// [`INVOKE_TOKEN`], [`COMPLETION_TOKEN`], [`LEASE`].
     present: u8,
-    name: Name,
+    name: OpName,
     op_type: Option<OpType>,
     /// The completion's error cell, when it is a word of the vocabulary.
     error: Option<ErrorWord>,
@@ -152,6 +133,14 @@ impl OpView for Record {
     fn error_is(&self, word: ErrorWord) -> bool {
         self.error == Some(word)
     }
+
+    fn f_is(&self, name: OpName) -> bool {
+        self.name == name
+    }
+
+    fn op_name(&self) -> Option<OpName> {
+        Some(self.name)
+    }
 }
 
 /// One key's records, in invoke order.
@@ -205,7 +194,7 @@ impl Store {
     }
 
     fn invoke(&mut self, process: u64, row: &RowView<'_>) -> bool {
-        let Some(name) = Name::parse(row.f) else {
+        let Some(name) = lock_op_name(row.f) else {
             return false;
         };
         let mut record = Record {
@@ -222,7 +211,7 @@ impl Store {
             op_type: None,
             error: None,
         };
-        if name == Name::Acquire {
+        if name == OpName::Acquire {
             // What `acquire_lease_ms` reads (empty: no lease), parsed once.
             let value = row.value.trim();
             if !value.is_empty() {
@@ -286,7 +275,7 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
     let keys: Vec<KeyRecords> = store.keys;
     let clean = all_keys_clean(&keys, options)?;
     let leased_grant = keys.iter().flat_map(|k| &k.records).any(|r| {
-        r.name == Name::Acquire
+        r.name == OpName::Acquire
             && r.is_ok()
             && r.present & LEASE != 0
             && r.present & COMPLETION_TOKEN != 0
@@ -299,9 +288,9 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
     let liveness =
         crate::liveness::check_result(&Default::default(), &options.liveness, options.drift);
     let mut check = crate::compose(vec![
-        CheckResult::new("linearizability", Verdict::Valid),
-        CheckResult::new("fencing", Verdict::Valid),
-        CheckResult::new("lease safety", Verdict::Valid),
+        CheckResult::new(CheckName::Linearizability, Verdict::Valid),
+        CheckResult::new(CheckName::Fencing, Verdict::Valid),
+        CheckResult::new(CheckName::LeaseSafety, Verdict::Valid),
         liveness,
     ]);
     check.model = Some(ModelKind::Lock);

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use history::Operation;
+use history::{OpName, Operation};
 
 use crate::linear::bitset::FastBuildHasher;
 use crate::report::{fmt_ns, rows_of};
@@ -60,7 +60,7 @@ pub(crate) fn token_violations(history: &[Operation]) -> Vec<FencingViolation> {
 pub(crate) fn grants<'o, O: OpView + 'o>(
     ops: impl Iterator<Item = &'o O>,
 ) -> impl Iterator<Item = &'o O> {
-    ops.filter(|op| op.f() == "acquire" && op.is_ok() && op.completion_token().is_some())
+    ops.filter(|op| op.f_is(OpName::Acquire) && op.is_ok() && op.completion_token().is_some())
 }
 
 /// Whether properties 1 and 2 hold on these grants (of [`grants`], in history order):
@@ -126,10 +126,10 @@ impl<'a, O: OpView> KeyOps<'a, O> {
             writes: Vec::new(),
         };
         for op in ops {
-            match op.f() {
-                "acquire" => key_ops.acquires.push(op),
-                "write" => key_ops.writes.push(op),
-                _ => {}
+            if op.f_is(OpName::Acquire) {
+                key_ops.acquires.push(op);
+            } else if op.f_is(OpName::Write) {
+                key_ops.writes.push(op);
             }
         }
         key_ops

@@ -18,7 +18,7 @@ use std::collections::BinaryHeap;
 use std::fmt;
 use std::str::FromStr;
 
-use history::{Op, OpType, Process};
+use history::{ErrorWord, Op, OpName, OpType, Process};
 
 use crate::error::CheckError;
 
@@ -193,7 +193,7 @@ pub fn lock_history(options: &GenOptions) -> Vec<Op> {
 }
 
 impl Sim {
-    fn push(&mut self, c: usize, time: u64, op_type: OpType, f: &str, key: usize, cells: Cells) {
+    fn push(&mut self, c: usize, time: u64, op_type: OpType, f: OpName, key: usize, cells: Cells) {
         let seq = self.rows.len() as u64;
         let op = Op {
             index: 0,
@@ -205,7 +205,10 @@ impl Sim {
             value: cells.value,
             token: cells.token,
             node: String::new(),
-            error: cells.error.to_string(),
+            error: cells
+                .error
+                .map(|w| w.as_str().to_owned())
+                .unwrap_or_default(),
         };
         self.rows.push((time, seq, op));
     }
@@ -219,11 +222,11 @@ impl Sim {
                 c,
                 invoke,
                 OpType::Invoke,
-                "write",
+                OpName::Write,
                 key,
-                Cells::new(done.to_string(), Some(token), ""),
+                Cells::new(done.to_string(), Some(token), None),
             );
-            self.push(c, complete, OpType::Ok, "write", key, Cells::none());
+            self.push(c, complete, OpType::Ok, OpName::Write, key, Cells::none());
             let previous = self.last_token_before(key, token);
             if inject_now && self.options.inject == Inject::StaleWrite && previous.is_some() {
                 self.injected = true;
@@ -232,11 +235,11 @@ impl Sim {
                     c,
                     at,
                     OpType::Invoke,
-                    "write",
+                    OpName::Write,
                     key,
-                    Cells::new("stale".into(), previous, ""),
+                    Cells::new("stale".into(), previous, None),
                 );
-                self.push(c, end, OpType::Ok, "write", key, Cells::none());
+                self.push(c, end, OpType::Ok, OpName::Write, key, Cells::none());
             }
         } else if let Some((key, token)) = self.holding[c] {
             if self.table[key] == Held::Token(token) {
@@ -247,11 +250,11 @@ impl Sim {
                 c,
                 invoke,
                 OpType::Invoke,
-                "release",
+                OpName::Release,
                 key,
-                Cells::new(String::new(), Some(token), ""),
+                Cells::new(String::new(), Some(token), None),
             );
-            self.push(c, complete, OpType::Ok, "release", key, Cells::none());
+            self.push(c, complete, OpType::Ok, OpName::Release, key, Cells::none());
         } else {
             self.acquire(c, point, complete, inject_now);
         }
@@ -271,9 +274,9 @@ impl Sim {
             c,
             invoke,
             OpType::Invoke,
-            "acquire",
+            OpName::Acquire,
             key,
-            Cells::new(lease, None, ""),
+            Cells::new(lease, None, None),
         );
         let crashed = self.rng.chance(self.options.crash_rate);
         let double = inject_now
@@ -306,9 +309,9 @@ impl Sim {
                     c,
                     complete,
                     OpType::Ok,
-                    "acquire",
+                    OpName::Acquire,
                     key,
-                    Cells::new(String::new(), Some(token), ""),
+                    Cells::new(String::new(), Some(token), None),
                 );
             }
         } else if !crashed {
@@ -316,9 +319,9 @@ impl Sim {
                 c,
                 complete,
                 OpType::Fail,
-                "acquire",
+                OpName::Acquire,
                 key,
-                Cells::new(String::new(), None, "busy"),
+                Cells::new(String::new(), None, Some(ErrorWord::Busy)),
             );
         }
         if crashed {
@@ -326,9 +329,9 @@ impl Sim {
                 c,
                 complete,
                 OpType::Info,
-                "acquire",
+                OpName::Acquire,
                 key,
-                Cells::new(String::new(), None, "timeout"),
+                Cells::new(String::new(), None, Some(ErrorWord::Timeout)),
             );
             self.process[c] += self.options.clients.max(1);
         }
@@ -339,11 +342,11 @@ impl Sim {
 struct Cells {
     value: String,
     token: Option<u64>,
-    error: &'static str,
+    error: Option<ErrorWord>,
 }
 
 impl Cells {
-    fn new(value: String, token: Option<u64>, error: &'static str) -> Cells {
+    fn new(value: String, token: Option<u64>, error: Option<ErrorWord>) -> Cells {
         Cells {
             value,
             token,
@@ -352,7 +355,7 @@ impl Cells {
     }
 
     fn none() -> Cells {
-        Cells::new(String::new(), None, "")
+        Cells::new(String::new(), None, None)
     }
 }
 
@@ -394,12 +397,15 @@ mod tests {
         }
         let check = verdict(Inject::DoubleGrant, 0.005);
         assert_eq!(
-            check.result("linearizability").unwrap().verdict,
+            check
+                .result(history::CheckName::Linearizability)
+                .unwrap()
+                .verdict,
             Verdict::Invalid
         );
         let check = verdict(Inject::StaleWrite, 0.005);
         assert_eq!(
-            check.result("fencing").unwrap().verdict,
+            check.result(history::CheckName::Fencing).unwrap().verdict,
             Verdict::Invalid,
             "{}",
             check.explanation()

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use history::Operation;
+use history::{OpName, Operation};
 
 use crate::linear::bitset::FastBuildHasher;
 use crate::linear::lock_model::lease_floor_ns;
@@ -85,20 +85,17 @@ fn first_overlap<'o, O: OpView + 'o>(
     let mut released = Released::default();
     let mut by_token: Vec<(u64, &O)> = Vec::new();
     for op in ops {
-        match op.f() {
-            "release" if op.is_ok() || op.is_indeterminate() => {
-                let Some(token) = op.invoke_token() else {
-                    continue;
-                };
-                let slot = released.entry(token).or_insert(u64::MAX);
-                *slot = (*slot).min(op.call_ns());
-            }
-            "acquire" if op.is_ok() => {
-                if let Some(token) = op.completion_token() {
-                    by_token.push((token, op));
-                }
-            }
-            _ => {}
+        if op.f_is(OpName::Release) && (op.is_ok() || op.is_indeterminate()) {
+            let Some(token) = op.invoke_token() else {
+                continue;
+            };
+            let slot = released.entry(token).or_insert(u64::MAX);
+            *slot = (*slot).min(op.call_ns());
+        } else if op.f_is(OpName::Acquire)
+            && op.is_ok()
+            && let Some(token) = op.completion_token()
+        {
+            by_token.push((token, op));
         }
     }
     by_token.sort_unstable_by_key(|(token, _)| *token);

@@ -23,30 +23,36 @@
 //!
 //! ```
 //! use checker::{Options, Verdict};
+//! use history::csv::HEADER;
+//! use history::vocab::CheckName;
 //!
-//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//!            0,1000,0,invoke,acquire,a,10000,,,\n\
-//!            1,2000,0,ok,acquire,a,,5,n1,\n\
-//!            2,3000,1,invoke,acquire,a,10000,,,\n\
-//!            3,4000,1,ok,acquire,a,,6,n1,\n";
-//! let ops = history::csv::read_str(csv).unwrap();
+//! let csv = format!(
+//!     "{HEADER}\n\
+//!      0,1000,0,invoke,acquire,a,10000,,,\n\
+//!      1,2000,0,ok,acquire,a,,5,n1,\n\
+//!      2,3000,1,invoke,acquire,a,10000,,,\n\
+//!      3,4000,1,ok,acquire,a,,6,n1,\n"
+//! );
+//! let ops = history::csv::read_str(&csv).unwrap();
 //! let check = checker::check(&ops, &Options::default()).unwrap();
 //! assert_eq!(check.verdict, Verdict::Invalid);
 //! assert_eq!(check.verdict.exit_code(), 1);
-//! assert_eq!(check.result("linearizability").unwrap().verdict, Verdict::Invalid);
-//! assert_eq!(check.result("fencing").unwrap().verdict, Verdict::Valid);
-//! assert_eq!(check.result("lease safety").unwrap().verdict, Verdict::Invalid);
+//! assert_eq!(check.result(CheckName::Linearizability).unwrap().verdict, Verdict::Invalid);
+//! assert_eq!(check.result(CheckName::Fencing).unwrap().verdict, Verdict::Valid);
+//! assert_eq!(check.result(CheckName::LeaseSafety).unwrap().verdict, Verdict::Invalid);
 //! assert!(check.explanation().contains("process 0 acquired token 5"));
 //!
 //! // With a release of token 5 in between, the same grants are fine.
-//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//!            0,1000,0,invoke,acquire,a,10000,,,\n\
-//!            1,2000,0,ok,acquire,a,,5,n1,\n\
-//!            2,2500,0,invoke,release,a,,5,,\n\
-//!            3,2600,0,ok,release,a,,,n1,\n\
-//!            4,3000,1,invoke,acquire,a,10000,,,\n\
-//!            5,4000,1,ok,acquire,a,,6,n1,\n";
-//! let ops = history::csv::read_str(csv).unwrap();
+//! let csv = format!(
+//!     "{HEADER}\n\
+//!      0,1000,0,invoke,acquire,a,10000,,,\n\
+//!      1,2000,0,ok,acquire,a,,5,n1,\n\
+//!      2,2500,0,invoke,release,a,,5,,\n\
+//!      3,2600,0,ok,release,a,,,n1,\n\
+//!      4,3000,1,invoke,acquire,a,10000,,,\n\
+//!      5,4000,1,ok,acquire,a,,6,n1,\n"
+//! );
+//! let ops = history::csv::read_str(&csv).unwrap();
 //! assert_eq!(checker::check(&ops, &Options::default()).unwrap().verdict, Verdict::Valid);
 //! ```
 //!
@@ -57,12 +63,15 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//! #            0,1000,0,invoke,acquire,a,10000,,,\n\
-//! #            1,1500,nemesis,info,pause,,n1,,,\n\
-//! #            2,2000,0,ok,acquire,a,,5,n1,\n\
-//! #            3,2500,nemesis,info,resume,,n1,,,\n";
-//! # let ops: Vec<history::Op> = history::csv::read_str(csv)?;
+//! # let csv = format!(
+//! #     "{}\n\
+//! #      0,1000,0,invoke,acquire,a,10000,,,\n\
+//! #      1,1500,nemesis,info,pause,,n1,,,\n\
+//! #      2,2000,0,ok,acquire,a,,5,n1,\n\
+//! #      3,2500,nemesis,info,resume,,n1,,,\n",
+//! #     history::csv::HEADER
+//! # );
+//! # let ops: Vec<history::Op> = history::csv::read_str(&csv)?;
 //! # let dir = std::env::temp_dir();
 //! let paired = history::pair::pair_with_faults(&ops)?;
 //! let options = checker::Options::default().with_drift(0.01);
@@ -98,7 +107,7 @@ pub mod view;
 use std::fmt;
 use std::str::FromStr;
 
-use history::{Op, Operation};
+use history::{CheckName, Op, OpName, Operation};
 use serde::{Deserialize, Serialize};
 
 pub use error::CheckError;
@@ -186,32 +195,33 @@ impl fmt::Display for ModelKind {
 /// checked against a model that cannot read all of it.
 pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
     // The first row of each family, by family.
-    let mut first: [Option<(u64, &str)>; 4] = [None; 4];
+    let mut first: [Option<(u64, OpName)>; 4] = [None; 4];
     let mut tokens = false;
     for op in history {
-        let family = match op.f.as_str() {
-            "acquire" | "release" => 0,
-            "read" | "write" | "cas" => 1,
-            "get" | "put" | "append" => 2,
-            "txn" => 3,
-            other => {
-                return Err(CheckError::bad(
-                    op.invoke.index,
-                    format!(
-                        "op `{other}` belongs to no model (lock: acquire, release, read, write; register: read, write, cas; kv: get, put, append; multi-register: txn)"
-                    ),
-                ));
-            }
+        let Some(name) = OpName::parse(op.f.as_str()) else {
+            return Err(CheckError::bad(
+                op.invoke.index,
+                format!(
+                    "op `{}` belongs to no model (lock: acquire, release, read, write; register: read, write, cas; kv: get, put, append; multi-register: txn)",
+                    op.f
+                ),
+            ));
+        };
+        let family = match name {
+            OpName::Acquire | OpName::Release => 0,
+            OpName::Read | OpName::Write | OpName::Cas => 1,
+            OpName::Get | OpName::Put | OpName::Append => 2,
+            OpName::Txn => 3,
         };
         tokens |=
             op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some());
-        first[family].get_or_insert((op.invoke.index, op.f.as_str()));
+        first[family].get_or_insert((op.invoke.index, name));
     }
     if first[0].is_some() {
         // Fenced reads and writes go with the lock ops.
-        first[1] = first[1].filter(|(_, f)| *f == "cas");
+        first[1] = first[1].filter(|(_, f)| *f == OpName::Cas);
     }
-    let present: Vec<(usize, (u64, &str))> = first
+    let present: Vec<(usize, (u64, OpName))> = first
         .iter()
         .enumerate()
         .filter_map(|(family, f)| f.map(|f| (family, f)))
@@ -327,12 +337,41 @@ impl Options {
     }
 }
 
+/// What [`CheckResult`]'s constructors take as the check's name: a [`CheckName`], or its
+/// spelling.
+///
+/// The spelling is kept for the callers that still name their checks as text (the
+/// harness's `node health`, `history` and `trace replay` results, until they move to the
+/// table); it must be a word of [`CheckName`], so a check is still spelled once.
+pub trait IntoCheckName {
+    /// The check's name.
+    ///
+    /// # Panics
+    ///
+    /// When a spelling is no word of [`CheckName`]: a programmer error.
+    fn into_check_name(self) -> CheckName;
+}
+
+impl IntoCheckName for CheckName {
+    fn into_check_name(self) -> CheckName {
+        self
+    }
+}
+
+impl IntoCheckName for &str {
+    fn into_check_name(self) -> CheckName {
+        CheckName::parse(self).unwrap_or_else(|| {
+            panic!("check name {self:?} is no word of history::vocab::CheckName")
+        })
+    }
+}
+
 /// The result of one named check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CheckResult {
-    /// The check's name: `linearizability`, `fencing`, `lease safety`.
-    pub name: String,
+    /// The check's name, serialized as its spelling (`linearizability`, `lease safety`).
+    pub name: CheckName,
     /// Its verdict.
     #[serde(flatten)]
     pub verdict: Verdict,
@@ -351,9 +390,13 @@ pub struct CheckResult {
 
 impl CheckResult {
     /// A result with no explanation.
-    pub fn new(name: &str, verdict: Verdict) -> CheckResult {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is a spelling that is no [`CheckName`] ([`IntoCheckName`]).
+    pub fn new(name: impl IntoCheckName, verdict: Verdict) -> CheckResult {
         CheckResult {
-            name: name.to_string(),
+            name: name.into_check_name(),
             verdict,
             explanation: None,
             rows: Vec::new(),
@@ -364,7 +407,11 @@ impl CheckResult {
 
     /// A check that had nothing to check: `fencing: not checked (no tokens)`. Its verdict is
     /// `Unknown`, never `Valid`.
-    pub fn not_checked(name: &str, reason: &str) -> CheckResult {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is a spelling that is no [`CheckName`] ([`IntoCheckName`]).
+    pub fn not_checked(name: impl IntoCheckName, reason: &str) -> CheckResult {
         CheckResult {
             checked: false,
             ..CheckResult::new(name, Verdict::unknown(format!("not checked ({reason})")))
@@ -381,9 +428,13 @@ impl CheckResult {
     }
 
     /// An `Invalid` result with its explanation and rows.
-    pub fn invalid(name: &str, explanation: String, rows: Vec<u64>) -> CheckResult {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is a spelling that is no [`CheckName`] ([`IntoCheckName`]).
+    pub fn invalid(name: impl IntoCheckName, explanation: String, rows: Vec<u64>) -> CheckResult {
         CheckResult {
-            name: name.to_string(),
+            name: name.into_check_name(),
             verdict: Verdict::Invalid,
             explanation: Some(explanation),
             rows,
@@ -431,7 +482,7 @@ pub fn compose(results: Vec<CheckResult>) -> Check {
 
 impl Check {
     /// The result of the check with this name.
-    pub fn result(&self, name: &str) -> Option<&CheckResult> {
+    pub fn result(&self, name: CheckName) -> Option<&CheckResult> {
         self.results.iter().find(|r| r.name == name)
     }
 
@@ -483,7 +534,7 @@ pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check 
     let mut check = check_operations(&paired.operations, options);
     let model = check.model;
     if options.model == ModelKind::Lock || model == Some(ModelKind::Lock) {
-        let liveness = guarded(liveness::NAME, || {
+        let liveness = guarded(CheckName::Liveness, || {
             Ok(liveness::check_result(
                 paired,
                 &options.liveness,
@@ -507,7 +558,7 @@ pub fn check_operations(history: &[Operation], options: &Options) -> Check {
             Ok(model) => model,
             Err(error) => {
                 let result = CheckResult::new(
-                    "linearizability",
+                    CheckName::Linearizability,
                     Verdict::unknown(format!("no model can read this history: {error}")),
                 );
                 return compose(vec![result]);
@@ -537,23 +588,23 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
         let fencing = (!clean.fencing).then(|| scope.spawn(|| check_fencing(history)));
         let lease = (!clean.lease).then(|| scope.spawn(|| check_lease(history, options.drift)));
         let linear = if clean.linearizability {
-            CheckResult::new("linearizability", Verdict::Valid)
+            CheckResult::new(CheckName::Linearizability, Verdict::Valid)
         } else {
             check_linearizability(history, options)
         };
         // Each check catches its own panics (`guarded`), so a join cannot fail; if it
         // somehow does, the check is Unknown, never Valid.
-        let joined = |name: &str, handle: std::thread::ScopedJoinHandle<'_, CheckResult>| {
+        let joined = |name: CheckName, handle: std::thread::ScopedJoinHandle<'_, CheckResult>| {
             handle.join().unwrap_or_else(|_| {
                 CheckResult::new(name, Verdict::unknown(format!("{name} thread panicked")))
             })
         };
         let fencing = match fencing {
-            Some(handle) => joined("fencing", handle),
+            Some(handle) => joined(CheckName::Fencing, handle),
             None => fencing_result(history, Vec::new),
         };
         let lease = match lease {
-            Some(handle) => joined("lease safety", handle),
+            Some(handle) => joined(CheckName::LeaseSafety, handle),
             None => lease_result(history, Vec::new),
         };
         compose(vec![linear, fencing, lease])
@@ -562,7 +613,7 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
 
 /// Linearizability against `options.model` (`Auto` is inferred).
 pub fn check_linearizability(history: &[Operation], options: &Options) -> CheckResult {
-    const NAME: &str = "linearizability";
+    const NAME: CheckName = CheckName::Linearizability;
     let run = || -> Result<CheckResult, CheckError> {
         let model = match options.model {
             ModelKind::Auto => infer_model(history)?,
@@ -607,7 +658,7 @@ fn lock_linearizability(
     history: &[Operation],
     options: &Options,
 ) -> Result<CheckResult, CheckError> {
-    const NAME: &str = "linearizability";
+    const NAME: CheckName = CheckName::Linearizability;
     let lock_options = linear::lock_model::LockOptions::new(options.drift)
         .with_phantom_release(options.phantom_release);
     let ops = linear::lock_model::lock_operations(history, lock_options)?;
@@ -631,7 +682,7 @@ where
     M::Input: Sync,
     M::Output: Sync,
 {
-    const NAME: &str = "linearizability";
+    const NAME: CheckName = CheckName::Linearizability;
     let report = linear::check(model, ops, budget);
     let mut result = linear_result(NAME, &report, |cx| {
         report::explain::generic_linear(model, ops, cx)
@@ -651,7 +702,7 @@ fn order_found<M: linear::Model>(report: &LinearReport, ops: &[linear::Operation
 }
 
 fn linear_result(
-    name: &str,
+    name: CheckName,
     report: &LinearReport,
     explain: impl FnOnce(&linear::Counterexample) -> (String, Vec<u64>),
 ) -> CheckResult {
@@ -674,7 +725,7 @@ fn fencing_result(
     history: &[Operation],
     violations: impl FnOnce() -> Vec<fencing::FencingViolation>,
 ) -> CheckResult {
-    const NAME: &str = "fencing";
+    const NAME: CheckName = CheckName::Fencing;
     let has_tokens = history.iter().any(|op| {
         op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
     });
@@ -709,9 +760,9 @@ fn lease_result(
     history: &[Operation],
     violations: impl FnOnce() -> Vec<lease::LeaseViolation>,
 ) -> CheckResult {
-    const NAME: &str = "lease safety";
+    const NAME: CheckName = CheckName::LeaseSafety;
     let leased_grant = history.iter().any(|op| {
-        op.f == "acquire"
+        op.f == OpName::Acquire
             && op.is_ok()
             && !op.invoke.value.trim().is_empty()
             && op.completion.as_ref().is_some_and(|c| c.token.is_some())
@@ -737,8 +788,8 @@ fn lease_result(
 }
 
 /// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.
-fn guarded(name: &str, run: impl FnOnce() -> Result<CheckResult, CheckError>) -> CheckResult {
-    match verdict::guard(name, run) {
+fn guarded(name: CheckName, run: impl FnOnce() -> Result<CheckResult, CheckError>) -> CheckResult {
+    match verdict::guard(name.as_str(), run) {
         Ok(Ok(result)) => result,
         Ok(Err(error)) => CheckResult::new(name, Verdict::unknown(error.to_string())),
         Err(verdict) => CheckResult::new(name, verdict),
@@ -753,21 +804,42 @@ mod tests {
     fn compose_merges_by_priority_and_keeps_names() {
         // STYLE practice 7: named results, merged Invalid > Unknown > Valid.
         let check = compose(vec![
-            CheckResult::new("a", Verdict::Valid),
-            CheckResult::new("b", Verdict::unknown("budget")),
+            CheckResult::new(CheckName::Fencing, Verdict::Valid),
+            CheckResult::new(CheckName::Linearizability, Verdict::unknown("budget")),
         ]);
         assert_eq!(check.verdict, Verdict::unknown("budget"));
         assert_eq!(
-            check.result("b").unwrap().verdict,
+            check.result(CheckName::Linearizability).unwrap().verdict,
             Verdict::unknown("budget")
         );
         let check = compose(vec![
-            CheckResult::new("b", Verdict::unknown("budget")),
-            CheckResult::invalid("c", "two holders".into(), vec![1, 2]),
+            CheckResult::new(CheckName::Linearizability, Verdict::unknown("budget")),
+            CheckResult::invalid(CheckName::LeaseSafety, "two holders".into(), vec![1, 2]),
         ]);
         assert_eq!(check.verdict, Verdict::Invalid);
         assert_eq!(check.marked_rows(), vec![1, 2]);
-        assert!(check.explanation().contains("c: invalid\ntwo holders\n"));
+        assert!(
+            check
+                .explanation()
+                .contains("lease safety: invalid\ntwo holders\n")
+        );
+    }
+
+    #[test]
+    fn results_name_their_checks_by_the_word_tables_spelling() {
+        // STYLE practice 16: a check named in two places is spelled once, and results.json
+        // keeps that spelling.
+        let typed = CheckResult::new(CheckName::LeaseSafety, Verdict::Valid);
+        let json = serde_json::to_value(&typed).unwrap();
+        assert_eq!(json["name"], "lease safety");
+        assert_eq!(CheckResult::new("lease safety", Verdict::Valid), typed);
+        assert!(typed.name == "lease safety");
+    }
+
+    #[test]
+    #[should_panic(expected = "no word of history::vocab::CheckName")]
+    fn a_check_name_outside_the_table_is_a_programmer_error() {
+        let _ = CheckResult::new("lease-safety", Verdict::Valid);
     }
 
     #[test]
@@ -775,7 +847,7 @@ mod tests {
         // Issue 12 "per-key partitions checked in parallel": 200 keys (800 rows, above
         // PARALLEL_OPS_MIN), each put then get; key 150's get returns a value never put.
         let history = |bad: bool| {
-            let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+            let mut csv = format!("{}\n", history::csv::HEADER);
             let mut row = 0u64;
             for key in 0..200u64 {
                 let got = if bad && key == 150 { "zz" } else { "v" };
@@ -808,17 +880,17 @@ mod tests {
     #[test]
     fn a_panicking_check_gives_unknown() {
         // STYLE practice 7: a checker that panics yields Unknown, never Valid.
-        let result = guarded("boom", || panic!("deliberate"));
+        let result = guarded(CheckName::Fencing, || panic!("deliberate"));
         assert_eq!(
             result.verdict,
-            Verdict::unknown("boom panicked: deliberate")
+            Verdict::unknown("fencing panicked: deliberate")
         );
     }
 
     #[test]
     fn exhausted_budget_gives_unknown_with_the_bound() {
         // STYLE practice 13: reaching a bound is reported as Unknown.
-        let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+        let mut csv = format!("{}\n", history::csv::HEADER);
         // Many concurrent writes then reads: the generic search needs many states.
         for p in 0..6u64 {
             csv.push_str(&format!("{},{},{p},invoke,write,x,{p},,,\n", p, p));

@@ -41,7 +41,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use history::pair::Paired;
-use history::{AcquireValue, ErrorWord, FaultVerb, OpName, OpType, Operation};
+use history::{AcquireValue, CheckName, ErrorWord, FaultVerb, OpName, OpType, Operation};
 
 use crate::linear::bitset::FastBuildHasher;
 use crate::{CheckResult, Verdict};
@@ -173,9 +173,6 @@ impl LivenessReport {
     }
 }
 
-/// The check's name in a [`crate::Check`].
-pub const NAME: &str = "liveness";
-
 /// Runs the liveness rules and makes the `liveness` result: `invalid` with every violation
 /// in words, `valid` with the counts, or "not checked" when no rule had anything to judge.
 pub fn check_result(paired: &Paired, options: &LivenessOptions, drift: f64) -> CheckResult {
@@ -193,18 +190,18 @@ pub fn check_result(paired: &Paired, options: &LivenessOptions, drift: f64) -> C
             .iter()
             .flat_map(|v| v.rows.clone())
             .collect();
-        return CheckResult::invalid(NAME, text, rows);
+        return CheckResult::invalid(CheckName::Liveness, text, rows);
     }
     if report.evaluated() == 0 {
         return CheckResult::not_checked(
-            NAME,
+            CheckName::Liveness,
             &format!(
                 "nothing to judge: no recover marker, abandoned acquire or waiter in a fault-free window ({})",
                 report.summary()
             ),
         );
     }
-    let mut result = CheckResult::new(NAME, Verdict::Valid);
+    let mut result = CheckResult::new(CheckName::Liveness, Verdict::Valid);
     result.explanation = Some(report.summary());
     result
 }
@@ -759,10 +756,10 @@ impl Context<'_> {
 mod tests {
     use super::*;
 
-    const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error\n";
+    use history::csv::HEADER;
 
     fn run(rows: &str, options: LivenessOptions) -> (LivenessReport, CheckResult) {
-        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let ops = history::csv::read_str(&format!("{HEADER}\n{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         (
             check(&paired, &options, 0.01),
@@ -823,7 +820,7 @@ mod tests {
                     5,3000000000,nemesis,info,reset-clock,,n1,,,\n\
                     6,3200000000,2,invoke,acquire,a,500,,,\n\
                     7,3210000000,2,fail,acquire,a,,,n1,busy\n";
-        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let ops = history::csv::read_str(&format!("{HEADER}\n{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
         let grant = &paired.operations[1];
@@ -874,7 +871,7 @@ mod tests {
             )
         };
         let rows = format!("{first}{}", later(6));
-        let ops = history::csv::read_str(&format!("{HEADER}{rows}")).unwrap();
+        let ops = history::csv::read_str(&format!("{HEADER}\n{rows}")).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let context = Context::new(&paired, &LivenessOptions::default(), 0.01);
         let (_, until) = context.live_interval(&paired.operations[0]).unwrap();

@@ -8,7 +8,7 @@
 //! explanations of failures are written from [`history::Operation`]s only (the fast path
 //! never reports a failure: it falls back).
 
-use history::{ErrorWord, OpType, Operation};
+use history::{ErrorWord, OpName, OpType, Operation};
 
 use crate::linear::lock_model::acquire_lease_ms;
 
@@ -39,6 +39,16 @@ pub trait OpView {
     fn completion_token(&self) -> Option<u64>;
     /// Whether the completion's error cell is `word`.
     fn error_is(&self, word: ErrorWord) -> bool;
+
+    /// Whether the `f` cell is `name`.
+    fn f_is(&self, name: OpName) -> bool {
+        self.f() == name
+    }
+
+    /// The `f` cell as a word of the vocabulary, `None` when it is none.
+    fn op_name(&self) -> Option<OpName> {
+        OpName::parse(self.f())
+    }
 
     /// The return time; `None` means `+infinity` (an `info` or never-completed op), as
     /// [`Operation::return_ns`].

@@ -51,7 +51,10 @@ fn run(area: &str, path: &Path) -> Check {
         // judged something (a "not checked" result would not be valid).
         "liveness" => {
             let check = checker::check(&ops, &options).unwrap();
-            let liveness = check.result("liveness").expect("a liveness result").clone();
+            let liveness = check
+                .result(history::CheckName::Liveness)
+                .expect("a liveness result")
+                .clone();
             assert!(liveness.checked, "{}: {}", path.display(), liveness.verdict);
             checker::compose(vec![liveness])
         }
@@ -101,7 +104,10 @@ fn every_case_has_the_verdict_of_its_folder_and_its_golden_explanation() {
                     let paired = history::pair(&ops).unwrap();
                     let generic = Options::default().with_lock_search(checker::LockSearch::Generic);
                     let generic = checker::check_linearizability(&paired, &generic).verdict;
-                    let fast = &check.result("linearizability").unwrap().verdict;
+                    let fast = &check
+                        .result(history::CheckName::Linearizability)
+                        .unwrap()
+                        .verdict;
                     if &generic != fast {
                         failures.push(format!(
                             "{}: lock_fast {fast}, wgl {generic}",

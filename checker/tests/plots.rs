@@ -70,7 +70,7 @@ fn history_with_faults(seed: u64) -> String {
         }
     }
     rows.sort_by_key(|r| r.0);
-    let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+    let mut csv = format!("{}\n", history::csv::HEADER);
     for (i, (t, row)) in rows.iter().enumerate() {
         let _ = writeln!(csv, "{i},{t},{row}");
     }

@@ -18,13 +18,22 @@ use crate::error::{ParseError, ParseErrorKind};
 use crate::op::{Op, OpType, Process};
 use crate::pair::{Blame, Row, Validator};
 
-/// The header row of schema v1, exactly.
-pub const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error";
+/// Declares [`COLUMNS`] and [`HEADER`] from one list, so that the column names are
+/// spelled once: the writer writes `COLUMNS`, the readers compare against it, and a test or
+/// an error message that needs the header line takes `HEADER`.
+macro_rules! schema_v1_columns {
+    ($first:literal $(, $column:literal)* $(,)?) => {
+        /// The column names of schema v1, in order.
+        pub const COLUMNS: [&str; [$first $(, $column)*].len()] = [$first $(, $column)*];
 
-/// The column names of schema v1, in order.
-pub const COLUMNS: [&str; 10] = [
+        /// The header row of schema v1, exactly: [`COLUMNS`] joined by commas.
+        pub const HEADER: &str = concat!($first $(, ",", $column)*);
+    };
+}
+
+schema_v1_columns!(
     "index", "time_ns", "process", "type", "f", "key", "value", "token", "node", "error",
-];
+);
 
 /// The most fields one record may have before the reader gives up on it.
 pub const FIELDS_MAX: usize = 64;

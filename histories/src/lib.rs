@@ -7,7 +7,7 @@
 //! - [`hash`]: [`hash::FastHasher`], for tables keyed by cells and ids.
 //! - [`text`]: [`Text`], the shared, interned cells of a paired history.
 //! - [`vocab`]: the vocabulary, defined once: op names, error words, fault verbs and their
-//!   pairs, fault spans.
+//!   pairs, fault spans, check names.
 //! - [`convert`]: Jepsen and Porcupine histories into [`Op`]s.
 //! - [`error`]: [`ParseError`] (`line:column: reason`), [`PairError`], [`Violation`].
 //!
@@ -65,4 +65,4 @@ pub use error::{PairError, ParseError, ParseErrorKind, Violation};
 pub use op::{Op, OpType, Process};
 pub use pair::{Operation, pair};
 pub use text::{Interner, Text};
-pub use vocab::{AcquireValue, ErrorWord, FaultSpan, FaultVerb, OpName, fault_spans};
+pub use vocab::{AcquireValue, CheckName, ErrorWord, FaultSpan, FaultVerb, OpName, fault_spans};

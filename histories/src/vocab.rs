@@ -1,6 +1,7 @@
 //! The history's vocabulary, defined once: op names ([`OpName`]), error words
-//! ([`ErrorWord`]), fault verbs with their pairs ([`FaultVerb`]), and the fault spans they
-//! make ([`fault_spans`]).
+//! ([`ErrorWord`]), fault verbs with their pairs ([`FaultVerb`]), the fault spans they
+//! make ([`fault_spans`]), and the names of the checks that judge a history
+//! ([`CheckName`]).
 //!
 //! Every crate that writes or reads a history spells these words through this module: the
 //! harness records them, the checkers and the report read them. Before it existed the
@@ -8,9 +9,10 @@
 //! so every clock fault was drawn as never ended.
 //!
 //! ```
-//! use history::vocab::{ErrorWord, FaultVerb, OpName};
+//! use history::vocab::{CheckName, ErrorWord, FaultVerb, OpName};
 //!
 //! assert_eq!(OpName::Acquire.as_str(), "acquire");
+//! assert_eq!(CheckName::LeaseSafety.to_string(), "lease safety");
 //! assert_eq!("gave-up".parse::<ErrorWord>(), Ok(ErrorWord::GaveUp));
 //! assert_eq!(FaultVerb::Skew.ending(), Some(FaultVerb::ResetClock));
 //! assert_eq!(FaultVerb::Strobe.ending(), Some(FaultVerb::ResetClock));
@@ -27,13 +29,14 @@ use crate::Op;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} {word:?}")]
 pub struct UnknownWord {
-    /// `op name`, `error word` or `fault verb`.
+    /// `op name`, `error word`, `fault verb` or `check name`.
     pub what: &'static str,
     /// The word.
     pub word: String,
 }
 
-/// Declares a word enum with its spellings, `ALL`, `as_str`, `Display` and `FromStr`.
+/// Declares a word enum with its spellings, `ALL`, `as_str`, `Display`, `FromStr`, serde
+/// (as its spelling) and comparisons with text either way round.
 macro_rules! words {
     ($(#[$meta:meta])* $name:ident, $what:literal, { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+ }) => {
         $(#[$meta])*
@@ -47,7 +50,7 @@ macro_rules! words {
             pub const ALL: &'static [$name] = &[$($name::$variant,)+];
 
             /// The history's spelling.
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text,)+
                 }
@@ -97,6 +100,31 @@ macro_rules! words {
         impl PartialEq<$name> for $crate::text::Text {
             fn eq(&self, other: &$name) -> bool {
                 self.as_str() == other.as_str()
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
             }
         }
     };
@@ -151,6 +179,9 @@ words!(
         Indeterminate => "indeterminate",
         /// The harness itself failed to run the op (a bug or resource problem of the tester).
         Harness => "harness",
+        /// Register: a cas whose compare did not match (Porcupine's etcd `:fail :cas`); the
+        /// register model reads it as an observation, not as an op that did nothing.
+        Mismatch => "mismatch",
     }
 );
 
@@ -233,6 +264,44 @@ impl FaultVerb {
         FaultVerb::ALL.iter().any(|v| v.ending() == Some(self))
     }
 }
+
+words!(
+    /// The name of a check: how results.json, the JUnit report, the summaries and the
+    /// timeline name one verdict on a run.
+    ///
+    /// The same event used to get three verdicts along three pipelines: each pipeline
+    /// (`locksmith check`, `locksmith test` with its JUnit report, `locksmith sim`) spelled
+    /// its check names itself, so the JUnit report of a run had two `liveness` cases, the
+    /// checker's judgement of the history and the harness's recovery phase, which could
+    /// disagree, and a reader looking a check up by name found whichever came first. A check
+    /// named in two places must be spelled once: every crate that makes, finds or reports a
+    /// check names it through this table. (The model's properties, "Election Safety" and
+    /// the like, are sentences of their own and no check names.)
+    CheckName, "check name", {
+        /// The history is linearizable against its model (the checker).
+        Linearizability => "linearizability",
+        /// Tokens unique, strictly increasing in real time, fenced writes never stale (the
+        /// checker).
+        Fencing => "fencing",
+        /// No two holders of one key within the drift bound (the checker).
+        LeaseSafety => "lease safety",
+        /// Recovery after the final heal, phantom locks released, waiters answered (the
+        /// checker, from the history's nemesis rows).
+        Liveness => "liveness",
+        /// No node stopped on its own, and the run could finish (the harness).
+        NodeHealth => "node health",
+        /// The nodes' recorded traces replay through the model (the harness, `--trace`).
+        TraceReplay => "trace replay",
+        /// The recorded history reads back (the simulator, when it does not).
+        History => "history",
+        /// The run's own recovery phase: every client slot succeeded again after the final
+        /// heal (the harness's JUnit report, beside a judged `liveness`).
+        Recovery => "recovery",
+        /// The JUnit case of a run with no check result at all: never a green report for a
+        /// run that checked nothing.
+        Checks => "checks",
+    }
+);
 
 /// The `value` of an acquire invoke: `LEASE_MS` for a try-acquire, `LEASE_MS WAIT_MS` (two
 /// integers, one space) for an acquire that waits up to `WAIT_MS` for a held key.
@@ -418,6 +487,9 @@ mod tests {
         }
         for o in OpName::ALL {
             assert_eq!(o.to_string().parse::<OpName>(), Ok(*o));
+        }
+        for c in CheckName::ALL {
+            assert_eq!(CheckName::parse(c.as_str()), Some(*c));
         }
         assert_eq!(
             "unskew".parse::<FaultVerb>().unwrap_err().to_string(),

@@ -83,6 +83,8 @@ fn write_op_numbers_rows_from_zero() {
     let second = writer.write_op(completion).unwrap();
     assert_eq!((first, second, writer.next_index()), (0, 1, 2));
     let text = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+    // The header spelled out on purpose, not `csv::HEADER`: it is schema v1's, as
+    // histories/README.md gives it, and a change to the one definition must fail here.
     assert_eq!(
         text,
         "index,time_ns,process,type,f,key,value,token,node,error\n\

@@ -10,6 +10,8 @@
 //! A `get` that failed or never answered constrains nothing and is left out, as is a
 //! failed `put` or `append`. The partition is by key: each key is its own object.
 
+use history::OpName;
+
 use super::lock_model::partition_by_key;
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
@@ -90,16 +92,16 @@ pub fn kv_operations(
     for op in ops {
         let completion = op.completion.as_ref();
         let unknown = op.is_indeterminate();
-        let (input, output) = match op.f.as_str() {
-            "get" if op.is_ok() => {
+        let (input, output) = match OpName::parse(op.f.as_str()) {
+            Some(OpName::Get) if op.is_ok() => {
                 let value = completion.map_or(String::new(), |c| c.value.to_string());
                 (KvInput::Get, KvOutput::Value(value))
             }
-            "get" => continue,
-            "put" | "append" if op.is_fail() => continue,
-            "put" | "append" => {
+            Some(OpName::Get) => continue,
+            Some(OpName::Put | OpName::Append) if op.is_fail() => continue,
+            Some(name @ (OpName::Put | OpName::Append)) => {
                 let value = op.invoke.value.to_string();
-                let input = if op.f == "put" {
+                let input = if name == OpName::Put {
                     KvInput::Put(value)
                 } else {
                     KvInput::Append(value)
@@ -113,10 +115,10 @@ pub fn kv_operations(
                     },
                 )
             }
-            other => {
+            _ => {
                 return Err(CheckError::bad(
                     op.invoke.index,
-                    format!("f `{other}` is not a kv op (get, put, append)"),
+                    format!("f `{}` is not a kv op (get, put, append)", op.f),
                 ));
             }
         };

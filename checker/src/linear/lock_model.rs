@@ -48,7 +48,7 @@ use std::collections::HashMap;
 
 use super::bitset::FastBuildHasher;
 
-use history::{ErrorWord, Text};
+use history::{ErrorWord, OpName, Text};
 
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
@@ -309,8 +309,8 @@ pub fn lock_operations_of<'a, O: OpView + 'a>(
             process: None,
             rows: Rows::default(),
         };
-        match op.f() {
-            "acquire" => {
+        match op.op_name() {
+            Some(OpName::Acquire) => {
                 let lease_ms = op
                     .lease_ms()
                     .map_err(|reason| CheckError::bad(op.invoke_index(), reason))?;
@@ -350,7 +350,7 @@ pub fn lock_operations_of<'a, O: OpView + 'a>(
                     out.push(base(input, LockOutput::Busy, Some(completion_ns)));
                 }
             }
-            "release" => {
+            Some(OpName::Release) => {
                 let token = op
                     .invoke_token()
                     .ok_or_else(|| CheckError::bad(op.invoke_index(), "release has no token"))?;
@@ -365,11 +365,14 @@ pub fn lock_operations_of<'a, O: OpView + 'a>(
                 }
             }
             // The fenced resource's ops: fencing checks them.
-            "write" | "read" => {}
-            other => {
+            Some(OpName::Write | OpName::Read) => {}
+            _ => {
                 return Err(CheckError::bad(
                     op.invoke_index(),
-                    format!("op `{other}` is not a lock op (acquire, release, read, write)"),
+                    format!(
+                        "op `{}` is not a lock op (acquire, release, read, write)",
+                        op.f()
+                    ),
                 ));
             }
         }

@@ -19,6 +19,8 @@
 
 use std::collections::HashMap;
 
+use history::OpName;
+
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
 
@@ -130,7 +132,7 @@ pub fn multi_register_operations(
     model.init = init.map(|v| intern(&mut value_ids, &mut model.values, v.trim()));
     let mut out = Vec::new();
     for op in ops {
-        if op.f != "txn" {
+        if op.f != OpName::Txn {
             return Err(CheckError::bad(
                 op.invoke.index,
                 format!("op `{}` is not a multi-register op (txn)", op.f),
@@ -147,13 +149,18 @@ pub fn multi_register_operations(
         for micro in text.split(';').map(str::trim).filter(|m| !m.is_empty()) {
             let words: Vec<&str> = micro.split_whitespace().collect();
             let mut key = |k: &str| intern(&mut key_ids, &mut model.keys, k);
-            let micro_op = match words.as_slice() {
-                ["read", k] => MicroOp::Read(key(k), None),
-                ["read", k, v] => {
+            // A micro-op is named by the register ops' own words.
+            let (name, args) = match words.split_first() {
+                Some((name, args)) => (OpName::parse(name), args),
+                None => (None, &[][..]),
+            };
+            let micro_op = match (name, args) {
+                (Some(OpName::Read), [k]) => MicroOp::Read(key(k), None),
+                (Some(OpName::Read), [k, v]) => {
                     let k = key(k);
                     MicroOp::Read(k, Some(intern(&mut value_ids, &mut model.values, v)))
                 }
-                ["write", k, v] => {
+                (Some(OpName::Write), [k, v]) => {
                     let k = key(k);
                     MicroOp::Write(k, intern(&mut value_ids, &mut model.values, v))
                 }

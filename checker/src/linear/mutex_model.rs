@@ -14,6 +14,8 @@
 //! or never. The partition is by key: each key is its own mutex (knossos histories have no
 //! key, which is one mutex).
 
+use history::OpName;
+
 use super::lock_model::partition_by_key;
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
@@ -104,13 +106,13 @@ pub fn mutex_operations(
 ) -> Result<Vec<Operation<MutexModel>>, CheckError> {
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
-        let input = match op.f.as_str() {
-            "acquire" => MutexInput::Acquire(op.process),
-            "release" => MutexInput::Release(op.process),
-            other => {
+        let input = match OpName::parse(op.f.as_str()) {
+            Some(OpName::Acquire) => MutexInput::Acquire(op.process),
+            Some(OpName::Release) => MutexInput::Release(op.process),
+            _ => {
                 return Err(CheckError::bad(
                     op.invoke.index,
-                    format!("op `{other}` is not a mutex op (acquire, release)"),
+                    format!("op `{}` is not a mutex op (acquire, release)", op.f),
                 ));
             }
         };

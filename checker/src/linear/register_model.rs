@@ -28,12 +28,11 @@
 
 use std::collections::HashMap;
 
+use history::{ErrorWord, OpName};
+
 use super::lock_model::partition_by_key;
 use super::{Model, Operation, Rows};
 use crate::error::CheckError;
-
-/// The error word that makes a failed cas an observation (the compare did not match).
-pub const CAS_MISMATCH: &str = "mismatch";
 
 /// How to read a register history (see the module doc).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -225,8 +224,8 @@ fn register_step(
     interner: &mut Interner,
 ) -> Result<Option<(RegisterInput, RegisterOutput)>, CheckError> {
     let completion = op.completion.as_ref();
-    Ok(Some(match op.f.as_str() {
-        "read" if op.is_ok() => {
+    Ok(Some(match OpName::parse(op.f.as_str()) {
+        Some(OpName::Read) if op.is_ok() => {
             let value = completion.map_or("", |c| c.value.trim());
             if value.is_empty() && has_init {
                 // The register never holds nil: an empty value is a read of unknown value.
@@ -235,13 +234,13 @@ fn register_step(
             let read = (!value.is_empty()).then(|| interner.intern(value));
             (RegisterInput::Read, RegisterOutput::Read(read))
         }
-        "read" => return Ok(None),
-        "write" if op.is_fail() => return Ok(None),
-        "write" => {
+        Some(OpName::Read) => return Ok(None),
+        Some(OpName::Write) if op.is_fail() => return Ok(None),
+        Some(OpName::Write) => {
             let input = RegisterInput::Write(interner.intern(op.invoke.value.trim()));
             (input, ok_or_unknown(op))
         }
-        "cas" => {
+        Some(OpName::Cas) => {
             let mut parts = op.invoke.value.split_whitespace();
             let (Some(old), Some(new), None) = (parts.next(), parts.next(), parts.next()) else {
                 return Err(CheckError::bad(
@@ -250,7 +249,9 @@ fn register_step(
                 ));
             };
             let output = match completion {
-                Some(c) if op.is_fail() && c.error == CAS_MISMATCH => RegisterOutput::CasFailed,
+                Some(c) if op.is_fail() && c.error == ErrorWord::Mismatch => {
+                    RegisterOutput::CasFailed
+                }
                 // Jepsen: a failed op did not happen and tells nothing.
                 _ if op.is_fail() => return Ok(None),
                 _ => ok_or_unknown(op),
@@ -258,10 +259,10 @@ fn register_step(
             let input = RegisterInput::Cas(interner.intern(old), interner.intern(new));
             (input, output)
         }
-        other => {
+        _ => {
             return Err(CheckError::bad(
                 op.invoke.index,
-                format!("op `{other}` is not a register op (read, write, cas)"),
+                format!("op `{}` is not a register op (read, write, cas)", op.f),
             ));
         }
     }))

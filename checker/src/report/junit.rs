@@ -21,6 +21,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use history::CheckName;
+
 use crate::{Check, CheckResult, Verdict};
 
 /// One testcase's result.
@@ -101,25 +103,26 @@ impl Case {
     /// A case for a check's result.
     pub fn from_result(result: &CheckResult, classname: &str) -> Case {
         let explanation = result.explanation.clone().unwrap_or_default();
+        let name = result.name.as_str();
         if !result.checked {
             // "not checked": nothing to judge, which is neither a pass nor a failure.
             return Case {
                 outcome: Outcome::Skipped {
                     message: format!("not checked: {}", result.verdict),
                 },
-                ..Case::passed(&result.name, classname)
+                ..Case::passed(name, classname)
             };
         }
         match &result.verdict {
-            Verdict::Valid => Case::passed(&result.name, classname),
-            Verdict::Invalid => Case::failed(&result.name, classname, &explanation),
+            Verdict::Valid => Case::passed(name, classname),
+            Verdict::Invalid => Case::failed(name, classname, &explanation),
             Verdict::Unknown { reason } => {
                 let text = if explanation.is_empty() {
                     reason.clone()
                 } else {
                     format!("{reason}\n{explanation}")
                 };
-                Case::error(&result.name, classname, &text)
+                Case::error(name, classname, &text)
             }
         }
     }
@@ -184,7 +187,11 @@ impl Suite {
         }
         if check.results.is_empty() {
             // Never a green report for a run that checked nothing.
-            suite.push(Case::error("checks", classname, "no check ran"));
+            suite.push(Case::error(
+                CheckName::Checks.as_str(),
+                classname,
+                "no check ran",
+            ));
         }
         suite
     }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use history::{Op, OpType, pair::Paired};
+use history::{Op, OpName, OpType, pair::Paired};
 use serde::Serialize;
 
 use crate::Check;
@@ -197,25 +197,30 @@ fn label(op: &history::Operation, token: &str) -> String {
         Some(c) if c.op_type == OpType::Ok => c.value.to_string(),
         _ => outcome.to_string(),
     };
-    let key = if op.key.is_empty() || op.key == "x" {
+    // The single register of converted Porcupine etcd histories goes unnamed.
+    let key = if op.key.is_empty() || op.key == history::convert::porcupine_etcd::REGISTER_KEY {
         String::new()
     } else {
         format!("{} ", op.key)
     };
     let value = op.invoke.value.trim();
-    match op.f.as_str() {
-        "read" if op.invoke.token.is_none() => format!("{key}read() -> {}", read_value()),
-        "write" if op.invoke.token.is_none() => format!("{key}write({value}) -> {outcome}"),
-        "cas" => format!(
+    match OpName::parse(op.f.as_str()) {
+        Some(OpName::Read) if op.invoke.token.is_none() => {
+            format!("{key}read() -> {}", read_value())
+        }
+        Some(OpName::Write) if op.invoke.token.is_none() => {
+            format!("{key}write({value}) -> {outcome}")
+        }
+        Some(OpName::Cas) => format!(
             "{key}cas({}) -> {outcome}",
             value.split_whitespace().collect::<Vec<_>>().join(", ")
         ),
-        "get" => format!(
+        Some(OpName::Get) => format!(
             "{key}get() -> {:?}",
             completion.map_or("", |c| c.value.as_str())
         ),
-        "put" | "append" => format!("{key}{}({value:?}) -> {outcome}", op.f),
-        "txn" => format!(
+        Some(OpName::Put | OpName::Append) => format!("{key}{}({value:?}) -> {outcome}", op.f),
+        Some(OpName::Txn) => format!(
             "txn[{}] -> {outcome}",
             completion
                 .filter(|_| outcome == "ok")
@@ -243,19 +248,23 @@ pub(crate) fn fault_periods(faults: &[Op], end_ns: u64) -> Vec<FaultData> {
 
 #[cfg(test)]
 mod tests {
+    use history::csv::HEADER;
+
     use super::*;
 
     #[test]
     fn the_timeline_is_one_file_with_the_data_and_the_marks() {
         // DESIGN "The checks": a failing check writes an HTML timeline that marks it.
-        let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-                   0,1000,0,invoke,acquire,a,10000,,,\n\
-                   1,2000,0,ok,acquire,a,,5,n1,\n\
-                   2,2500,nemesis,info,partition,,n1 | n2 n3,,,\n\
-                   3,3000,1,invoke,acquire,a,10000,,,\n\
-                   4,4000,1,ok,acquire,a,,6,n1,\n\
-                   5,4500,nemesis,info,heal,,,,,\n";
-        let ops = history::csv::read_str(csv).unwrap();
+        let csv = format!(
+            "{HEADER}\n\
+             0,1000,0,invoke,acquire,a,10000,,,\n\
+             1,2000,0,ok,acquire,a,,5,n1,\n\
+             2,2500,nemesis,info,partition,,n1 | n2 n3,,,\n\
+             3,3000,1,invoke,acquire,a,10000,,,\n\
+             4,4000,1,ok,acquire,a,,6,n1,\n\
+             5,4500,nemesis,info,heal,,,,,\n"
+        );
+        let ops = history::csv::read_str(&csv).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let check = crate::check_operations(&paired.operations, &crate::Options::default());
         let html = render("two holders", &paired, &check);
@@ -278,7 +287,7 @@ mod tests {
         for start in history::FaultVerb::ALL.iter().filter(|v| v.starts_fault()) {
             let end = start.ending().unwrap();
             let csv = format!(
-                "index,time_ns,process,type,f,key,value,token,node,error\n\
+                "{HEADER}\n\
                  0,1000,nemesis,info,{start},,n1,,,\n\
                  1,1500,nemesis,info,{start},,n1,,,\n\
                  2,9000,nemesis,info,{end},,n1,,,\n\
@@ -301,7 +310,7 @@ mod tests {
     #[test]
     fn a_long_history_is_cut_to_a_bounded_window() {
         // STYLE practice 13: everything has a limit, and reaching it is reported.
-        let mut csv = String::from("index,time_ns,process,type,f,key,value,token,node,error\n");
+        let mut csv = format!("{HEADER}\n");
         let n = TIMELINE_OPS_MAX + 5000;
         for i in 0..n {
             let (a, b) = (2 * i, 2 * i + 1);
@@ -311,7 +320,7 @@ mod tests {
         let ops = history::csv::read_str(&csv).unwrap();
         let paired = history::pair::pair_with_faults(&ops).unwrap();
         let check = crate::compose(vec![crate::CheckResult::invalid(
-            "test",
+            history::CheckName::LeaseSafety,
             "marked".into(),
             vec![2 * (n as u64 - 1)],
         )]);

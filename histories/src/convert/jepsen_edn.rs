@@ -33,6 +33,7 @@
 use super::edn::{self, Value};
 use super::{ConvertError, ConvertErrorKind, finish};
 use crate::op::{Op, OpType, Process};
+use crate::vocab::OpName;
 
 /// Converts a Jepsen `history.edn` text: maps one after another, or one vector of maps.
 pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
@@ -140,14 +141,14 @@ pub(crate) fn op_from_map(line: u64, map: &Value, position: u64) -> Result<Op, C
     };
     let cell = |key: &str| map.get(key).map(Value::to_cell).unwrap_or_default();
     let mut value = cell("value");
-    if f == "txn" {
+    if f == OpName::Txn {
         let raw = map.get("value").unwrap_or(&Value::Nil);
         value = match raw {
             Value::Nil => String::new(),
             raw => txn_cell(raw).ok_or_else(|| bad(":value", raw, "a txn: [[:read :x 1] ...]"))?,
         };
     }
-    if value.is_empty() && f == "acquire" {
+    if value.is_empty() && f == OpName::Acquire {
         value = cell("lease-ms");
     }
     Ok(Op {

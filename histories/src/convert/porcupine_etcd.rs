@@ -16,10 +16,7 @@
 
 use super::{ConvertError, ConvertErrorKind, finish};
 use crate::op::{Op, OpType, Process};
-
-/// The error word of a cas whose compare did not match (Porcupine's etcd reading of
-/// `:fail :cas`). The register model reads it as an observation.
-pub const CAS_MISMATCH: &str = "mismatch";
+use crate::vocab::{ErrorWord, OpName};
 
 /// The register name of these single-register histories.
 pub const REGISTER_KEY: &str = "x";
@@ -73,8 +70,9 @@ fn parse_line(line: u64, text: &str, position: u64) -> Result<Op, ConvertError> 
     };
     let (value, mut error_cell) = parse_value(&value)
         .ok_or_else(|| bad("value", &value, "nil, an integer, [OLD NEW] or :timed-out"))?;
-    if op_type == OpType::Fail && f == "cas" && error_cell.is_empty() {
-        error_cell = CAS_MISMATCH.to_owned();
+    if op_type == OpType::Fail && f == OpName::Cas && error_cell.is_empty() {
+        // Porcupine's etcd reading of `:fail :cas`: the compare did not match.
+        error_cell = ErrorWord::Mismatch.to_string();
     }
     Ok(Op {
         index: position,
@@ -139,7 +137,7 @@ INFO  jepsen.util - 2\t:info\t:write\t:timed-out
         assert_eq!((ops[2].op_type, ops[2].value.as_str()), (OpType::Ok, ""));
         assert_eq!(
             (ops[3].op_type, ops[3].error.as_str()),
-            (OpType::Fail, CAS_MISMATCH)
+            (OpType::Fail, ErrorWord::Mismatch.as_str())
         );
         assert_eq!(ops[4].value, "3");
         assert_eq!(

@@ -9,6 +9,7 @@
 use super::edn;
 use super::{ConvertError, ConvertErrorKind, finish};
 use crate::op::Op;
+use crate::vocab::OpName;
 
 /// Converts the text of a Porcupine `kv/cNN-*.txt` file.
 pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
@@ -20,7 +21,10 @@ pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
         }
         let position = rows.len() as u64;
         let op = super::jepsen_edn::op_from_map(line, &value, position)?;
-        if !matches!(op.f.as_str(), "get" | "put" | "append") {
+        if !matches!(
+            OpName::parse(&op.f),
+            Some(OpName::Get | OpName::Put | OpName::Append)
+        ) {
             let kind = ConvertErrorKind::BadField {
                 field: ":f",
                 found: op.f,

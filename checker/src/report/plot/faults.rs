@@ -1,7 +1,7 @@
 //! Fault spans for the plots: each nemesis fault from its starting verb to the verb that
 //! undoes it, with its kind, so that every plot shades and labels it the same way.
 
-use history::Op;
+use history::{FaultVerb, Op};
 
 /// The verb that undoes a fault begun by `verb`; `None` for a verb that starts nothing.
 /// From the history's vocabulary ([`history::FaultVerb::ending`]).
@@ -56,7 +56,7 @@ pub fn kinds(spans: &[FaultSpan]) -> Vec<String> {
     kinds.sort_by_key(|k| {
         let rank = KIND_ORDER
             .iter()
-            .position(|o| o == k)
+            .position(|o| k == o)
             .unwrap_or(KIND_ORDER.len());
         (rank, k.clone())
     });
@@ -65,25 +65,25 @@ pub fn kinds(spans: &[FaultSpan]) -> Vec<String> {
 }
 
 /// The usual fault kinds, in the order the legend lists them.
-pub const KIND_ORDER: [&str; 6] = [
-    "kill",
-    "pause",
-    "pause-clients",
-    "partition",
-    "skew",
-    "strobe",
+pub const KIND_ORDER: [FaultVerb; 6] = [
+    FaultVerb::Kill,
+    FaultVerb::Pause,
+    FaultVerb::PauseClients,
+    FaultVerb::Partition,
+    FaultVerb::Skew,
+    FaultVerb::Strobe,
 ];
 
 /// The colour of a fault kind; unlike the outcome colours (green, red, grey), so a shaded
 /// span never reads as a kind of op.
 pub fn kind_colour(kind: &str) -> &'static str {
-    match kind {
-        "kill" => "#8250df",
-        "pause" => "#bf8700",
-        "pause-clients" => "#fb8f44",
-        "partition" => "#0969da",
-        "skew" => "#1b7c83",
-        "strobe" => "#e85aad",
+    match FaultVerb::parse(kind) {
+        Some(FaultVerb::Kill) => "#8250df",
+        Some(FaultVerb::Pause) => "#bf8700",
+        Some(FaultVerb::PauseClients) => "#fb8f44",
+        Some(FaultVerb::Partition) => "#0969da",
+        Some(FaultVerb::Skew) => "#1b7c83",
+        Some(FaultVerb::Strobe) => "#e85aad",
         _ => "#57606a",
     }
 }
@@ -93,7 +93,7 @@ mod tests {
     use super::*;
 
     fn faults(csv_rows: &str) -> Vec<Op> {
-        let csv = format!("index,time_ns,process,type,f,key,value,token,node,error\n{csv_rows}");
+        let csv = format!("{}\n{csv_rows}", history::csv::HEADER);
         let ops = history::csv::read_str(&csv).unwrap();
         history::pair::pair_with_faults(&ops).unwrap().faults
     }

@@ -9,12 +9,15 @@
 //!
 //! ```
 //! use checker::report::plot::{PlotTitle, render_all};
-//! let csv = "index,time_ns,process,type,f,key,value,token,node,error\n\
-//!            0,1000000,0,invoke,acquire,a,100,,,\n\
-//!            1,3000000,0,ok,acquire,a,,5,n1,\n\
-//!            2,4000000,nemesis,info,kill,,n1,,,\n\
-//!            3,9000000,nemesis,info,restart,,n1,,,\n";
-//! let ops = history::csv::read_str(csv).unwrap();
+//! let csv = format!(
+//!     "{}\n\
+//!      0,1000000,0,invoke,acquire,a,100,,,\n\
+//!      1,3000000,0,ok,acquire,a,,5,n1,\n\
+//!      2,4000000,nemesis,info,kill,,n1,,,\n\
+//!      3,9000000,nemesis,info,restart,,n1,,,\n",
+//!     history::csv::HEADER
+//! );
+//! let ops = history::csv::read_str(&csv).unwrap();
 //! let paired = history::pair::pair_with_faults(&ops).unwrap();
 //! let title = PlotTitle { test: "lockd-kill".into(), seed: Some(7), verdict: "valid".into() };
 //! let plots = render_all(&title, &paired.operations, &paired.faults);
@@ -27,7 +30,7 @@ pub mod svg;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use history::{Op, OpType, Operation};
+use history::{Op, OpName, OpType, Operation};
 
 use self::faults::{FaultSpan, fault_spans};
 use self::svg::{Canvas, Entry, LinearScale, LogScale, Swatch, marker, op_shape, outcome_colour};
@@ -148,7 +151,12 @@ fn end_ns(done: &[Done<'_>], operations: &[Operation], faults: &[Op]) -> u64 {
 
 /// The op kinds in the history, acquire/release/write/read first.
 fn op_kinds<'a>(done: &[Done<'a>]) -> Vec<&'a str> {
-    let order = ["acquire", "release", "write", "read"];
+    let order = [
+        OpName::Acquire,
+        OpName::Release,
+        OpName::Write,
+        OpName::Read,
+    ];
     let mut kinds: Vec<&str> = done.iter().map(|d| d.f).collect();
     kinds.sort_by_key(|k| (order.iter().position(|o| o == k).unwrap_or(order.len()), *k));
     kinds.dedup();
@@ -395,8 +403,8 @@ pub fn rate_svg(title: &str, operations: &[Operation], faults: &[Op]) -> String 
 mod tests {
     use super::*;
 
-    const CSV: &str = "index,time_ns,process,type,f,key,value,token,node,error\n\
-                       0,1000000,0,invoke,acquire,a,100,,,\n\
+    /// A history's rows, without the header.
+    const ROWS: &str = "0,1000000,0,invoke,acquire,a,100,,,\n\
                        1,3000000,0,ok,acquire,a,,5,n1,\n\
                        2,4000000,nemesis,info,kill,,n1,,,\n\
                        3,5000000,1,invoke,acquire,a,100,,,\n\
@@ -407,7 +415,8 @@ mod tests {
                        8,9800000,3,invoke,acquire,b,100,,,\n";
 
     fn paired() -> history::pair::Paired {
-        history::pair::pair_with_faults(&history::csv::read_str(CSV).unwrap()).unwrap()
+        let csv = format!("{}\n{ROWS}", history::csv::HEADER);
+        history::pair::pair_with_faults(&history::csv::read_str(&csv).unwrap()).unwrap()
     }
 
     #[test]

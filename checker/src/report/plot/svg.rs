@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 
+use history::OpName;
+
 use super::faults::{FaultSpan, kind_colour, kinds};
 
 /// The whole image's width, px.
@@ -29,11 +31,11 @@ pub fn outcome_colour(outcome: &str) -> &'static str {
 
 /// A marker shape per op kind, so that ops of two kinds with one outcome stay apart.
 pub fn op_shape(f: &str) -> Shape {
-    match f {
-        "acquire" => Shape::Circle,
-        "release" => Shape::Square,
-        "write" => Shape::Triangle,
-        "read" => Shape::Diamond,
+    match OpName::parse(f) {
+        Some(OpName::Acquire) => Shape::Circle,
+        Some(OpName::Release) => Shape::Square,
+        Some(OpName::Write) => Shape::Triangle,
+        Some(OpName::Read) => Shape::Diamond,
         _ => Shape::Cross,
     }
 }
