@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cluster::{Cluster, Layout};
-use crate::system::{LockClient, Outcome, System, leader_of};
+use crate::systems::{LockClient, Outcome, System, leader_of};
 use crate::{Error, NodeId};
 
 /// The most cycles one client runs in one measurement (a bound, reported when reached).

@@ -23,26 +23,18 @@
 #![deny(missing_docs)]
 
 pub mod bench;
-pub mod checks;
 pub mod cluster;
-pub mod etcd;
 pub mod faults;
 pub mod harness;
 pub mod hosts;
-pub mod lockd_system;
 pub mod net;
 pub mod progress;
-pub mod recorder;
 pub mod replay;
-pub mod reports;
 pub mod rng;
 pub mod run;
-pub mod schedule;
-pub mod serve;
 pub mod sim;
 pub mod store;
-pub mod system;
-pub mod workload;
+pub mod systems;
 
 pub use faults::netem;
 

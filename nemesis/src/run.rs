@@ -1,7 +1,7 @@
 //! `locksmith test`: the harness ([`crate::harness`]) in the world of real processes. Sets
 //! up the cluster and its net, waits for a leader, runs the harness (workload, faults, final
 //! heal, recovery, phantom probe), tears down, checks the history through the one pipeline
-//! ([`crate::checks`]) and writes `store/<test>/<timestamp>/` ([`crate::store::RunDir`]).
+//! ([`crate::store::pipeline`]) and writes `store/<test>/<timestamp>/` ([`crate::store::RunDir`]).
 //!
 //! Every step is bounded: the cluster must show a leader within [`START_TIMEOUT_MS`]; the
 //! harness bounds the rest. Teardown runs on every path: the cluster and the net are guards
@@ -14,17 +14,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use checker::Verdict;
 
-use crate::checks;
+use crate::store::pipeline;
 use crate::cluster::{Cluster, Layout};
 use crate::harness::{self, World};
 use crate::net::kernel::Kernel;
 use crate::net::owner::{self, Owner};
 use crate::net::proxy::Proxy;
 use crate::net::{Net, NetKind};
-use crate::recorder::Recorder;
+use crate::harness::recorder::Recorder;
 use crate::store::{Results, RunDir};
-use crate::system::System;
-use crate::workload::ClientPauses;
+use crate::systems::System;
+use crate::harness::workload::ClientPauses;
 use crate::Error;
 
 pub use crate::harness::TestOptions;
@@ -198,7 +198,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     if system.traces() {
         extra.push(crate::replay::check_run(&dir));
     }
-    let output = checks::check_history_with(&dir, &checker::Options::default(), extra);
+    let output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
     drop(ticker);
     let mut results = Results::of(
         options,
@@ -262,7 +262,7 @@ mod tests {
         // DESIGN "The harness": store/<test>/...
         let mut o = TestOptions::default();
         assert_eq!(o.test_name("lockd"), "lockd-kill+pause+partition+clock");
-        o.workload = crate::workload::WorkloadKind::Unfenced;
+        o.workload = crate::harness::workload::WorkloadKind::Unfenced;
         o.nemesis = vec![crate::faults::FaultKind::Pause];
         o.bug = Some("no-fsync".into());
         assert_eq!(o.test_name("lockd"), "lockd-pause-unfenced-bug-no-fsync");

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use nemesis::NodeId;
 use nemesis::cluster::{Cluster, Layout};
-use nemesis::lockd_system::{Lockd, find_lockd};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::net::proxy::Proxy;
 use nemesis::net::{Net, grudge};
-use nemesis::system::{NodeView, System, leader_of};
+use nemesis::systems::{NodeView, System, leader_of};
 
 const WAIT_MS: u64 = 15_000;
 

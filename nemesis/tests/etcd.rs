@@ -1,4 +1,4 @@
-//! etcd as a system under test: real 3-node clusters on loopback (nemesis::etcd).
+//! etcd as a system under test: real 3-node clusters on loopback (nemesis::systems::etcd).
 //!
 //! Every test skips, saying so on stderr, when no `etcd` binary is installed (ci/install.sh
 //! installs Debian's etcd-server, so CI runs them). Clusters run one at a time (a shared
@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nemesis::etcd::{
+use nemesis::systems::etcd::{
     Acquired, ClientOptions, EtcdCluster, EtcdClusterConfig, EtcdLockClient, NodeState, Released,
     Wait, etcd_binary,
 };
@@ -365,8 +365,8 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     use std::sync::Arc;
 
     use nemesis::bench::BenchCluster;
-    use nemesis::etcd::Etcd;
-    use nemesis::system::Outcome;
+    use nemesis::systems::etcd::Etcd;
+    use nemesis::systems::Outcome;
 
     let Some(binary) = etcd_or_skip("the_etcd_system_serves_the_harness_trait") else {
         return;

@@ -59,7 +59,7 @@ fn make_run(store: &Path, test: &str, stamp: &str, csv: &str, seed: u64) -> Path
     std::fs::write(dir.join("seed.txt"), format!("{seed}\n")).unwrap();
     std::fs::write(dir.join("plan.txt"), "1000 pause n3\n").unwrap();
     std::fs::write(dir.join("node-logs/n1.log"), "n1 started\n").unwrap();
-    let check = nemesis::checks::check_history(&dir, &checker::Options::default());
+    let check = nemesis::store::pipeline::check_history(&dir, &checker::Options::default());
     let results = json!({
         "seed": seed, "system": "lockd", "test": test, "verdict": check.verdict.as_str(),
         "exit_code": check.verdict.exit_code(), "checks": check.check,
@@ -127,7 +127,7 @@ impl Server {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 tokio::select! {
-                    r = nemesis::serve::serve(listener, store) => r.unwrap(),
+                    r = nemesis::store::serve::serve(listener, store) => r.unwrap(),
                     _ = stopped => {}
                 }
             });
@@ -312,7 +312,7 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
     let root = tempfile::tempdir().unwrap();
     let (_, bad, partial) = make_store(root.path());
     let path = root.path().join("junit.xml");
-    nemesis::reports::write_junit(&path, &bad).unwrap();
+    nemesis::store::junit::write_junit(&path, &bad).unwrap();
     let xml = std::fs::read_to_string(&path).unwrap();
     let case = xml
         .split("<testcase ")
@@ -342,7 +342,7 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
         xml.contains("<testsuite id=\"0\" name=\"locksmith test lockd-pause-unfenced seed 7\"")
     );
     // A run cut short has no results.json: no report claims it passed.
-    assert!(nemesis::reports::write_junit(&root.path().join("p.xml"), &partial).is_err());
+    assert!(nemesis::store::junit::write_junit(&root.path().join("p.xml"), &partial).is_err());
 
     // locksmith check --junit on the same history.
     let mut args = checker::cli::CheckArgs::new(bad.join("history.csv"));

@@ -3,7 +3,7 @@
 //! practice 11, jepsen.generator.test/perfect).
 
 use nemesis::faults::{FaultKind, VerbExt as _};
-use nemesis::schedule::{
+use nemesis::harness::schedule::{
     ClientGen, Completion, FaultPlanConfig, WorkloadConfig, describe_plan, fault_plan,
 };
 
@@ -19,7 +19,7 @@ fn client_ops(seed: u64, slot: u64, steps: usize) -> Vec<String> {
         let step = generator.next(last);
         out.push(format!("+{} {}", step.think_ms, step.op.describe()));
         last = Some(match step.op {
-            nemesis::schedule::ClientOp::Acquire { .. } => {
+            nemesis::harness::schedule::ClientOp::Acquire { .. } => {
                 grants += 1;
                 if grants % 2 == 1 {
                     Completion::Acquired(9 + grants)

@@ -100,7 +100,7 @@ fn slow_and_flaky_links_are_applied_undone_and_survived() {
 #[test]
 fn the_command_replays_seeds_with_crashes_byte_for_byte() {
     use nemesis::faults::Verb;
-    use nemesis::schedule::{FaultPlanConfig, fault_plan};
+    use nemesis::harness::schedule::{FaultPlanConfig, fault_plan};
     let seeds = 1..=3u64;
     let time_s = 5;
     let kills = seeds

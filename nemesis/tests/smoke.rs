@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use nemesis::faults::FaultKind;
-use nemesis::lockd_system::{Lockd, find_lockd};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::run::{TestOptions, run};
 
 const SEED: u64 = 2;
@@ -93,7 +93,7 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         time_s: 15,
         seed: TEETH_SEED,
         nemesis: vec![FaultKind::Pause],
-        workload: nemesis::workload::WorkloadKind::Unfenced,
+        workload: nemesis::harness::workload::WorkloadKind::Unfenced,
         store: store.path().to_path_buf(),
         progress: false,
         ..TestOptions::default()
@@ -118,7 +118,7 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         outcome.explanation
     );
     // Issue 16: its JUnit report has a failing fencing testcase that names the stale write.
-    let suite = nemesis::reports::test_suite(&outcome.dir, &serde_json::to_value(&outcome.results).expect("serializes"));
+    let suite = nemesis::store::junit::test_suite(&outcome.dir, &serde_json::to_value(&outcome.results).expect("serializes"));
     let fencing = suite
         .cases
         .iter()
@@ -181,7 +181,7 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
         .await
         .expect("the clean run completes");
     for id in 1..=3 {
-        let path = nemesis::lockd_system::trace_path(&clean.dir.join("node-logs"), id);
+        let path = nemesis::systems::lockd::trace_path(&clean.dir.join("node-logs"), id);
         assert!(path.is_file(), "no trace {}", path.display());
     }
     let (code, text) = replay(&clean.dir);

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use crate::faults::{self, FaultOp, FaultOutcome, FaultValue, ResolveContext, Verb, VerbExt};
 use crate::harness::World;
-use crate::recorder::Recorder;
+use crate::harness::recorder::Recorder;
 use crate::rng::Rng;
-use crate::system::leader_of;
+use crate::systems::leader_of;
 use crate::NodeId;
 use std::sync::Arc;
 

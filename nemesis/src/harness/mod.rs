@@ -1,16 +1,19 @@
-//! The harness, one program in two worlds: the workload ([`crate::workload`], following
-//! [`crate::schedule`]), the recorder, the fault families ([`crate::faults`]) and their
+//! The harness, one program in two worlds: the workload ([`crate::harness::workload`], following
+//! [`crate::harness::schedule`]), the recorder, the fault families ([`crate::faults`]) and their
 //! [`driver`], the final heal, the recovery phase and the phantom-lock probe
 //! ([`phases`]). It reaches the world only through the seams of [`World`] ([`world`]):
 //! the nodes, the net, the system's clients and clock control, and tokio's clock.
 //!
 //! `locksmith test` ([`crate::run`]) gives it real processes on loopback (or SSH hosts);
 //! `locksmith sim` ([`crate::sim`]) gives it turmoil hosts on a simulated network, clock and
-//! disk. Both then check the history through the one pipeline ([`crate::checks`]) and
+//! disk. Both then check the history through the one pipeline ([`crate::store::pipeline`]) and
 //! write the same store ([`crate::store`]).
 
 pub mod driver;
 pub mod phases;
+pub mod recorder;
+pub mod schedule;
+pub mod workload;
 pub mod world;
 
 use std::collections::BTreeSet;
@@ -25,13 +28,13 @@ use tokio::time::Instant;
 
 use crate::cluster::{Layout, NodeStats};
 use crate::harness::driver::STATUS_TIMEOUT_MS;
-use crate::system::{System, leader_of};
+use crate::systems::{System, leader_of};
 use crate::{Error, NodeId};
 use crate::faults::FaultKind;
 use crate::net::NetKind;
-use crate::recorder::Recorder;
-use crate::schedule::{self, FaultPlanConfig, Planned};
-use crate::workload::WorkloadKind;
+use crate::harness::recorder::Recorder;
+use crate::harness::schedule::{FaultPlanConfig, Planned};
+use crate::harness::workload::WorkloadKind;
 
 pub use driver::{FaultCounts, FaultDriver};
 pub use phases::{PhaseOutcome, run_phases};

@@ -16,9 +16,9 @@ use tokio::time::Instant;
 use super::driver::{FaultDriver, NEMESIS_STEP_TIMEOUT_MS};
 use super::{TestOptions, World};
 use crate::faults::{self, FaultKind, FaultOp, Verb};
-use crate::recorder::Recorder;
-use crate::schedule::{ClientGen, WorkloadConfig};
-use crate::workload::{ClientFactory, Counters, FencedStore, Shared, Worker};
+use crate::harness::recorder::Recorder;
+use crate::harness::schedule::{ClientGen, WorkloadConfig};
+use crate::harness::workload::{ClientFactory, Counters, FencedStore, Shared, Worker};
 
 /// How long clients have to finish their last op after the fault phase.
 pub const DRAIN_TIMEOUT_MS: u64 = 8_000;
@@ -159,7 +159,7 @@ pub async fn run_phases(
         let keys: Vec<String> = (0..options.keys.min(PROBE_KEYS_MAX))
             .map(|k| format!("k{k}"))
             .collect();
-        crate::workload::phantom_probe(&shared, &keys).await
+        crate::harness::workload::phantom_probe(&shared, &keys).await
     } else {
         0
     };

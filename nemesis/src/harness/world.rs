@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use crate::cluster::{Layout, NodeStats};
 use crate::net::Net;
-use crate::system::System;
-use crate::workload::ClientPauses;
+use crate::systems::System;
+use crate::harness::workload::ClientPauses;
 use crate::{Error, NodeId};
 
 /// The nodes of the system under test: start again, stop, freeze and thaw them, and learn

@@ -160,7 +160,7 @@ pub fn read_state(dir: &Path) -> Result<Option<State>, Error> {
 
 fn save(dir: &Path, state: &State) -> Result<(), Error> {
     let text = serde_json::to_string_pretty(state).unwrap_or_default();
-    crate::recorder::write_file(&state_path(dir), &text)
+    crate::harness::recorder::write_file(&state_path(dir), &text)
 }
 
 /// A slot whose names and subnet nothing on this machine uses.
@@ -341,7 +341,7 @@ fn keys(dir: &Path, state: &mut State) -> Result<(), Error> {
         .map_err(|e| Error::Io(format!("{}.pub: {e}", key.display())))?;
     let authorized = dir.join("authorized_keys");
     state.files.push(authorized.clone());
-    crate::recorder::write_file(&authorized, &public)?;
+    crate::harness::recorder::write_file(&authorized, &public)?;
     let config = dir.join("sshd_config");
     state.files.push(config.clone());
     let text = format!(
@@ -353,7 +353,7 @@ fn keys(dir: &Path, state: &mut State) -> Result<(), Error> {
         host_key.display(),
         authorized.display()
     );
-    crate::recorder::write_file(&config, &text)
+    crate::harness::recorder::write_file(&config, &text)
 }
 
 fn start_sshd(index: usize, dir: &Path, state: &mut State) -> Result<(), Error> {
@@ -418,7 +418,7 @@ fn wait_for_sshd(dir: &Path, state: &mut State) -> Result<(), Error> {
     let key = super::key_in(dir);
     let known_hosts = PathBuf::from(format!("{}.known_hosts", key.display()));
     state.files.push(known_hosts.clone());
-    crate::recorder::write_file(&known_hosts, &known)?;
+    crate::harness::recorder::write_file(&known_hosts, &known)?;
     save(dir, state)?;
     let config = super::ssh::SshConfig::with_key(Some(key));
     for address in state.addresses.clone() {

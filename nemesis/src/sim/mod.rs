@@ -33,11 +33,11 @@ use lockd::server::{LinkFaultsSwitch, PauseSwitch, ServerConfig};
 use crate::faults::FaultKind;
 use crate::harness::{self, Execution, TestOptions, World};
 use crate::net::Grudge;
-use crate::recorder::Recorder;
+use crate::harness::recorder::Recorder;
 use crate::rng::Rng;
-use crate::schedule::Planned;
+use crate::harness::schedule::Planned;
 use crate::store::Results;
-use crate::workload::ClientPauses;
+use crate::harness::workload::ClientPauses;
 use world::{CLIENT_PORT, Control, HARNESS_HOST, PEER_PORT, SimNet, SimNodes, node_name};
 
 /// The simulator's step, ms: hosts run in lockstep, and messages move once per step.
@@ -270,7 +270,7 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         // real disk by the run that just ended.
         extra.push(crate::replay::check_run(&dir));
     }
-    let checked = crate::checks::check_ops(&simulated.ops, &checker::Options::default(), extra);
+    let checked = crate::store::pipeline::check_ops(&simulated.ops, &checker::Options::default(), extra);
     let mut results = Results::of(
         &options,
         "lockd",
@@ -429,7 +429,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         let bug = options.bug.clone();
         sim.client(HARNESS_HOST, async move {
             control.start_clocks();
-            let system = Arc::new(crate::lockd_system::Lockd::simulated(bug, options.seed));
+            let system = Arc::new(crate::systems::lockd::Lockd::simulated(bug, options.seed));
             let world = World {
                 system,
                 layout: world::layout(&nodes),

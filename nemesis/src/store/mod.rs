@@ -12,7 +12,10 @@
 //! | `timeline.html`, `latency.svg`, `latency-quantiles.svg`, `rate.svg` | the reports |
 //! | `node-logs/n<ID>.log` | each node's log (and `n<ID>.trace.jsonl` with traces on) |
 
+pub mod junit;
+pub mod pipeline;
 pub mod results;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 
@@ -22,8 +25,8 @@ use history::pair::Paired;
 
 use crate::Error;
 use crate::harness::TestOptions;
-use crate::recorder::write_file;
-use crate::schedule::{self, Planned};
+use crate::harness::recorder::write_file;
+use crate::harness::schedule::{self, Planned};
 
 pub use results::Results;
 

@@ -175,7 +175,7 @@ impl Results {
 
     /// Sets the checks' outcome, and merges the run's own verdict: a run whose clients did
     /// not all succeed again after the heal is not a pass (Invalid > Unknown > Valid).
-    pub fn judge(&mut self, output: crate::checks::CheckOutput) {
+    pub fn judge(&mut self, output: crate::store::pipeline::CheckOutput) {
         let mut verdict = output.verdict;
         if !self.recovery.recovered {
             verdict = verdict.merge(Verdict::unknown(format!(

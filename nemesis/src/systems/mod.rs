@@ -1,9 +1,12 @@
 //! The system under test, behind a trait: how to start one of its nodes, how to talk to it
 //! as a client, and how to ask and steer its nodes (status, lease clock). `lockd` is the
-//! first implementation ([`crate::lockd_system`]); etcd comes later (`--system etcd`).
+//! first implementation ([`crate::systems::lockd`]); etcd comes later (`--system etcd`).
 //!
 //! Killing, pausing and restarting are the cluster's (signals on process groups) and the
 //! same for every system; a system only says how a node is started ([`Launcher`]).
+
+pub mod etcd;
+pub mod lockd;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

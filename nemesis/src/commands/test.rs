@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
-use nemesis::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
 use nemesis::faults::FaultKind;
-use nemesis::lockd_system::{Lockd, find_lockd};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::net::NetKind;
 use nemesis::run::{self, TestOptions};
-use nemesis::workload::WorkloadKind;
+use nemesis::harness::workload::WorkloadKind;
 
 /// Options of `locksmith test`.
 #[derive(Debug, Args)]
@@ -144,7 +144,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     match args.system.as_str() {
         "lockd" => {}
         "etcd" => {
-            // nemesis::etcd::Etcd: etcd has no lease-clock control, and cannot dial its peers
+            // nemesis::systems::etcd::Etcd: etcd has no lease-clock control, and cannot dial its peers
             // through per-link addresses, so partitions need the owner net (--net kernel, as
             // root: one user per node, nftables by uid).
             if nemesis.contains(&FaultKind::Clock) {
@@ -227,7 +227,7 @@ pub fn run(args: TestArgs) -> ExitCode {
             eprintln!("locksmith test: could not run: {e:#}");
             if let Some(path) = &args.junit {
                 let reason = format!("{e:#}");
-                let _ = nemesis::reports::write_could_not_run(path, "locksmith test", &reason);
+                let _ = nemesis::store::junit::write_could_not_run(path, "locksmith test", &reason);
             }
             ExitCode::from(2)
         }
@@ -237,7 +237,7 @@ pub fn run(args: TestArgs) -> ExitCode {
 fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let options = options(args)?;
     eprintln!("locksmith test: seed {}", options.seed);
-    let system: Arc<dyn nemesis::system::System> = if args.system == "etcd" {
+    let system: Arc<dyn nemesis::systems::System> = if args.system == "etcd" {
         let config = EtcdClusterConfig {
             binary: find_etcd()?,
             ..EtcdClusterConfig::default()
@@ -288,9 +288,9 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     print_summary(&options, &args.system, args.trace, &outcome);
     if let Some(path) = &args.junit {
-        nemesis::reports::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
+        nemesis::store::junit::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
     }
-    println!("{}", nemesis::reports::open_hint(&outcome.dir, &args.store));
+    println!("{}", nemesis::store::junit::open_hint(&outcome.dir, &args.store));
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 

@@ -1,4 +1,4 @@
-//! The workload: client tasks that follow their schedule ([`crate::schedule::ClientGen`]):
+//! The workload: client tasks that follow their schedule ([`crate::harness::schedule::ClientGen`]):
 //! acquire (try or wait), hold while writing to the fenced resource, release; and the
 //! recovery phase in which every client must succeed again.
 //!
@@ -18,9 +18,9 @@ use tokio::time::Instant;
 
 use history::{AcquireValue, ErrorWord, OpName, OpType, Process};
 
-use crate::recorder::{Recorder, Row};
-use crate::schedule::{ClientGen, ClientOp, Completion, Leave, LeaveHow};
-use crate::system::{LockClient, Outcome};
+use crate::harness::recorder::{Recorder, Row};
+use crate::harness::schedule::{ClientGen, ClientOp, Completion, Leave, LeaveHow};
+use crate::systems::{LockClient, Outcome};
 
 /// Client ids of the clients that leavers disconnect start here, above every process id.
 const DISCONNECTING_CLIENT_ID_BASE: u64 = 1 << 40;
@@ -452,7 +452,7 @@ async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
         let mut w = Worker::new(
             0,
             1,
-            ClientGen::new(&crate::schedule::WorkloadConfig::new(0, 1), 0),
+            ClientGen::new(&crate::harness::schedule::WorkloadConfig::new(0, 1), 0),
             shared.clone(),
         );
         w.process = process;

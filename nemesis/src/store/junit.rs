@@ -150,7 +150,7 @@ pub fn open_hint(dir: &Path, store: &Path) -> String {
     let page = dir
         .strip_prefix(store)
         .ok()
-        .map(|rel| format!("http://127.0.0.1:8080/run/{}/", crate::serve::url_path(rel)));
+        .map(|rel| format!("http://127.0.0.1:8080/run/{}/", crate::store::serve::url_path(rel)));
     let timeline = std::fs::canonicalize(dir.join("timeline.html"))
         .unwrap_or_else(|_| dir.join("timeline.html"));
     match page {

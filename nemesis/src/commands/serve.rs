@@ -1,5 +1,5 @@
 //! `locksmith serve [--store store] [--addr 127.0.0.1:8080]`: browse the store (see
-//! `nemesis::serve`).
+//! `nemesis::store::serve`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,7 +20,7 @@ pub struct ServeArgs {
 
 /// Serves until interrupted; exit 2 when it cannot start.
 pub fn run(args: ServeArgs) -> ExitCode {
-    match nemesis::serve::run_blocking(args.store, args.addr) {
+    match nemesis::store::serve::run_blocking(args.store, args.addr) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("locksmith serve: {e}");

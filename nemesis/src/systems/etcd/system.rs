@@ -34,7 +34,7 @@ use super::cluster::{EtcdClusterConfig, etcd_binary, node_args};
 use super::error::EtcdError;
 use super::{http, wire};
 use crate::cluster::{LaunchOptions, Launcher, Layout};
-use crate::system::{LockClient, NodeView, Outcome, System};
+use crate::systems::{LockClient, NodeView, Outcome, System};
 use crate::{Error, NodeId};
 
 /// How long past an op's deadline the backstop timeout waits for the client to give up on

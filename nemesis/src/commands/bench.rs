@@ -16,8 +16,8 @@ use clap::{Args, ValueEnum};
 use nemesis::bench::{
     self, BenchCluster, CyclesConfig, CyclesReport, FailoverConfig, FailoverReport,
 };
-use nemesis::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
-use nemesis::lockd_system::{Lockd, find_lockd};
+use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::progress::Ticker;
 
 /// How long a fresh cluster may take to elect a leader.
@@ -125,7 +125,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
 }
 
 async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
-    let system: Arc<dyn nemesis::system::System> = match system {
+    let system: Arc<dyn nemesis::systems::System> = match system {
         System::Lockd => Arc::new(Lockd::new(find_lockd()?, None, BENCH_SEED)),
         System::Etcd => {
             let config = EtcdClusterConfig {

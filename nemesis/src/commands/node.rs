@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 // The binary's `main` is unused here; `run_from` is what this subcommand calls.
 #[allow(dead_code)]
-#[path = "../../impl/src/bin/lockd.rs"]
+#[path = "../../../impl/src/bin/lockd.rs"]
 mod lockd_bin;
 
 /// The arguments of `locksmith node`: passed through to lockd's own parser.

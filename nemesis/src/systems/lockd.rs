@@ -20,7 +20,7 @@ use lockd::client::{Client, ClientError};
 use lockd::raft::Role;
 
 use crate::cluster::{LaunchOptions, Launcher, Layout};
-use crate::system::{LockClient, NodeView, Outcome, System};
+use crate::systems::{LockClient, NodeView, Outcome, System};
 use crate::{Error, NodeId};
 
 /// The client id of the harness's own control client (status, clock); never a process id.

@@ -18,9 +18,9 @@
 //! (tonic, prost, hyper, tower); this needs only tokio, serde_json and base64.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), nemesis::etcd::EtcdError> {
+//! # async fn demo() -> Result<(), nemesis::systems::etcd::EtcdError> {
 //! use std::time::Duration;
-//! use nemesis::etcd::{Acquired, ClientOptions, EtcdCluster, EtcdClusterConfig, Wait};
+//! use nemesis::systems::etcd::{Acquired, ClientOptions, EtcdCluster, EtcdClusterConfig, Wait};
 //!
 //! let mut cluster = EtcdCluster::start(EtcdClusterConfig::default())?;
 //! cluster.wait_serving(Duration::from_secs(20)).await?;

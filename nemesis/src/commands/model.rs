@@ -3,7 +3,7 @@
 //! bounds, then a swarm of random walks that go deeper (`--simulate` runs only the walks), and
 //! prints every property's result with a counterexample path in words; `explore` serves the
 //! stateright Explorer; `replay` checks a recorded trace against the model's properties
-//! (`cmd_replay.rs`).
+//! (`commands/replay.rs`).
 //!
 //! Exit codes: 0 every safety property holds (within the bounds), 1 a safety property is
 //! violated, 2 the check could not run or did not finish (bad arguments, a port in use, the
@@ -38,7 +38,7 @@ enum ModelCommand {
     /// Serve the stateright Explorer (a web UI to walk the state space).
     Explore(ExploreArgs),
     /// Replay a recorded run (trace.jsonl) through the real core under the model's checks.
-    Replay(crate::cmd_replay::ReplayArgs),
+    Replay(super::replay::ReplayArgs),
 }
 
 /// What to model; the defaults are `ModelConfig::default()`.
@@ -202,7 +202,7 @@ pub fn run(args: ModelArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         ModelCommand::Check(check) => run_check(check),
         ModelCommand::Explore(explore) => run_explore(explore),
-        ModelCommand::Replay(replay) => crate::cmd_replay::run(replay),
+        ModelCommand::Replay(replay) => super::replay::run(replay),
     }
 }
 
