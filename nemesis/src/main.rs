@@ -5,7 +5,7 @@
 
 mod commands;
 
-use commands::{bench, check, client, hosts, model, node, serve, test};
+use commands::{bench, check, client, hosts, model, node, serve, sim, test};
 
 use std::process::ExitCode;
 
@@ -36,7 +36,7 @@ enum Command {
     /// Model-check the real Raft core and lock table with stateright.
     Model(model::ModelArgs),
     /// Deterministic simulation of the real lockd: many seeded runs, checked.
-    Sim(nemesis::sim::cmd::SimArgs),
+    Sim(sim::SimArgs),
     /// Run one lockd node in this process (the same flags as the `lockd` binary).
     Node(node::NodeArgs),
     /// Browse the store's runs in a web browser (loopback by default).
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
         Command::Convert(command) => exit_code(check::convert(command)),
         Command::Gen(command) => exit_code(check::generate(command)),
         Command::Bench(args) => bench::run(args),
-        Command::Sim(args) => exit_code(nemesis::sim::cmd::run(args)),
+        Command::Sim(args) => sim::run(args),
         Command::Node(args) => node::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Hosts(args) => hosts::run(args),

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use nemesis::faults::FaultKind;
-use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::run::{TestOptions, run};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 
 const SEED: u64 = 2;
 
@@ -118,7 +118,10 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         outcome.explanation
     );
     // Issue 16: its JUnit report has a failing fencing testcase that names the stale write.
-    let suite = nemesis::store::junit::test_suite(&outcome.dir, &serde_json::to_value(&outcome.results).expect("serializes"));
+    let suite = nemesis::store::junit::test_suite(
+        &outcome.dir,
+        &serde_json::to_value(&outcome.results).expect("serializes"),
+    );
     let fencing = suite
         .cases
         .iter()
@@ -231,4 +234,99 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
         bad.results.checks
     );
     assert_eq!(bad.exit_code, 1);
+}
+
+/// Issue 23: one harness, two worlds, one store. For one seed and one set of options, the
+/// store of a chaos run (`locksmith test`) and the store of a simulated seed (`locksmith
+/// sim`) hold the same files, and their results.json have the same keys, down to the keys of
+/// each section. `--bug follower-grants` makes the simulated seed fail, so that it writes a
+/// store (a valid seed writes none).
+#[test]
+fn a_simulated_seed_and_a_chaos_run_write_the_same_store() {
+    const SEED: u64 = 1;
+    let store = tempfile::tempdir().expect("tempdir");
+    let common = [
+        "--nodes",
+        "3",
+        "--time-s",
+        "3",
+        "--nemesis",
+        "kill,pause",
+        "--bug",
+        "follower-grants",
+        "--store",
+    ];
+    let locksmith = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+            .args(args)
+            .args(common)
+            .arg(store.path())
+            .output()
+            .expect("locksmith runs");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "seed {SEED}: {args:?} must find the bug:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let _one_run = ONE_RUN_AT_A_TIME.blocking_lock();
+    locksmith(&["test", "--seed", &SEED.to_string(), "--concurrency", "4"]);
+    locksmith(&["sim", "--seeds", &SEED.to_string(), "--clients", "4", "--no-shrink"]);
+    let only_run = |dir: std::path::PathBuf| {
+        let mut runs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(runs.len(), 1, "one run in {}", dir.display());
+        runs.remove(0)
+    };
+    let test_dir = only_run(store.path().join("lockd-kill+pause-bug-follower-grants"));
+    let sim_dir = only_run(store.path().join("sim"));
+    let files = |dir: &std::path::Path| {
+        let mut names: Vec<String> = walk(dir)
+            .into_iter()
+            .map(|p| p.strip_prefix(dir).expect("below").display().to_string())
+            .filter(|name| !name.starts_with("data-"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(files(&test_dir), files(&sim_dir), "seed {SEED}: the file lists");
+    let keys = |dir: &std::path::Path| {
+        let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
+        let value: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let mut keys = Vec::new();
+        for (key, inner) in value.as_object().expect("an object") {
+            keys.push(key.clone());
+            if let Some(inner) = inner.as_object().filter(|_| key != "options") {
+                keys.extend(inner.keys().map(|k| format!("{key}.{k}")));
+            }
+        }
+        keys.sort();
+        // Both read back as the one struct.
+        nemesis::store::RunDir::at(dir)
+            .read_results()
+            .expect("results.json reads as Results");
+        keys
+    };
+    let (test_keys, sim_keys) = (keys(&test_dir), keys(&sim_dir));
+    assert!(test_keys.contains(&"faults.by_kind".to_owned()), "{test_keys:?}");
+    assert_eq!(test_keys, sim_keys, "seed {SEED}: results.json keys");
+}
+
+/// Every file below `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

@@ -10,4 +10,5 @@ pub mod model;
 pub mod node;
 pub mod replay;
 pub mod serve;
+pub mod sim;
 pub mod test;

@@ -1,85 +1,39 @@
-//! `locksmith sim`: many seeds on every core, progress, the store and a shrunk rerun
-//! command for a failing seed.
+//! `locksmith sim`'s work: many seeds, each in a child process of its own, on every core;
+//! progress; the store and a shrunk rerun command for a failing seed. (Its arguments are
+//! parsed in the binary's `commands/sim.rs`.)
 //!
 //! By default the run stops starting new seeds at the first failure (the seeds in flight
-//! finish), since one failing seed is what a person needs; `--keep-going` runs them all.
+//! finish), since one failing seed is what a person needs; `keep_going` runs them all.
 
-use std::fs;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-use clap::Args;
+use std::time::Instant;
 
 use super::shrink::shrink_with;
 use super::{CaseResult, SimCase, run_case};
-use crate::faults::FaultKind;
 use crate::store::RunDir;
 
-/// `locksmith sim [--seeds 1..1000] [--jobs N] [--shard I/N] [--time-s 30] [--nodes 5]
-/// [--bug NAME] [--store DIR]`
-#[derive(Debug, Args)]
-pub struct SimArgs {
-    /// Seeds: `A..B` (B excluded), `A..=B`, `S`, or a comma list.
-    #[arg(long, default_value = "1..1000")]
-    pub seeds: String,
-    /// Seeds run at once, each in a child process of its own (default: every core). One
-    /// process per seed is what makes a seed replay exactly (README "Deterministic
-    /// simulation"). Across machines use `--shard`.
-    #[arg(long)]
-    pub jobs: Option<usize>,
-    /// Run only shard I of N (0-based): the seeds whose position in the list is I mod N.
-    #[arg(long, value_name = "I/N")]
-    pub shard: Option<String>,
-    /// Simulated seconds of the fault phase of each seed.
-    #[arg(long, default_value_t = 30)]
-    pub time_s: u64,
-    /// Nodes.
-    #[arg(long, default_value_t = 5)]
-    pub nodes: u64,
-    /// Client slots.
-    #[arg(long, default_value_t = 10)]
-    pub clients: u64,
-    /// Keys.
-    #[arg(long, default_value_t = 4)]
-    pub keys: u64,
-    /// Fault kinds (kill, pause, partition, clock, netem; `none` for no faults). netem is
-    /// `slow` (up to 150 ms per message on a node's links) and `flaky` (a node's peer links
-    /// drop, reorder and duplicate messages).
-    #[arg(long, default_value = "kill,pause,partition,clock,netem")]
-    pub nemesis: String,
-    /// Switch on one known bug of lockd (`lockd --bug`).
-    #[arg(long)]
-    pub bug: Option<String>,
-    /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
-    /// `DIR/seed-S/node-logs/nI.trace.jsonl`; each seed's verdict then includes their replay
-    /// through the model (the check `trace replay`; `locksmith model replay DIR/seed-S`).
-    #[arg(long, value_name = "DIR")]
-    pub trace: Option<PathBuf>,
-    /// Leave these planned faults out (indexes into the plan; written by the shrinker).
-    #[arg(long, value_delimiter = ',')]
-    pub drop_faults: Vec<usize>,
-    /// Where a failing seed's store goes (`DIR/sim/<time>-seed<S>/`).
-    #[arg(long, default_value = "store")]
+/// One `locksmith sim` command.
+#[derive(Clone, Debug)]
+pub struct SimRun {
+    /// The seeds, in order (after `--shard`).
+    pub seeds: Vec<u64>,
+    /// Seeds run at once.
+    pub jobs: usize,
+    /// Everything of a case but its seed.
+    pub template: SimCase,
+    /// Where a failing seed's store goes (`STORE/sim/<time>-seed<S>/`).
     pub store: PathBuf,
     /// Run every seed even after one failed.
-    #[arg(long)]
     pub keep_going: bool,
-    /// Do not shrink a failing seed.
-    #[arg(long)]
-    pub no_shrink: bool,
-    /// Also write a JUnit XML report: one testcase per seed that did not pass, and a summary.
-    #[arg(long, value_name = "FILE.xml")]
+    /// Shrink the first failing seed.
+    pub shrink: bool,
+    /// A JUnit report: one testcase per seed that did not pass, and a summary.
     pub junit: Option<PathBuf>,
-    /// Internal: run the one seed given in this process and report it on stdout (the parent
-    /// runs every seed in a child process of its own; see [`run_child`]).
-    #[arg(long, hide = true)]
-    pub child: bool,
-    /// Internal, with `--child`: no node logs and no store (a shrinking candidate).
-    #[arg(long, hide = true)]
-    pub child_quiet: bool,
+    /// `Some(quiet)`: this process is a child running its one seed (quiet: a shrinking
+    /// candidate, no node logs and no store).
+    pub child: Option<bool>,
 }
 
 /// What a child process said about its seed.
@@ -92,24 +46,19 @@ struct SeedReport {
     text: String,
 }
 
-impl SeedReport {
-    fn is_invalid(&self) -> bool {
-        self.verdict == "invalid"
-    }
-}
-
 /// One process per seed: a seed replays exactly only as the first simulation of its process
 /// (state of the process, suspected tokio's task ids, changes how a crashed host's tasks are
 /// dropped; README "Deterministic simulation"). The child runs the seed once, with the nodes'
 /// logs on unless quiet, and writes the store of a seed that did not pass.
-fn run_child(args: &SimArgs) -> Result<i32, String> {
-    let seeds = parse_seeds(&args.seeds)?;
-    let [seed] = seeds[..] else {
+fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
+    let [seed] = run.seeds[..] else {
         return Err("--child takes exactly one seed".to_owned());
     };
-    let mut case = template(args)?;
-    case.seed = seed;
-    case.logs = !args.child_quiet;
+    let case = SimCase {
+        seed,
+        logs: !quiet,
+        ..run.template.clone()
+    };
     // A node's panic is part of the verdict (node health) and its message is in the store;
     // one line here, not a backtrace per panic, unless LOCKSMITH_SIM_BACKTRACE is set.
     if std::env::var_os("LOCKSMITH_SIM_BACKTRACE").is_none() {
@@ -118,21 +67,19 @@ fn run_child(args: &SimArgs) -> Result<i32, String> {
                 .location()
                 .map(|l| format!(" at {}:{}", l.file(), l.line()))
                 .unwrap_or_default();
-            let message = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|m| (*m).to_owned())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            let payload = info.payload();
+            let message = (payload.downcast_ref::<&str>().map(|m| (*m).to_owned()))
+                .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             eprintln!("locksmith sim: seed {seed}: panic{location}: {message}");
         }));
     }
     let result = run_case(&case);
     if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
+        let digest = super::history_digest(&result.ops);
         eprintln!(
-            "seed {seed}: {} ops, history digest {:016x}",
-            result.ops.len(),
-            super::history_digest(&result.ops)
+            "seed {seed}: {} ops, history digest {digest:016x}",
+            result.ops.len()
         );
     }
     println!(
@@ -142,10 +89,10 @@ fn run_child(args: &SimArgs) -> Result<i32, String> {
     );
     if !result.verdict().is_valid() {
         println!("{}", result.explanation());
-        if !args.child_quiet {
-            let dir = write_store(&args.store, &result)?;
+        if !quiet {
+            let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
             println!("store: {}", dir.display());
-            println!("timeline: {}", dir.join("timeline.html").display());
+            println!("timeline: {}", dir.join(RunDir::TIMELINE).display());
         }
     }
     Ok(result.verdict().exit_code())
@@ -167,16 +114,19 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
         .map_err(|e| format!("cannot start a child for seed {}: {e}", case.seed))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut lines = stdout.lines();
-    let status = lines.next().unwrap_or_default();
-    let words: Vec<&str> = status.split_whitespace().collect();
-    match words[..] {
-        ["SEED", seed, verdict, sim_ms] => Ok(SeedReport {
+    let words: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    Ok(match words[..] {
+        ["SEED", seed, verdict, sim_ms] => SeedReport {
             seed: seed.parse().unwrap_or(case.seed),
             verdict: verdict.to_owned(),
             sim_ms: sim_ms.parse().unwrap_or(0),
             text: lines.collect::<Vec<_>>().join("\n"),
-        }),
-        _ => Ok(SeedReport {
+        },
+        _ => SeedReport {
             seed: case.seed,
             verdict: "unknown".to_owned(),
             sim_ms: 0,
@@ -184,63 +134,54 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
                 "the child for seed {} ended without a report ({}): {stdout}",
                 case.seed, output.status
             ),
-        }),
-    }
+        },
+    })
 }
 
 /// Runs the command; the exit code (0 every seed valid, 1 a seed failed, 2 could not run or
 /// a seed was unknown).
-pub fn run(args: SimArgs) -> i32 {
-    match run_inner(&args) {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("locksmith sim: {message}");
-            2
-        }
-    }
+pub fn run(run: &SimRun) -> i32 {
+    let outcome = match run.child {
+        Some(quiet) => run_child(run, quiet),
+        None => run_parent(run),
+    };
+    outcome.unwrap_or_else(|message| {
+        eprintln!("locksmith sim: {message}");
+        2
+    })
 }
 
-fn run_inner(args: &SimArgs) -> Result<i32, String> {
-    if args.child {
-        return run_child(args);
-    }
-    let seeds = select_shard(parse_seeds(&args.seeds)?, args.shard.as_deref())?;
-    let template = template(args)?;
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+fn run_parent(run: &SimRun) -> Result<i32, String> {
+    let template = &run.template;
     eprintln!(
         "locksmith sim: {} seeds ({}..), {} simulated s each, {} nodes, {} clients, {} jobs{}",
-        seeds.len(),
-        seeds.first().copied().unwrap_or(0),
+        run.seeds.len(),
+        run.seeds.first().copied().unwrap_or(0),
         template.time_s,
         template.nodes,
         template.clients,
-        jobs,
+        run.jobs,
         template
             .bug
             .map(|b| format!(", bug {}", b.name()))
             .unwrap_or_default()
     );
     let started = Instant::now();
-    let outcome = run_seeds(&seeds, &template, jobs, !args.keep_going, &args.store)?;
-    let elapsed = started.elapsed();
-    let sim_s = outcome.sim_ms.load(Ordering::Relaxed) as f64 / 1000.0;
+    let outcome = run_seeds(run)?;
+    let elapsed = started.elapsed().as_secs_f64().max(1e-9);
     let done = outcome.done.load(Ordering::Relaxed);
-    eprintln!(
-        "locksmith sim: {done} seeds in {:.1} s ({:.1} seeds/s, {:.0} simulated s per wall s), {} failed, {} unknown",
-        elapsed.as_secs_f64(),
-        done as f64 / elapsed.as_secs_f64().max(1e-9),
-        sim_s / elapsed.as_secs_f64().max(1e-9),
-        outcome.failed.lock().map(|f| f.len()).unwrap_or(0),
-        outcome.unknown.lock().map(|f| f.len()).unwrap_or(0),
-    );
     let mut failed = outcome.failed.into_inner().unwrap_or_default();
     failed.sort_by_key(|r| r.seed);
     let unknown = outcome.unknown.into_inner().unwrap_or_default();
-    if let Some(path) = &args.junit {
-        write_junit(path, done, &failed, &unknown, elapsed, &template)?;
+    eprintln!(
+        "locksmith sim: {done} seeds in {elapsed:.1} s ({:.1} seeds/s, {:.0} simulated s per wall s), {} failed, {} unknown",
+        done as f64 / elapsed,
+        outcome.sim_ms.load(Ordering::Relaxed) as f64 / 1000.0 / elapsed,
+        failed.len(),
+        unknown.len(),
+    );
+    if let Some(path) = &run.junit {
+        write_junit(path, done, &failed, &unknown, elapsed, template)?;
     }
     for result in &unknown {
         println!("seed {}: unknown: {}", result.seed, result.text);
@@ -255,7 +196,7 @@ fn run_inner(args: &SimArgs) -> Result<i32, String> {
     for result in &failed {
         println!("seed {}: invalid", result.seed);
     }
-    report_failure(first, &template, args)?;
+    report_failure(first, run);
     Ok(1)
 }
 
@@ -265,7 +206,7 @@ fn write_junit(
     done: usize,
     failed: &[SeedReport],
     unknown: &[SeedReport],
-    elapsed: Duration,
+    elapsed_s: f64,
     template: &SimCase,
 ) -> Result<(), String> {
     use checker::report::junit::{self, SeedOutcome};
@@ -286,7 +227,7 @@ fn write_junit(
             ),
         })
         .collect();
-    let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed.as_secs_f64());
+    let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed_s);
     junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -313,11 +254,12 @@ fn abridged(text: &str) -> String {
 }
 
 /// Prints the failing seed's explanation and store (its child wrote it, with the nodes'
-/// logs), shrinks it (each candidate in a child of its own), and prints both rerun commands.
-fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Result<(), String> {
+/// logs), shrinks it (each candidate in a child of its own), and prints the rerun commands:
+/// the seed's, the shrunk case's, and `locksmith test` with the same plan.
+fn report_failure(report: &SeedReport, run: &SimRun) {
     let case = SimCase {
         seed: report.seed,
-        ..template.clone()
+        ..run.template.clone()
     };
     println!("\nseed {} failed:\n{}", case.seed, abridged(&report.text));
     println!("rerun: {}", case.rerun_command());
@@ -325,95 +267,26 @@ fn report_failure(report: &SeedReport, template: &SimCase, args: &SimArgs) -> Re
         "rerun on real processes (same options and fault plan): {}",
         case.options().test_command()
     );
-    if !args.no_shrink {
-        eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
-        // Candidates write their traces apart (`DIR/shrink/seed-S`), so that the failing
-        // seed's own traces stay in `DIR/seed-S` for `locksmith model replay`.
-        let mut shrunk = shrink_with(&case, |candidate| {
-            let mut candidate = candidate.clone();
-            candidate.trace_root = case.trace_root.as_ref().map(|root| root.join("shrink"));
-            spawn_child(&candidate, &args.store, true).is_ok_and(|r| r.is_invalid())
-        });
-        shrunk.case.trace_root = case.trace_root.clone();
-        println!(
-            "smallest failing case found ({} reruns): {} simulated s, {} clients, {} planned faults",
-            shrunk.runs, shrunk.case.time_s, shrunk.case.clients, shrunk.faults_left
-        );
-        println!("rerun (shrunk): {}", shrunk.case.rerun_command());
+    if !run.shrink {
+        return;
     }
-    Ok(())
-}
-
-fn template(args: &SimArgs) -> Result<SimCase, String> {
-    let mut case = SimCase::new(0);
-    case.time_s = args.time_s.max(1);
-    case.nodes = args.nodes;
-    case.clients = args.clients.max(1);
-    case.keys = args.keys.max(1);
-    if !(1..=9).contains(&case.nodes) {
-        return Err(format!("--nodes {}: expected 1 to 9", case.nodes));
-    }
-    case.nemesis = if args.nemesis == "none" {
-        Vec::new()
-    } else {
-        args.nemesis
-            .split(',')
-            .map(|k| k.trim().parse::<FaultKind>().map_err(|e| e.to_string()))
-            .collect::<Result<_, _>>()?
-    };
-    if let Some(bug) = &args.bug {
-        case.bug = Some(bug.parse().map_err(|e| format!("--bug: {e}"))?);
-    }
-    case.drop_faults = args.drop_faults.iter().copied().collect();
-    case.trace_root = args.trace.clone();
-    Ok(case)
-}
-
-/// `A..B`, `A..=B`, `S` or `S,T,U`.
-pub fn parse_seeds(text: &str) -> Result<Vec<u64>, String> {
-    let bad = || format!("--seeds {text:?}: expected A..B, A..=B, S or a comma list");
-    let number = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
-    if let Some((a, b)) = text.split_once("..=") {
-        let (a, b) = (number(a)?, number(b)?);
-        return if a <= b {
-            Ok((a..=b).collect())
-        } else {
-            Err(bad())
-        };
-    }
-    if let Some((a, b)) = text.split_once("..") {
-        let (a, b) = (number(a)?, number(b)?);
-        return if a < b {
-            Ok((a..b).collect())
-        } else {
-            Err(bad())
-        };
-    }
-    text.split(',').map(number).collect()
-}
-
-/// Keeps the seeds of shard `I/N`: those at positions congruent to I mod N.
-pub fn select_shard(seeds: Vec<u64>, shard: Option<&str>) -> Result<Vec<u64>, String> {
-    let Some(shard) = shard else {
-        return Ok(seeds);
-    };
-    let bad = || format!("--shard {shard:?}: expected I/N with 0 <= I < N");
-    let (i, n) = shard.split_once('/').ok_or_else(bad)?;
-    let (i, n): (usize, usize) = (
-        i.trim().parse().map_err(|_| bad())?,
-        n.trim().parse().map_err(|_| bad())?,
+    eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
+    // Candidates write their traces apart (`DIR/shrink/seed-S`), so that the failing seed's
+    // own traces stay in `DIR/seed-S` for `locksmith model replay`.
+    let mut shrunk = shrink_with(&case, |candidate| {
+        let mut candidate = candidate.clone();
+        candidate.trace_root = case.trace_root.as_ref().map(|root| root.join("shrink"));
+        spawn_child(&candidate, &run.store, true).is_ok_and(|r| r.verdict == "invalid")
+    });
+    shrunk.case.trace_root = case.trace_root.clone();
+    println!(
+        "smallest failing case found ({} reruns): {} simulated s, {} clients, {} planned faults",
+        shrunk.runs, shrunk.case.time_s, shrunk.case.clients, shrunk.faults_left
     );
-    if n == 0 || i >= n {
-        return Err(bad());
-    }
-    Ok(seeds
-        .into_iter()
-        .enumerate()
-        .filter(|(position, _)| position % n == i)
-        .map(|(_, seed)| seed)
-        .collect())
+    println!("rerun (shrunk): {}", shrunk.case.rerun_command());
 }
 
+#[derive(Default)]
 struct Outcome {
     done: AtomicUsize,
     sim_ms: AtomicU64,
@@ -421,149 +294,87 @@ struct Outcome {
     unknown: Mutex<Vec<SeedReport>>,
 }
 
-fn run_seeds(
-    seeds: &[u64],
-    template: &SimCase,
-    jobs: usize,
-    stop_early: bool,
-    store: &Path,
-) -> Result<Outcome, String> {
-    let outcome = Outcome {
-        done: AtomicUsize::new(0),
-        sim_ms: AtomicU64::new(0),
-        failed: Mutex::new(Vec::new()),
-        unknown: Mutex::new(Vec::new()),
-    };
+fn run_seeds(run: &SimRun) -> Result<Outcome, String> {
+    let outcome = Outcome::default();
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let error: Mutex<Option<String>> = Mutex::new(None);
-    let started = Instant::now();
+    let total = run.seeds.len();
+    let progress = crate::progress::Progress::new("sim", Some(total as u64));
     std::thread::scope(|scope| {
-        for _ in 0..jobs.min(seeds.len().max(1)) {
+        for _ in 0..run.jobs.min(total.max(1)) {
             scope.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&seed) = seeds.get(i) else { break };
+                    let Some(&seed) = run.seeds.get(i) else { break };
                     let case = SimCase {
                         seed,
-                        ..template.clone()
+                        ..run.template.clone()
                     };
-                    let report = match spawn_child(&case, store, false) {
+                    let report = match spawn_child(&case, &run.store, false) {
                         Ok(report) => report,
                         Err(e) => {
                             stop.store(true, Ordering::Relaxed);
-                            if let Ok(mut error) = error.lock() {
-                                *error = Some(e);
-                            }
+                            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                             break;
                         }
                     };
                     outcome.sim_ms.fetch_add(report.sim_ms, Ordering::Relaxed);
-                    outcome.done.fetch_add(1, Ordering::Relaxed);
-                    match report.verdict.as_str() {
-                        "valid" => {}
+                    let done = outcome.done.fetch_add(1, Ordering::Relaxed) + 1;
+                    let list = match report.verdict.as_str() {
+                        "valid" => None,
                         "invalid" => {
-                            if stop_early {
+                            if !run.keep_going {
                                 stop.store(true, Ordering::Relaxed);
                             }
-                            if let Ok(mut failed) = outcome.failed.lock() {
-                                failed.push(report);
-                            }
+                            Some(&outcome.failed)
                         }
-                        _ => {
-                            if let Ok(mut unknown) = outcome.unknown.lock() {
-                                unknown.push(report);
-                            }
-                        }
+                        _ => Some(&outcome.unknown),
+                    };
+                    if let Some(list) = list {
+                        list.lock().unwrap_or_else(|p| p.into_inner()).push(report);
                     }
+                    let failed = outcome.failed.lock().map(|f| f.len()).unwrap_or(0);
+                    progress.set(
+                        done as u64,
+                        &format!("{done}/{total} seeds, {failed} failed"),
+                    );
                 }
             });
         }
-        progress(&outcome, seeds.len(), started, &next, seeds.len(), &stop);
     });
-    if let Some(e) = error.into_inner().ok().flatten() {
-        return Err(e);
-    }
-    Ok(outcome)
-}
-
-/// Prints progress every few seconds until every seed is done (or the run stops): a line
-/// per interval, rewritten in place on a terminal.
-fn progress(
-    outcome: &Outcome,
-    total: usize,
-    started: Instant,
-    next: &AtomicUsize,
-    seeds: usize,
-    stop: &AtomicBool,
-) {
-    let terminal = std::io::stderr().is_terminal();
-    let every = if terminal {
-        Duration::from_millis(500)
-    } else {
-        Duration::from_secs(5)
-    };
-    let mut last = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(50));
-        let done = outcome.done.load(Ordering::Relaxed);
-        let finished = done >= total
-            || (stop.load(Ordering::Relaxed) && done >= next.load(Ordering::Relaxed).min(seeds));
-        if last.elapsed() >= every || finished {
-            last = Instant::now();
-            let secs = started.elapsed().as_secs_f64().max(1e-9);
-            let failed = outcome.failed.lock().map(|f| f.len()).unwrap_or(0);
-            let line = format!(
-                "sim: {done}/{total} seeds, {:.1} seeds/s, {failed} failed",
-                done as f64 / secs
-            );
-            if terminal {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
-        }
-        if finished {
-            if terminal {
-                eprintln!();
-            }
-            return;
-        }
+    progress.finish("done");
+    match error.into_inner().ok().flatten() {
+        Some(e) => Err(e),
+        None => Ok(outcome),
     }
 }
 
-/// Writes the store of a seed, `DIR/sim/<time>-seed<S>/`, with the files of a chaos run's
-/// (`crate::store::RunDir`): history.csv, seed.txt, plan.txt, results.json, the timeline and
-/// plots, and node-logs/n<ID>.log (with the nodes' logs on).
-fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, String> {
+/// Writes the store of a seed, `STORE/sim/<time>-seed<S>/`, with the files of a chaos run's
+/// ([`RunDir`]): history.csv, seed.txt, plan.txt, results.json, the timeline and plots, and
+/// node-logs/n<ID>.log (with the nodes' logs on).
+fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Error> {
     let stamp = crate::run::timestamp(std::time::SystemTime::now());
     let seed = result.case.seed;
-    let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))
-        .map_err(|e| e.to_string())?;
-    let io = |e: crate::Error| e.to_string();
-    run.write_plan(&result.case.options(), &result.plan)
-        .map_err(io)?;
-    run.write_history(&result.ops).map_err(io)?;
+    let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
+    run.write_plan(&result.case.options(), &result.plan)?;
+    run.write_history(&result.ops)?;
     let mut results = result.results.clone();
-    if let (Ok(paired), Some(check)) = (
-        history::pair::pair_with_faults(&result.ops),
-        &result.results.checks,
-    ) {
+    let paired = history::pair::pair_with_faults(&result.ops);
+    if let (Ok(paired), Some(check)) = (paired, &result.results.checks) {
         let title = format!("sim seed {seed}");
         results.report_errors = run.write_reports(&title, Some(seed), &paired, check);
     }
-    run.write_results(&results).map_err(io)?;
-    if let Some(logs) = &result.logs {
-        for node in 1..=result.case.nodes {
-            let tag = super::world::node_tag(node);
-            let lines: String = logs
-                .lines()
-                .filter(|line| line.contains(&tag))
-                .map(|line| format!("{line}\n"))
-                .collect();
-            let path = run.node_logs().join(format!("n{node}.log"));
-            fs::write(&path, lines).map_err(|e| format!("{}: {e}", path.display()))?;
-        }
+    run.write_results(&results)?;
+    for node in 1..=result.case.nodes {
+        let tag = super::world::node_tag(node);
+        let lines: String = (result.logs.as_deref().unwrap_or_default().lines())
+            .filter(|line| line.contains(&tag))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let path = run.node_logs().join(format!("n{node}.log"));
+        std::fs::write(&path, lines)
+            .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
     }
     Ok(run.path().to_path_buf())
 }
@@ -584,22 +395,5 @@ mod tests {
         assert!(short.contains("12 more lines"));
         assert!(short.ends_with("(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html"));
         assert_eq!(abridged("one\nstore: x"), "one\nstore: x");
-    }
-
-    #[test]
-    fn seeds_parse_in_every_form_and_shards_partition_them() {
-        assert_eq!(parse_seeds("1..4").unwrap(), vec![1, 2, 3]);
-        assert_eq!(parse_seeds("1..=3").unwrap(), vec![1, 2, 3]);
-        assert_eq!(parse_seeds("7").unwrap(), vec![7]);
-        assert_eq!(parse_seeds("5,9").unwrap(), vec![5, 9]);
-        assert!(parse_seeds("4..1").is_err());
-        assert!(parse_seeds("x").is_err());
-        let all = parse_seeds("1..11").unwrap();
-        let mut union: Vec<u64> = (0..3)
-            .flat_map(|i| select_shard(all.clone(), Some(&format!("{i}/3"))).unwrap())
-            .collect();
-        union.sort_unstable();
-        assert_eq!(union, all, "the shards cover every seed exactly once");
-        assert!(select_shard(all, Some("3/3")).is_err());
     }
 }

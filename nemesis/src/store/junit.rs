@@ -147,10 +147,12 @@ pub fn write_could_not_run(path: &Path, name: &str, reason: &str) -> Result<(), 
 /// How to open a run: the `locksmith serve` command and the run page's URL, and the
 /// timeline's path for opening without a server.
 pub fn open_hint(dir: &Path, store: &Path) -> String {
-    let page = dir
-        .strip_prefix(store)
-        .ok()
-        .map(|rel| format!("http://127.0.0.1:8080/run/{}/", crate::store::serve::url_path(rel)));
+    let page = dir.strip_prefix(store).ok().map(|rel| {
+        format!(
+            "http://127.0.0.1:8080/run/{}/",
+            crate::store::serve::url_path(rel)
+        )
+    });
     let timeline = std::fs::canonicalize(dir.join("timeline.html"))
         .unwrap_or_else(|_| dir.join("timeline.html"));
     match page {

@@ -1,0 +1,195 @@
+//! `locksmith sim`'s arguments: seeds, shards, the case template; the work is
+//! `nemesis::sim::cmd`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use nemesis::faults::FaultKind;
+use nemesis::sim::SimCase;
+use nemesis::sim::cmd::SimRun;
+
+/// `locksmith sim [--seeds 1..1000] [--jobs N] [--shard I/N] [--time-s 30] [--nodes 5]
+/// [--bug NAME] [--store DIR]`
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Seeds: `A..B` (B excluded), `A..=B`, `S`, or a comma list.
+    #[arg(long, default_value = "1..1000")]
+    pub seeds: String,
+    /// Seeds run at once, each in a child process of its own (default: every core). One
+    /// process per seed is what makes a seed replay exactly (README "Deterministic
+    /// simulation"). Across machines use `--shard`.
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Run only shard I of N (0-based): the seeds whose position in the list is I mod N.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Simulated seconds of the fault phase of each seed.
+    #[arg(long, default_value_t = 30)]
+    pub time_s: u64,
+    /// Nodes.
+    #[arg(long, default_value_t = 5)]
+    pub nodes: u64,
+    /// Client slots.
+    #[arg(long, default_value_t = 10)]
+    pub clients: u64,
+    /// Keys.
+    #[arg(long, default_value_t = 4)]
+    pub keys: u64,
+    /// Fault kinds (kill, pause, partition, clock, netem; `none` for no faults). netem is
+    /// `slow` (up to 150 ms per message on a node's links) and `flaky` (a node's peer links
+    /// drop, reorder and duplicate messages).
+    #[arg(long, default_value = "kill,pause,partition,clock,netem")]
+    pub nemesis: String,
+    /// Switch on one known bug of lockd (`lockd --bug`).
+    #[arg(long)]
+    pub bug: Option<String>,
+    /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
+    /// `DIR/seed-S/node-logs/nI.trace.jsonl`; each seed's verdict then includes their replay
+    /// through the model (the check `trace replay`; `locksmith model replay DIR/seed-S`).
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
+    /// Leave these planned faults out (indexes into the plan; written by the shrinker).
+    #[arg(long, value_delimiter = ',')]
+    pub drop_faults: Vec<usize>,
+    /// Where a failing seed's store goes (`DIR/sim/<time>-seed<S>/`).
+    #[arg(long, default_value = "store")]
+    pub store: PathBuf,
+    /// Run every seed even after one failed.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Do not shrink a failing seed.
+    #[arg(long)]
+    pub no_shrink: bool,
+    /// Also write a JUnit XML report: one testcase per seed that did not pass, and a summary.
+    #[arg(long, value_name = "FILE.xml")]
+    pub junit: Option<PathBuf>,
+    /// Internal: run the one seed given in this process and report it on stdout (the parent
+    /// runs every seed in a child process of its own).
+    #[arg(long, hide = true)]
+    pub child: bool,
+    /// Internal, with `--child`: no node logs and no store (a shrinking candidate).
+    #[arg(long, hide = true)]
+    pub child_quiet: bool,
+}
+
+/// Parses and runs `locksmith sim`.
+pub fn run(args: SimArgs) -> ExitCode {
+    let code = match sim_run(&args) {
+        Ok(run) => nemesis::sim::cmd::run(&run),
+        Err(message) => {
+            eprintln!("locksmith sim: {message}");
+            2
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
+}
+
+fn sim_run(args: &SimArgs) -> Result<SimRun, String> {
+    let seeds = select_shard(parse_seeds(&args.seeds)?, args.shard.as_deref())?;
+    Ok(SimRun {
+        seeds,
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1),
+        template: template(args)?,
+        store: args.store.clone(),
+        keep_going: args.keep_going,
+        shrink: !args.no_shrink,
+        junit: args.junit.clone(),
+        child: args.child.then_some(args.child_quiet),
+    })
+}
+
+fn template(args: &SimArgs) -> Result<SimCase, String> {
+    let mut case = SimCase::new(0);
+    case.time_s = args.time_s.max(1);
+    case.nodes = args.nodes;
+    case.clients = args.clients.max(1);
+    case.keys = args.keys.max(1);
+    if !(1..=9).contains(&case.nodes) {
+        return Err(format!("--nodes {}: expected 1 to 9", case.nodes));
+    }
+    case.nemesis = if args.nemesis == "none" {
+        Vec::new()
+    } else {
+        args.nemesis
+            .split(',')
+            .map(|k| k.trim().parse::<FaultKind>().map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?
+    };
+    if let Some(bug) = &args.bug {
+        case.bug = Some(bug.parse().map_err(|e| format!("--bug: {e}"))?);
+    }
+    case.drop_faults = args.drop_faults.iter().copied().collect();
+    case.trace_root = args.trace.clone();
+    Ok(case)
+}
+
+/// `A..B`, `A..=B`, `S` or `S,T,U`.
+pub fn parse_seeds(text: &str) -> Result<Vec<u64>, String> {
+    let bad = || format!("--seeds {text:?}: expected A..B, A..=B, S or a comma list");
+    let number = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
+    if let Some((a, b)) = text.split_once("..=") {
+        let (a, b) = (number(a)?, number(b)?);
+        return if a <= b {
+            Ok((a..=b).collect())
+        } else {
+            Err(bad())
+        };
+    }
+    if let Some((a, b)) = text.split_once("..") {
+        let (a, b) = (number(a)?, number(b)?);
+        return if a < b {
+            Ok((a..b).collect())
+        } else {
+            Err(bad())
+        };
+    }
+    text.split(',').map(number).collect()
+}
+
+/// Keeps the seeds of shard `I/N`: those at positions congruent to I mod N.
+pub fn select_shard(seeds: Vec<u64>, shard: Option<&str>) -> Result<Vec<u64>, String> {
+    let Some(shard) = shard else {
+        return Ok(seeds);
+    };
+    let bad = || format!("--shard {shard:?}: expected I/N with 0 <= I < N");
+    let (i, n) = shard.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok(seeds
+        .into_iter()
+        .enumerate()
+        .filter(|(position, _)| position % n == i)
+        .map(|(_, seed)| seed)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_parse_in_every_form_and_shards_partition_them() {
+        assert_eq!(parse_seeds("1..4").unwrap(), vec![1, 2, 3]);
+        assert_eq!(parse_seeds("1..=3").unwrap(), vec![1, 2, 3]);
+        assert_eq!(parse_seeds("7").unwrap(), vec![7]);
+        assert_eq!(parse_seeds("5,9").unwrap(), vec![5, 9]);
+        assert!(parse_seeds("4..1").is_err());
+        assert!(parse_seeds("x").is_err());
+        let all = parse_seeds("1..11").unwrap();
+        let mut union: Vec<u64> = (0..3)
+            .flat_map(|i| select_shard(all.clone(), Some(&format!("{i}/3"))).unwrap())
+            .collect();
+        union.sort_unstable();
+        assert_eq!(union, all, "the shards cover every seed exactly once");
+        assert!(select_shard(all, Some("3/3")).is_err());
+    }
+}
