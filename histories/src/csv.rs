@@ -799,6 +799,20 @@ pub struct Writer<W: Write> {
     options: WriterOptions,
 }
 
+/// The history as CSV schema v1 bytes, header first (what `history.csv` holds). Writing to
+/// memory fails only on a row the format cannot hold, which ends the bytes there.
+pub fn to_bytes(ops: &[Op]) -> Vec<u8> {
+    let Ok(mut writer) = Writer::new(Vec::new()) else {
+        return Vec::new();
+    };
+    for op in ops {
+        if writer.write(op).is_err() {
+            break;
+        }
+    }
+    writer.into_inner().unwrap_or_default()
+}
+
 impl Writer<BufWriter<File>> {
     /// Creates (or truncates) the file at `path` and writes the header.
     pub fn create(path: &Path, options: WriterOptions) -> io::Result<Self> {

@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod capture;
 pub mod cluster;
 pub mod faults;
 pub mod harness;

@@ -1,7 +1,7 @@
 //! `locksmith sim`: the same seed replays byte for byte (each assertion names the seed).
 
 use nemesis::faults::FaultKind;
-use nemesis::sim::{SimCase, history_csv, run_case};
+use nemesis::sim::{SimCase, run_case};
 
 /// A short case, so that debug builds stay quick. Kill is left out here: two runs of a seed
 /// with crashes and restarts (turmoil's crash/bounce) in one process can differ, which is why
@@ -9,8 +9,8 @@ use nemesis::sim::{SimCase, history_csv, run_case};
 /// through the command.
 fn short(seed: u64, time_s: u64) -> SimCase {
     let mut case = SimCase::new(seed);
-    case.time_s = time_s;
-    case.nemesis = vec![
+    case.options.time_s = time_s;
+    case.options.nemesis = vec![
         FaultKind::Pause,
         FaultKind::Partition,
         FaultKind::Clock,
@@ -41,8 +41,8 @@ fn the_same_seed_gives_a_byte_identical_history_with_faults_on() {
         );
         assert!(first.ops.len() > 50, "seed {seed}: {} ops", first.ops.len());
         assert_eq!(
-            history_csv(&first.ops),
-            history_csv(&second.ops),
+            history::csv::to_bytes(&first.ops),
+            history::csv::to_bytes(&second.ops),
             "seed {seed}: two runs of one seed differ (rerun: {})",
             case.rerun_command()
         );
@@ -53,7 +53,10 @@ fn the_same_seed_gives_a_byte_identical_history_with_faults_on() {
 fn different_seeds_give_different_runs() {
     let a = run_case(&short(11, 5));
     let b = run_case(&short(12, 5));
-    assert_ne!(history_csv(&a.ops), history_csv(&b.ops));
+    assert_ne!(
+        history::csv::to_bytes(&a.ops),
+        history::csv::to_bytes(&b.ops)
+    );
 }
 
 /// netem's faults in the simulator: `flaky` peer links drop, reorder and duplicate Raft
@@ -63,8 +66,8 @@ fn slow_and_flaky_links_are_applied_undone_and_survived() {
     let mut seen = std::collections::BTreeSet::new();
     for seed in 1..=3 {
         let mut case = SimCase::new(seed);
-        case.time_s = 6;
-        case.nemesis = vec![FaultKind::Netem];
+        case.options.time_s = 6;
+        case.options.nemesis = vec![FaultKind::Netem];
         let result = run_case(&case);
         assert!(
             result.verdict().is_valid(),
@@ -108,7 +111,7 @@ fn the_command_replays_seeds_with_crashes_byte_for_byte() {
         .filter(|&seed| {
             fault_plan(&FaultPlanConfig {
                 seed,
-                kinds: SimCase::new(seed).nemesis,
+                kinds: SimCase::new(seed).options.nemesis,
                 duration_ms: time_s * 1000,
             })
             .iter()
@@ -153,7 +156,7 @@ fn a_simulated_run_replays_through_the_model() {
             .expect("locksmith runs")
     };
     let mut clean = SimCase::new(1);
-    clean.time_s = 4;
+    clean.options.time_s = 4;
     clean.trace_root = Some(root.path().join("clean"));
     let result = run_case(&clean);
     assert!(
@@ -181,7 +184,7 @@ fn a_simulated_run_replays_through_the_model() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut buggy = clean.clone();
-    buggy.bug = Some("follower-grants".parse().expect("a known bug"));
+    buggy.options.bug = Some("follower-grants".to_owned());
     buggy.trace_root = Some(root.path().join("buggy"));
     run_case(&buggy);
     let out = replay(&buggy);
@@ -199,8 +202,8 @@ fn a_simulated_run_replays_through_the_model() {
     // run rarely see it (one seed of twenty in 20 simulated s), but the replay catches the
     // restart that loaded less than the node had reported durable.
     let mut no_fsync = SimCase::new(4);
-    no_fsync.time_s = 4;
-    no_fsync.bug = Some("no-fsync".parse().expect("a known bug"));
+    no_fsync.options.time_s = 4;
+    no_fsync.options.bug = Some("no-fsync".to_owned());
     no_fsync.trace_root = Some(root.path().join("no-fsync"));
     let result = run_case(&no_fsync);
     assert_eq!(

@@ -273,7 +273,14 @@ fn a_simulated_seed_and_a_chaos_run_write_the_same_store() {
     };
     let _one_run = ONE_RUN_AT_A_TIME.blocking_lock();
     locksmith(&["test", "--seed", &SEED.to_string(), "--concurrency", "4"]);
-    locksmith(&["sim", "--seeds", &SEED.to_string(), "--clients", "4", "--no-shrink"]);
+    locksmith(&[
+        "sim",
+        "--seeds",
+        &SEED.to_string(),
+        "--clients",
+        "4",
+        "--no-shrink",
+    ]);
     let only_run = |dir: std::path::PathBuf| {
         let mut runs: Vec<_> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -294,7 +301,11 @@ fn a_simulated_seed_and_a_chaos_run_write_the_same_store() {
         names.sort();
         names
     };
-    assert_eq!(files(&test_dir), files(&sim_dir), "seed {SEED}: the file lists");
+    assert_eq!(
+        files(&test_dir),
+        files(&sim_dir),
+        "seed {SEED}: the file lists"
+    );
     let keys = |dir: &std::path::Path| {
         let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
         let value: serde_json::Value = serde_json::from_str(&text).expect("json");
@@ -313,7 +324,10 @@ fn a_simulated_seed_and_a_chaos_run_write_the_same_store() {
         keys
     };
     let (test_keys, sim_keys) = (keys(&test_dir), keys(&sim_dir));
-    assert!(test_keys.contains(&"faults.by_kind".to_owned()), "{test_keys:?}");
+    assert!(
+        test_keys.contains(&"faults.by_kind".to_owned()),
+        "{test_keys:?}"
+    );
     assert_eq!(test_keys, sim_keys, "seed {SEED}: results.json keys");
 }
 

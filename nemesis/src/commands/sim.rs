@@ -104,14 +104,15 @@ fn sim_run(args: &SimArgs) -> Result<SimRun, String> {
 
 fn template(args: &SimArgs) -> Result<SimCase, String> {
     let mut case = SimCase::new(0);
-    case.time_s = args.time_s.max(1);
-    case.nodes = args.nodes;
-    case.clients = args.clients.max(1);
-    case.keys = args.keys.max(1);
-    if !(1..=9).contains(&case.nodes) {
-        return Err(format!("--nodes {}: expected 1 to 9", case.nodes));
+    let options = &mut case.options;
+    options.time_s = args.time_s.max(1);
+    options.nodes = args.nodes;
+    options.concurrency = args.clients.max(1);
+    options.keys = u32::try_from(args.keys.max(1)).map_err(|e| format!("--keys: {e}"))?;
+    if !(1..=9).contains(&options.nodes) {
+        return Err(format!("--nodes {}: expected 1 to 9", options.nodes));
     }
-    case.nemesis = if args.nemesis == "none" {
+    options.nemesis = if args.nemesis == "none" {
         Vec::new()
     } else {
         args.nemesis
@@ -120,9 +121,11 @@ fn template(args: &SimArgs) -> Result<SimCase, String> {
             .collect::<Result<_, _>>()?
     };
     if let Some(bug) = &args.bug {
-        case.bug = Some(bug.parse().map_err(|e| format!("--bug: {e}"))?);
+        bug.parse::<lockd::bugs::Bug>()
+            .map_err(|e| format!("--bug: {e}"))?;
+        options.bug = Some(bug.clone());
     }
-    case.drop_faults = args.drop_faults.iter().copied().collect();
+    options.drop_faults = args.drop_faults.iter().copied().collect();
     case.trace_root = args.trace.clone();
     Ok(case)
 }

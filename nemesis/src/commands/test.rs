@@ -17,6 +17,10 @@ use nemesis::systems::lockd::{Lockd, find_lockd};
 /// Options of `locksmith test`.
 #[derive(Debug, Args)]
 pub struct TestArgs {
+    /// Leave these planned faults out (indexes into the plan, as `plan.txt` lists it; a
+    /// shrunk simulated seed prints them).
+    #[arg(long, value_delimiter = ',')]
+    drop_faults: Vec<usize>,
     /// Number of nodes.
     #[arg(long, default_value_t = 5)]
     nodes: u64,
@@ -197,7 +201,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         overhold_percent: args.overhold_percent.min(100),
         progress: true,
         hosts,
-        drop_faults: Default::default(),
+        drop_faults: args.drop_faults.iter().copied().collect(),
     })
 }
 
@@ -383,32 +387,7 @@ fn rerun_flags(o: &TestOptions, system: &str, trace: bool) -> String {
     if system != "lockd" {
         s.push_str(&format!(" --system {system}"));
     }
-    if o.nodes != d.nodes {
-        s.push_str(&format!(" --nodes {}", o.nodes));
-    }
-    if o.time_s != d.time_s {
-        s.push_str(&format!(" --time-s {}", o.time_s));
-    }
-    if o.nemesis != d.nemesis {
-        let n: Vec<&str> = o.nemesis.iter().map(|k| k.name()).collect();
-        s.push_str(&format!(
-            " --nemesis {}",
-            if n.is_empty() {
-                "none".into()
-            } else {
-                n.join(",")
-            }
-        ));
-    }
-    if o.concurrency != d.concurrency {
-        s.push_str(&format!(" --concurrency {}", o.concurrency));
-    }
-    if o.keys != d.keys {
-        s.push_str(&format!(" --keys {}", o.keys));
-    }
-    if let Some(b) = &o.bug {
-        s.push_str(&format!(" --bug {b}"));
-    }
+    s.push_str(&o.differing_flags(&d, "concurrency"));
     if o.workload != d.workload {
         s.push_str(" --workload unfenced");
     }

@@ -149,19 +149,21 @@ impl TestOptions {
 
     /// The command that tries these options on real processes.
     pub fn test_command(&self) -> String {
-        let defaults = TestOptions::default();
-        let mut line = format!("locksmith test --seed {}", self.seed);
-        let mut flag = |name: &str, value: String, default: String| {
-            if value != default {
-                line.push_str(&format!(" --{name} {value}"));
-            }
-        };
-        flag("nodes", self.nodes.to_string(), defaults.nodes.to_string());
-        flag(
-            "time-s",
-            self.time_s.to_string(),
-            defaults.time_s.to_string(),
+        let mut line = format!(
+            "locksmith test --seed {}{}",
+            self.seed,
+            self.differing_flags(&TestOptions::default(), "concurrency")
         );
+        if self.nemesis.contains(&FaultKind::Netem) {
+            // netem shapes interfaces of their own: namespace hosts on one machine.
+            line.push_str(" --net netns");
+        }
+        line
+    }
+
+    /// The command-line flags of the options that differ from `defaults` (the client count
+    /// under the flag `concurrency_flag`), each with a leading space.
+    pub fn differing_flags(&self, defaults: &TestOptions, concurrency_flag: &str) -> String {
         let kinds = |k: &[FaultKind]| {
             let names: Vec<&str> = k.iter().map(|k| k.name()).collect();
             if names.is_empty() {
@@ -170,21 +172,40 @@ impl TestOptions {
                 names.join(",")
             }
         };
-        flag("nemesis", kinds(&self.nemesis), kinds(&defaults.nemesis));
-        flag(
-            "concurrency",
-            self.concurrency.to_string(),
-            defaults.concurrency.to_string(),
-        );
-        flag("keys", self.keys.to_string(), defaults.keys.to_string());
-        if let Some(bug) = &self.bug {
-            line.push_str(&format!(" --bug {bug}"));
-        }
-        if self.nemesis.contains(&FaultKind::Netem) {
-            // netem shapes interfaces of their own: namespace hosts on one machine.
-            line.push_str(" --net netns");
-        }
-        line
+        let dropped = |d: &BTreeSet<usize>| {
+            let list: Vec<String> = d.iter().map(|i| i.to_string()).collect();
+            list.join(",")
+        };
+        let flags = [
+            ("nodes", self.nodes.to_string(), defaults.nodes.to_string()),
+            (
+                "time-s",
+                self.time_s.to_string(),
+                defaults.time_s.to_string(),
+            ),
+            (
+                concurrency_flag,
+                self.concurrency.to_string(),
+                defaults.concurrency.to_string(),
+            ),
+            ("keys", self.keys.to_string(), defaults.keys.to_string()),
+            ("nemesis", kinds(&self.nemesis), kinds(&defaults.nemesis)),
+            (
+                "bug",
+                self.bug.clone().unwrap_or_default(),
+                defaults.bug.clone().unwrap_or_default(),
+            ),
+            (
+                "drop-faults",
+                dropped(&self.drop_faults),
+                dropped(&defaults.drop_faults),
+            ),
+        ];
+        flags
+            .into_iter()
+            .filter(|(_, value, default)| value != default)
+            .map(|(name, value, _)| format!(" --{name} {value}"))
+            .collect()
     }
 }
 

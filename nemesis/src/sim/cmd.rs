@@ -54,11 +54,9 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     let [seed] = run.seeds[..] else {
         return Err("--child takes exactly one seed".to_owned());
     };
-    let case = SimCase {
-        seed,
-        logs: !quiet,
-        ..run.template.clone()
-    };
+    let mut case = run.template.clone();
+    case.options.seed = seed;
+    case.logs = !quiet;
     // A node's panic is part of the verdict (node health) and its message is in the store;
     // one line here, not a backtrace per panic, unless LOCKSMITH_SIM_BACKTRACE is set.
     if std::env::var_os("LOCKSMITH_SIM_BACKTRACE").is_none() {
@@ -111,7 +109,7 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
     let output = command
         .stderr(std::process::Stdio::inherit())
         .output()
-        .map_err(|e| format!("cannot start a child for seed {}: {e}", case.seed))?;
+        .map_err(|e| format!("cannot start a child for seed {}: {e}", case.seed()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut lines = stdout.lines();
     let words: Vec<&str> = lines
@@ -121,18 +119,19 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
         .collect();
     Ok(match words[..] {
         ["SEED", seed, verdict, sim_ms] => SeedReport {
-            seed: seed.parse().unwrap_or(case.seed),
+            seed: seed.parse().unwrap_or(case.seed()),
             verdict: verdict.to_owned(),
             sim_ms: sim_ms.parse().unwrap_or(0),
             text: lines.collect::<Vec<_>>().join("\n"),
         },
         _ => SeedReport {
-            seed: case.seed,
+            seed: case.seed(),
             verdict: "unknown".to_owned(),
             sim_ms: 0,
             text: format!(
                 "the child for seed {} ended without a report ({}): {stdout}",
-                case.seed, output.status
+                case.seed(),
+                output.status
             ),
         },
     })
@@ -157,13 +156,12 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
         "locksmith sim: {} seeds ({}..), {} simulated s each, {} nodes, {} clients, {} jobs{}",
         run.seeds.len(),
         run.seeds.first().copied().unwrap_or(0),
-        template.time_s,
-        template.nodes,
-        template.clients,
+        template.options.time_s,
+        template.options.nodes,
+        template.options.concurrency,
         run.jobs,
-        template
-            .bug
-            .map(|b| format!(", bug {}", b.name()))
+        (template.options.bug.as_ref())
+            .map(|b| format!(", bug {b}"))
             .unwrap_or_default()
     );
     let started = Instant::now();
@@ -217,14 +215,7 @@ fn write_junit(
             seed: r.seed,
             verdict: r.verdict.clone(),
             explanation: r.text.clone(),
-            rerun: format!(
-                "rerun: {}",
-                SimCase {
-                    seed: r.seed,
-                    ..template.clone()
-                }
-                .rerun_command()
-            ),
+            rerun: format!("rerun: {}", template.with_seed(r.seed).rerun_command()),
         })
         .collect();
     let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed_s);
@@ -257,20 +248,17 @@ fn abridged(text: &str) -> String {
 /// logs), shrinks it (each candidate in a child of its own), and prints the rerun commands:
 /// the seed's, the shrunk case's, and `locksmith test` with the same plan.
 fn report_failure(report: &SeedReport, run: &SimRun) {
-    let case = SimCase {
-        seed: report.seed,
-        ..run.template.clone()
-    };
-    println!("\nseed {} failed:\n{}", case.seed, abridged(&report.text));
+    let case = run.template.with_seed(report.seed);
+    println!("\nseed {} failed:\n{}", case.seed(), abridged(&report.text));
     println!("rerun: {}", case.rerun_command());
     println!(
         "rerun on real processes (same options and fault plan): {}",
-        case.options().test_command()
+        case.options.test_command()
     );
     if !run.shrink {
         return;
     }
-    eprintln!("locksmith sim: shrinking seed {} ...", case.seed);
+    eprintln!("locksmith sim: shrinking seed {} ...", case.seed());
     // Candidates write their traces apart (`DIR/shrink/seed-S`), so that the failing seed's
     // own traces stay in `DIR/seed-S` for `locksmith model replay`.
     let mut shrunk = shrink_with(&case, |candidate| {
@@ -281,7 +269,10 @@ fn report_failure(report: &SeedReport, run: &SimRun) {
     shrunk.case.trace_root = case.trace_root.clone();
     println!(
         "smallest failing case found ({} reruns): {} simulated s, {} clients, {} planned faults",
-        shrunk.runs, shrunk.case.time_s, shrunk.case.clients, shrunk.faults_left
+        shrunk.runs,
+        shrunk.case.options.time_s,
+        shrunk.case.options.concurrency,
+        shrunk.faults_left
     );
     println!("rerun (shrunk): {}", shrunk.case.rerun_command());
 }
@@ -307,10 +298,7 @@ fn run_seeds(run: &SimRun) -> Result<Outcome, String> {
                 while !stop.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = run.seeds.get(i) else { break };
-                    let case = SimCase {
-                        seed,
-                        ..run.template.clone()
-                    };
+                    let case = run.template.with_seed(seed);
                     let report = match spawn_child(&case, &run.store, false) {
                         Ok(report) => report,
                         Err(e) => {
@@ -355,9 +343,9 @@ fn run_seeds(run: &SimRun) -> Result<Outcome, String> {
 /// node-logs/n<ID>.log (with the nodes' logs on).
 fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Error> {
     let stamp = crate::run::timestamp(std::time::SystemTime::now());
-    let seed = result.case.seed;
+    let seed = result.case.seed();
     let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
-    run.write_plan(&result.case.options(), &result.plan)?;
+    run.write_plan(&result.case.options, &result.plan)?;
     run.write_history(&result.ops)?;
     let mut results = result.results.clone();
     let paired = history::pair::pair_with_faults(&result.ops);
@@ -366,7 +354,7 @@ fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Erro
         results.report_errors = run.write_reports(&title, Some(seed), &paired, check);
     }
     run.write_results(&results)?;
-    for node in 1..=result.case.nodes {
+    for node in 1..=result.case.options.nodes {
         let tag = super::world::node_tag(node);
         let lines: String = (result.logs.as_deref().unwrap_or_default().lines())
             .filter(|line| line.contains(&tag))

@@ -30,7 +30,6 @@ use lockd::bugs::{Bug, BugSet};
 use lockd::raft::{Config, NodeId};
 use lockd::server::{LinkFaultsSwitch, PauseSwitch, ServerConfig};
 
-use crate::faults::FaultKind;
 use crate::harness::recorder::Recorder;
 use crate::harness::schedule::Planned;
 use crate::harness::workload::ClientPauses;
@@ -42,6 +41,9 @@ use world::{CLIENT_PORT, Control, HARNESS_HOST, PEER_PORT, SimNet, SimNodes, nod
 
 /// The simulator's step, ms: hosts run in lockstep, and messages move once per step.
 pub const TICK_MS: u64 = 4;
+/// The nodes' log filter unless `LOCKSMITH_SIM_LOG` says otherwise. `turmoil::sim` stays at
+/// info: its `node` span names the host of every line, which the store splits by node.
+const SIM_LOG_DEFAULT: &str = "info,tarpc=warn,turmoil=warn,turmoil::sim=info";
 /// Simulated time allowed beyond the fault phase, the drain, the recovery bound and the
 /// probe before the run is declared stuck, ms.
 const OVERRUN_MS: u64 = 40_000;
@@ -54,25 +56,13 @@ const TORN_BLOCK_BYTES: u64 = 512;
 const TORN_SYNC_PROBABILITY: f64 = 0.05;
 const NET_STREAM: u64 = 0x5157_0e70;
 
-/// One simulated run: everything that decides it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One simulated run: everything that decides it. Its options are the harness's, the same
+/// data as a chaos run's plan.txt; only the logs and traces are the simulator's.
+#[derive(Clone, Debug)]
 pub struct SimCase {
-    /// The seed: the whole run follows from it and the fields below.
-    pub seed: u64,
-    /// Cluster size.
-    pub nodes: u64,
-    /// Client slots.
-    pub clients: u64,
-    /// Keys.
-    pub keys: u64,
-    /// Length of the fault phase, simulated seconds.
-    pub time_s: u64,
-    /// An injected bug of lockd.
-    pub bug: Option<Bug>,
-    /// The fault kinds in the plan.
-    pub nemesis: Vec<FaultKind>,
-    /// Planned fault ops (indexes into the plan) left out, for shrinking.
-    pub drop_faults: BTreeSet<usize>,
+    /// Seed, nodes, clients, keys, fault kinds, bug, dropped faults: the whole run follows
+    /// from these.
+    pub options: TestOptions,
     /// Keep the nodes' logs (a rerun of a failing seed; slower).
     pub logs: bool,
     /// Where the nodes' traces go (`locksmith sim --trace DIR`): this seed's nodes write
@@ -88,74 +78,45 @@ impl SimCase {
     /// hosts of their own).
     pub fn new(seed: u64) -> Self {
         SimCase {
-            seed,
-            nodes: 5,
-            clients: 10,
-            keys: 4,
-            time_s: 30,
-            bug: None,
-            nemesis: crate::netem::default_kinds_with_hosts(),
-            drop_faults: BTreeSet::new(),
+            options: TestOptions {
+                seed,
+                time_s: 30,
+                nemesis: crate::netem::default_kinds_with_hosts(),
+                progress: false,
+                ..TestOptions::default()
+            },
             logs: false,
             trace_root: None,
         }
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.options.seed
+    }
+
+    /// This case with another seed.
+    pub fn with_seed(&self, seed: u64) -> SimCase {
+        let mut case = self.clone();
+        case.options.seed = seed;
+        case
     }
 
     /// This seed's trace folder, when traces are on.
     pub fn trace_dir(&self) -> Option<std::path::PathBuf> {
         self.trace_root
             .as_ref()
-            .map(|root| root.join(format!("seed-{}", self.seed)))
-    }
-
-    /// The harness's options for this case: the same data as a chaos run's plan.txt.
-    pub fn options(&self) -> TestOptions {
-        TestOptions {
-            nodes: self.nodes,
-            time_s: self.time_s,
-            nemesis: self.nemesis.clone(),
-            concurrency: self.clients,
-            keys: u32::try_from(self.keys).unwrap_or(u32::MAX),
-            seed: self.seed,
-            bug: self.bug.map(|b| b.name().to_owned()),
-            progress: false,
-            drop_faults: self.drop_faults.clone(),
-            ..TestOptions::default()
-        }
+            .map(|root| root.join(format!("seed-{}", self.seed())))
     }
 
     /// The command that reruns exactly this case.
     pub fn rerun_command(&self) -> String {
-        let mut line = format!("locksmith sim --seeds {}", self.seed);
-        let default = SimCase::new(self.seed);
-        if self.nodes != default.nodes {
-            let _ = write!(line, " --nodes {}", self.nodes);
-        }
-        if self.clients != default.clients {
-            let _ = write!(line, " --clients {}", self.clients);
-        }
-        if self.keys != default.keys {
-            let _ = write!(line, " --keys {}", self.keys);
-        }
-        if self.time_s != default.time_s {
-            let _ = write!(line, " --time-s {}", self.time_s);
-        }
-        if self.nemesis != default.nemesis {
-            let kinds: Vec<&str> = self.nemesis.iter().map(|k| k.name()).collect();
-            let kinds = if kinds.is_empty() {
-                "none".to_owned()
-            } else {
-                kinds.join(",")
-            };
-            let _ = write!(line, " --nemesis {kinds}");
-        }
-        if let Some(bug) = self.bug {
-            let _ = write!(line, " --bug {}", bug.name());
-        }
-        if !self.drop_faults.is_empty() {
-            let dropped: Vec<String> = self.drop_faults.iter().map(|i| i.to_string()).collect();
-            let _ = write!(line, " --drop-faults {}", dropped.join(","));
-        }
+        let defaults = SimCase::new(self.seed()).options;
+        let mut line = format!(
+            "locksmith sim --seeds {}{}",
+            self.seed(),
+            self.options.differing_flags(&defaults, "clients")
+        );
         if let Some(root) = &self.trace_root {
             let _ = write!(line, " --trace {}", root.display());
         }
@@ -196,26 +157,12 @@ impl CaseResult {
     }
 }
 
-/// The history as CSV schema v1 bytes (what `history.csv` holds).
-pub fn history_csv(ops: &[Op]) -> Vec<u8> {
-    let mut writer = match history::csv::Writer::new(Vec::new()) {
-        Ok(writer) => writer,
-        Err(_) => return Vec::new(),
-    };
-    for op in ops {
-        if writer.write(op).is_err() {
-            break;
-        }
-    }
-    writer.into_inner().unwrap_or_default()
-}
-
 /// A digest of the history's bytes (`LOCKSMITH_SIM_DIGESTS=1 locksmith sim` prints it per
 /// seed, to compare two runs of the same seeds).
 pub fn history_digest(ops: &[Op]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    history_csv(ops).hash(&mut hasher);
+    history::csv::to_bytes(ops).hash(&mut hasher);
     hasher.finish()
 }
 
@@ -229,18 +176,13 @@ pub fn run_case(case: &SimCase) -> CaseResult {
     let started = std::time::Instant::now();
     let simulated = std::thread::scope(|scope| {
         std::thread::Builder::new()
-            .name(format!("sim-seed-{}", case.seed))
+            .name(format!("sim-seed-{}", case.seed()))
             .spawn_scoped(scope, || simulate_logged(case))
             .ok()
             .and_then(|h| h.join().ok())
     });
-    let simulated = simulated.unwrap_or_else(|| Simulated {
-        ops: Vec::new(),
-        execution: None,
-        error: Some("the simulation thread panicked (see stderr)".to_owned()),
-        logs: None,
-        sim_ms: 0,
-    });
+    let simulated = simulated
+        .unwrap_or_else(|| Simulated::failed("the simulation thread panicked (see stderr)"));
     judge(case, simulated, started.elapsed())
 }
 
@@ -253,12 +195,24 @@ struct Simulated {
     sim_ms: u64,
 }
 
+impl Simulated {
+    fn failed(error: impl Into<String>) -> Simulated {
+        Simulated {
+            ops: Vec::new(),
+            execution: None,
+            error: Some(error.into()),
+            logs: None,
+            sim_ms: 0,
+        }
+    }
+}
+
 /// Checks a simulated run through the one pipeline, node health and traces included.
 fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
-    let options = case.options();
+    let options = &case.options;
     let execution = simulated
         .execution
-        .unwrap_or_else(|| Execution::unfinished(&options));
+        .unwrap_or_else(|| Execution::unfinished(options));
     let error = simulated.error.or_else(|| {
         (execution
             .phase
@@ -278,7 +232,7 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     let checked =
         crate::store::pipeline::check_ops(&simulated.ops, &checker::Options::default(), extra);
     let mut results = Results::of(
-        &options,
+        options,
         "lockd",
         "simulation",
         &execution,
@@ -321,7 +275,12 @@ fn simulate_logged(case: &SimCase) -> Simulated {
     let logs = case.logs.then(|| Arc::new(Mutex::new(Vec::new())));
     let mut simulated = match &logs {
         Some(buffer) => {
-            let subscriber = log_subscriber(buffer.clone());
+            let subscriber = crate::capture::subscriber(
+                buffer.clone(),
+                "LOCKSMITH_SIM_LOG",
+                SIM_LOG_DEFAULT,
+                || turmoil::sim_elapsed().unwrap_or_default(),
+            );
             tracing::subscriber::with_default(subscriber, || simulate(case, logs.clone()))
         }
         None => simulate(case, None),
@@ -335,15 +294,15 @@ fn simulate_logged(case: &SimCase) -> Simulated {
 
 /// Builds the simulation of `case`, runs it to the end, and returns what it recorded.
 fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
-    let options = case.options();
-    let nodes: Vec<NodeId> = (1..=case.nodes).collect();
+    let options = case.options.clone();
+    let nodes: Vec<NodeId> = (1..=options.nodes).collect();
     // Traces go to the real disk, fresh for each run (the core appends across restarts).
     let trace_dir = case.trace_dir().map(|dir| dir.join("node-logs"));
     if let Some(dir) = &trace_dir {
         let _ = std::fs::remove_dir_all(dir);
         let _ = std::fs::create_dir_all(dir);
     }
-    let mut net_rng = Rng::derive(case.seed, NET_STREAM, 0);
+    let mut net_rng = Rng::derive(options.seed, NET_STREAM, 0);
     let max_latency_ms = net_rng.range(2, 25);
     // Snapshots, compaction and InstallSnapshot come into play within a run only with a
     // threshold far below the server's default of 1000 entries.
@@ -357,7 +316,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         + OVERRUN_MS;
     let mut builder = turmoil::Builder::new();
     builder
-        .rng_seed(case.seed)
+        .rng_seed(options.seed)
         .tick_duration(Duration::from_millis(TICK_MS))
         .simulation_duration(Duration::from_millis(run_ms))
         .min_message_latency(Duration::from_millis(1))
@@ -371,7 +330,11 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     }
     let mut sim = builder.build();
 
-    let bugs = case.bug.map(|b| BugSet::of(&[b])).unwrap_or(BugSet::NONE);
+    let bugs = match options.bug.as_deref().map(str::parse::<Bug>) {
+        Some(Ok(bug)) => BugSet::of(&[bug]),
+        Some(Err(e)) => return Simulated::failed(format!("--bug: {e}")),
+        None => BugSet::NONE,
+    };
     let mut switches = BTreeMap::new();
     let mut gates = BTreeMap::new();
     for &id in &nodes {
@@ -385,7 +348,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         let (pause_gate, links_gate) = gates.remove(&id).unwrap_or_else(|| unreachable!());
         let members = nodes.clone();
         let control = control.clone();
-        let seed = case.seed;
+        let seed = options.seed;
         let trace = trace_dir
             .as_ref()
             .map(|dir| dir.join(format!("n{id}.trace.jsonl")));
@@ -504,50 +467,5 @@ fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
         text.clone()
     } else {
         "a panic without a message".to_owned()
-    }
-}
-
-/// The nodes' log filter unless `LOCKSMITH_SIM_LOG` says otherwise. `turmoil::sim` stays at
-/// info: its `node` span names the host of every line, which the store splits by node.
-const SIM_LOG_DEFAULT: &str = "info,tarpc=warn,turmoil=warn,turmoil::sim=info";
-
-/// A subscriber that writes the nodes' log into `buffer`, each line starting with the
-/// simulated time (the host's name is in the `node` span turmoil opens). `LOCKSMITH_SIM_LOG`
-/// sets the filter.
-fn log_subscriber(buffer: Arc<Mutex<Vec<u8>>>) -> impl tracing::Subscriber + Send + Sync {
-    use tracing_subscriber::fmt::format::Writer;
-    use tracing_subscriber::fmt::time::FormatTime;
-
-    struct SimTime;
-    impl FormatTime for SimTime {
-        fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
-            let t = turmoil::sim_elapsed().unwrap_or_default();
-            write!(w, "{:>10.3}s", t.as_secs_f64())
-        }
-    }
-    let writer = move || BufferWriter(buffer.clone());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            std::env::var("LOCKSMITH_SIM_LOG").unwrap_or_else(|_| SIM_LOG_DEFAULT.to_owned()),
-        ))
-        .with_timer(SimTime)
-        .with_ansi(false)
-        .with_target(false)
-        .with_writer(writer)
-        .finish()
-}
-
-struct BufferWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for BufferWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut buffer) = self.0.lock() {
-            buffer.extend_from_slice(bytes);
-        }
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }

@@ -42,43 +42,33 @@ pub fn shrink_with(failing: &SimCase, mut fails: impl FnMut(&SimCase) -> bool) -
         }
     };
     // A shorter run: halve while it still fails.
-    while best.time_s / 2 >= TIME_S_MIN {
-        let candidate = SimCase {
-            time_s: best.time_s / 2,
-            drop_faults: Default::default(),
-            ..best.clone()
-        };
+    while best.options.time_s / 2 >= TIME_S_MIN {
+        let mut candidate = best.clone();
+        candidate.options.time_s /= 2;
+        candidate.options.drop_faults.clear();
         if !attempt(candidate, &mut best, &mut runs) {
             break;
         }
     }
     // Fewer clients.
-    while best.clients > 1 {
-        let candidate = SimCase {
-            clients: best.clients / 2,
-            ..best.clone()
-        };
+    while best.options.concurrency > 1 {
+        let mut candidate = best.clone();
+        candidate.options.concurrency /= 2;
         if !attempt(candidate, &mut best, &mut runs) {
             break;
         }
     }
     // Each planned fault, dropped one at a time.
-    let plan_len =
-        crate::harness::schedule::fault_plan(&crate::harness::schedule::FaultPlanConfig {
-            seed: best.seed,
-            kinds: best.nemesis.clone(),
-            duration_ms: best.time_s * 1000,
-        })
-        .len();
+    let plan_len = best.options.plan().len();
     for index in 0..plan_len {
-        if best.drop_faults.contains(&index) {
+        if best.options.drop_faults.contains(&index) {
             continue;
         }
         let mut candidate = best.clone();
-        candidate.drop_faults.insert(index);
+        candidate.options.drop_faults.insert(index);
         attempt(candidate, &mut best, &mut runs);
     }
-    let faults_left = plan_len - best.drop_faults.len();
+    let faults_left = plan_len - best.options.drop_faults.len();
     Shrunk {
         case: best,
         runs,
@@ -96,11 +86,16 @@ mod tests {
         // planned fault 0: the shrinker must stop there and drop every other fault.
         let failing = SimCase::new(7);
         let shrunk = shrink_with(&failing, |case| {
-            case.time_s >= 10 && case.clients >= 3 && !case.drop_faults.contains(&0)
+            case.options.time_s >= 10
+                && case.options.concurrency >= 3
+                && !case.options.drop_faults.contains(&0)
         });
-        assert_eq!(shrunk.case.time_s, 15, "30 -> 15 fails, 7 does not");
-        assert_eq!(shrunk.case.clients, 5, "10 -> 5 fails, 2 does not");
-        assert!(!shrunk.case.drop_faults.contains(&0));
+        assert_eq!(shrunk.case.options.time_s, 15, "30 -> 15 fails, 7 does not");
+        assert_eq!(
+            shrunk.case.options.concurrency, 5,
+            "10 -> 5 fails, 2 does not"
+        );
+        assert!(!shrunk.case.options.drop_faults.contains(&0));
         assert_eq!(
             shrunk.faults_left, 1,
             "every fault but the needed one is dropped"

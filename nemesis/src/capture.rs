@@ -1,0 +1,50 @@
+//! Logs captured in memory: a `tracing` subscriber whose lines go to a shared buffer, each
+//! stamped with the time a given clock reads (the simulator's clock for `locksmith sim`, whose
+//! nodes all log in one process; the store then splits the lines per node).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A subscriber that writes every line into `buffer`, starting with `clock()` in seconds.
+/// The filter is the environment variable `filter_var` when set, else `default_filter`.
+pub fn subscriber(
+    buffer: Arc<Mutex<Vec<u8>>>,
+    filter_var: &str,
+    default_filter: &str,
+    clock: fn() -> Duration,
+) -> impl tracing::Subscriber + Send + Sync {
+    use tracing_subscriber::fmt::format::Writer;
+    use tracing_subscriber::fmt::time::FormatTime;
+
+    struct Clock(fn() -> Duration);
+    impl FormatTime for Clock {
+        fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+            write!(w, "{:>10.3}s", (self.0)().as_secs_f64())
+        }
+    }
+    let writer = move || BufferWriter(buffer.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var(filter_var).unwrap_or_else(|_| default_filter.to_owned()),
+        ))
+        .with_timer(Clock(clock))
+        .with_ansi(false)
+        .with_target(false)
+        .with_writer(writer)
+        .finish()
+}
+
+struct BufferWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for BufferWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut buffer) = self.0.lock() {
+            buffer.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
