@@ -222,34 +222,16 @@ fn write_junit(
     junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The failure text for the terminal: the first explanation lines and every summary and
-/// store line; the store's results.json keeps the whole explanation.
-fn abridged(text: &str) -> String {
-    const SHOWN: usize = 8;
-    let is_summary =
-        |l: &str| l.starts_with('(') || l.starts_with("store:") || l.starts_with("timeline:");
-    let explanation: Vec<&str> = text.lines().filter(|l| !is_summary(l)).collect();
-    let mut out: Vec<String> = explanation
-        .iter()
-        .take(SHOWN)
-        .map(|l| (*l).to_owned())
-        .collect();
-    if explanation.len() > SHOWN {
-        out.push(format!(
-            "... and {} more lines (results.json in the store has them all)",
-            explanation.len() - SHOWN
-        ));
-    }
-    out.extend(text.lines().filter(|l| is_summary(l)).map(str::to_owned));
-    out.join("\n")
-}
-
 /// Prints the failing seed's explanation and store (its child wrote it, with the nodes'
 /// logs), shrinks it (each candidate in a child of its own), and prints the rerun commands:
 /// the seed's, the shrunk case's, and `locksmith test` with the same plan.
 fn report_failure(report: &SeedReport, run: &SimRun) {
     let case = run.template.with_seed(report.seed);
-    println!("\nseed {} failed:\n{}", case.seed(), abridged(&report.text));
+    println!(
+        "\nseed {} failed:\n{}",
+        case.seed(),
+        crate::store::abridged(&report.text)
+    );
     println!("rerun: {}", case.rerun_command());
     println!(
         "rerun on real processes (same options and fault plan): {}",
@@ -339,49 +321,17 @@ fn run_seeds(run: &SimRun) -> Result<Outcome, String> {
 }
 
 /// Writes the store of a seed, `STORE/sim/<time>-seed<S>/`, with the files of a chaos run's
-/// ([`RunDir`]): history.csv, seed.txt, plan.txt, results.json, the timeline and plots, and
-/// node-logs/n<ID>.log (with the nodes' logs on).
+/// ([`RunDir::write_recorded`]).
 fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Error> {
     let stamp = crate::run::timestamp(std::time::SystemTime::now());
     let seed = result.case.seed();
     let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
-    run.write_plan(&result.case.options, &result.plan)?;
-    run.write_history(&result.ops)?;
-    let mut results = result.results.clone();
-    let paired = history::pair::pair_with_faults(&result.ops);
-    if let (Ok(paired), Some(check)) = (paired, &result.results.checks) {
-        let title = format!("sim seed {seed}");
-        results.report_errors = run.write_reports(&title, Some(seed), &paired, check);
-    }
-    run.write_results(&results)?;
-    for node in 1..=result.case.options.nodes {
+    let logs = result.logs.as_deref().unwrap_or_default();
+    run.write_recorded(&result.case.options, &result.ops, &result.results, |node| {
         let tag = super::world::node_tag(node);
-        let lines: String = (result.logs.as_deref().unwrap_or_default().lines())
-            .filter(|line| line.contains(&tag))
+        (logs.lines().filter(|line| line.contains(&tag)))
             .map(|line| format!("{line}\n"))
-            .collect();
-        let path = run.node_logs().join(format!("n{node}.log"));
-        std::fs::write(&path, lines)
-            .map_err(|e| crate::Error::Io(format!("{}: {e}", path.display())))?;
-    }
+            .collect()
+    })?;
     Ok(run.path().to_path_buf())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_long_failure_is_abridged_but_keeps_its_summary_and_store() {
-        let lines: Vec<String> = (0..20).map(|i| format!("violation {i}")).collect();
-        let text = format!(
-            "{}\n(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html",
-            lines.join("\n")
-        );
-        let short = abridged(&text);
-        assert!(short.contains("violation 7") && !short.contains("violation 8"));
-        assert!(short.contains("12 more lines"));
-        assert!(short.ends_with("(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html"));
-        assert_eq!(abridged("one\nstore: x"), "one\nstore: x");
-    }
 }

@@ -151,6 +151,32 @@ impl RunDir {
         errors
     }
 
+    /// Writes a whole run recorded in memory (a simulated seed): seed.txt, plan.txt,
+    /// history.csv, the reports, results.json, and `node-logs/n<ID>.log` from `node_log`.
+    pub fn write_recorded(
+        &self,
+        options: &TestOptions,
+        ops: &[Op],
+        results: &Results,
+        node_log: impl Fn(u64) -> String,
+    ) -> Result<(), Error> {
+        self.write_plan(options, &options.plan())?;
+        self.write_history(ops)?;
+        let mut results = results.clone();
+        let paired = history::pair::pair_with_faults(ops);
+        if let (Ok(paired), Some(check)) = (paired, &results.checks) {
+            let title = format!("{} seed {}", results.world, options.seed);
+            results.report_errors = self.write_reports(&title, Some(options.seed), &paired, check);
+        }
+        self.write_results(&results)?;
+        for node in 1..=options.nodes {
+            let path = self.node_logs().join(format!("n{node}.log"));
+            std::fs::write(&path, node_log(node))
+                .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+
     /// The seed of `seed.txt`, if it reads.
     pub fn seed(&self) -> Option<u64> {
         std::fs::read_to_string(self.file(Self::SEED))
@@ -164,5 +190,46 @@ impl RunDir {
             || self.path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         )
+    }
+}
+
+/// The failure text for the terminal: the first explanation lines and every summary and
+/// store line; the store's results.json keeps the whole explanation.
+pub fn abridged(text: &str) -> String {
+    const SHOWN: usize = 8;
+    let is_summary =
+        |l: &str| l.starts_with('(') || l.starts_with("store:") || l.starts_with("timeline:");
+    let explanation: Vec<&str> = text.lines().filter(|l| !is_summary(l)).collect();
+    let mut out: Vec<String> = explanation
+        .iter()
+        .take(SHOWN)
+        .map(|l| (*l).to_owned())
+        .collect();
+    if explanation.len() > SHOWN {
+        out.push(format!(
+            "... and {} more lines (results.json in the store has them all)",
+            explanation.len() - SHOWN
+        ));
+    }
+    out.extend(text.lines().filter(|l| is_summary(l)).map(str::to_owned));
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_failure_is_abridged_but_keeps_its_summary_and_store() {
+        let lines: Vec<String> = (0..20).map(|i| format!("violation {i}")).collect();
+        let text = format!(
+            "{}\n(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html",
+            lines.join("\n")
+        );
+        let short = abridged(&text);
+        assert!(short.contains("violation 7") && !short.contains("violation 8"));
+        assert!(short.contains("12 more lines"));
+        assert!(short.ends_with("(recovery: 3 evaluated)\nstore: /s\ntimeline: /s/t.html"));
+        assert_eq!(abridged("one\nstore: x"), "one\nstore: x");
     }
 }
