@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use nemesis::faults::FaultKind;
-use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::run::{TestOptions, run};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 
 const SEED: u64 = 2;
 
@@ -118,7 +118,10 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         outcome.explanation
     );
     // Issue 16: its JUnit report has a failing fencing testcase that names the stale write.
-    let suite = nemesis::store::junit::test_suite(&outcome.dir, &serde_json::to_value(&outcome.results).expect("serializes"));
+    let suite = nemesis::store::junit::test_suite(
+        &outcome.dir,
+        &serde_json::to_value(&outcome.results).expect("serializes"),
+    );
     let fencing = suite
         .cases
         .iter()
