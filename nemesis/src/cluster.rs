@@ -24,6 +24,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::harness::Nodes;
+use crate::subprocess::wait_bounded;
 use crate::{Error, NodeId};
 
 /// How long to wait for a SIGKILLed child to be reaped before reporting it.
@@ -373,7 +374,11 @@ impl Cluster {
         let pgid = Pid::from_raw(child.id() as i32);
         let _ = killpg(pgid, Signal::SIGCONT);
         let _ = killpg(pgid, Signal::SIGKILL);
-        let reaped = reap(&mut child, Duration::from_millis(REAP_TIMEOUT_MS));
+        let reaped = wait_bounded(
+            &mut child,
+            Duration::from_millis(REAP_TIMEOUT_MS),
+            "the SIGKILLed node",
+        );
         registry().remove(&(child.id() as i32));
         remote.unwrap_or(Ok(()))?;
         reaped
@@ -512,18 +517,6 @@ impl Nodes for Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.teardown();
-    }
-}
-
-fn reap(child: &mut Child, timeout: Duration) -> Result<ExitStatus, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-            Ok(None) => return Err(format!("pid {} not reaped after {timeout:?}", child.id())),
-            Err(e) => return Err(format!("pid {}: wait: {e}", child.id())),
-        }
     }
 }
 

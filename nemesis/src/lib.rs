@@ -20,6 +20,9 @@
 //! [`bench`], acquire+release cycles per second, latency percentiles and leader failover;
 //! [`hosts`], nodes on other machines over SSH (`--hosts`) and namespace hosts to try it on
 //! (`locksmith hosts up N`), with the `slow` and `flaky` faults of [`netem`].
+//!
+//! Every local command and every reap of a killed child goes through [`subprocess`], which
+//! bounds it, kills its process group at the deadline and reports the timeout.
 #![deny(missing_docs)]
 
 pub mod bench;
@@ -35,6 +38,7 @@ pub mod rng;
 pub mod run;
 pub mod sim;
 pub mod store;
+pub mod subprocess;
 pub mod systems;
 
 pub use faults::netem;

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::ssh::run_bounded;
 use crate::Error;
+use crate::subprocess::run_bounded;
 
 /// How long one `ip`, `ssh-keygen` or `sshd` command may take.
 pub const STEP_TIMEOUT_MS: u64 = 10_000;
@@ -127,17 +127,17 @@ fn sshd_path() -> Option<PathBuf> {
 
 /// Runs a local command within [`STEP_TIMEOUT_MS`]; `Err` names it and its stderr.
 pub(crate) fn cmd(program: &str, args: &[&str]) -> Result<String, Error> {
+    let what = format!("{program} {}", args.join(" "));
     let mut command = Command::new(program);
     command.args(args);
-    let out = run_bounded(command, None, Duration::from_millis(STEP_TIMEOUT_MS))?;
-    if out.code == Some(0) {
-        Ok(out.stdout)
+    let out = run_bounded(&mut command, Duration::from_millis(STEP_TIMEOUT_MS), &what)?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(Error::Io(format!(
-            "{program} {}: exit {:?}: {}",
-            args.join(" "),
-            out.code,
-            out.stderr.trim()
+            "{what}: exit {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
 }

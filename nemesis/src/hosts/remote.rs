@@ -37,10 +37,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::HostsOptions;
-use super::ssh::{Session, SshConfig, quote, run_bounded};
+use super::ssh::{Session, SshConfig, quote};
 use crate::cluster::{LaunchOptions, Launcher, Layout};
 use crate::net::{Grudge, Net};
 use crate::netem::NetemSpec;
+use crate::subprocess::{run_bounded, wait_bounded};
 use crate::{Error, NodeId};
 
 /// The port every node listens on for peers.
@@ -367,7 +368,8 @@ impl Shared {
         // Straight into the file: a log can be large.
         let mut command = session.command(&format!("cat {remote} 2>/dev/null; true"));
         command.stdout(file);
-        let status = spawn_bounded(command, Duration::from_millis(UPLOAD_TIMEOUT_MS))?;
+        let what = format!("ssh {}: cat {remote}", session.target());
+        let status = spawn_bounded(command, Duration::from_millis(UPLOAD_TIMEOUT_MS), &what)?;
         if status {
             Ok(())
         } else {
@@ -379,27 +381,15 @@ impl Shared {
     }
 }
 
-/// Runs a command whose stdio the caller set, within `timeout`; true when it exits 0.
-fn spawn_bounded(mut command: Command, timeout: Duration) -> Result<bool, Error> {
+/// Runs a command whose stdout and stderr the caller set (stdin is null), in its own
+/// process group, within `timeout`; true when it exits 0. `what` names it in errors.
+fn spawn_bounded(mut command: Command, timeout: Duration, what: &str) -> Result<bool, Error> {
     use std::os::unix::process::CommandExt as _;
     command.stdin(std::process::Stdio::null()).process_group(0);
     let mut child = command
         .spawn()
-        .map_err(|e| Error::Io(format!("ssh: {e}")))?;
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(status.success()),
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::Timeout(format!("ssh after {timeout:?}")));
-            }
-        }
-    }
+        .map_err(|e| Error::Io(format!("{what}: {e}")))?;
+    Ok(wait_bounded(&mut child, timeout, what)?.success())
 }
 
 /// The nodes of one run on remote hosts.
@@ -560,15 +550,20 @@ impl Drop for RemoteRun {
 
 /// `sha256sum` of a local file.
 fn local_sha256(path: &Path) -> Result<String, Error> {
+    let what = format!("sha256sum {}", path.display());
     let mut command = Command::new("sha256sum");
     command.arg(path);
-    let out = run_bounded(command, None, Duration::from_millis(UPLOAD_TIMEOUT_MS))?;
-    match (out.code, out.stdout.split_whitespace().next()) {
-        (Some(0), Some(sum)) if sum.len() == 64 => Ok(sum.to_owned()),
+    let out = run_bounded(
+        &mut command,
+        Duration::from_millis(UPLOAD_TIMEOUT_MS),
+        &what,
+    )?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match (out.status.success(), stdout.split_whitespace().next()) {
+        (true, Some(sum)) if sum.len() == 64 => Ok(sum.to_owned()),
         _ => Err(Error::Io(format!(
-            "sha256sum {}: {}",
-            path.display(),
-            out.stderr.trim()
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
         ))),
     }
 }

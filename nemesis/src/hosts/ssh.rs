@@ -8,8 +8,8 @@
 //! adds no crate (the `openssh` crate is itself a wrapper around this binary; `russh` would
 //! be a whole SSH implementation with its own crypto to trust and keep up to date).
 //!
-//! Every command has a deadline ([`COMMAND_TIMEOUT_MS`] unless said otherwise); output goes
-//! to unnamed temporary files, not pipes, so waiting with a deadline needs no threads.
+//! Every command has a deadline ([`COMMAND_TIMEOUT_MS`] unless said otherwise) and runs
+//! through [`crate::subprocess`], which kills it at the deadline and reports the timeout.
 
 use std::io::{Read as _, Seek as _};
 use std::os::unix::process::CommandExt as _;
@@ -19,11 +19,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::Error;
+use crate::subprocess::{Input, run_bounded, run_bounded_with};
 
 /// The longest one remote command may take, unless the caller says otherwise.
 pub const COMMAND_TIMEOUT_MS: u64 = 15_000;
 /// How long connecting to a host may take.
 pub const CONNECT_TIMEOUT_S: u64 = 5;
+/// How long `ssh -O check` (is the ControlMaster up?) may take.
+pub const CHECK_TIMEOUT_MS: u64 = 5_000;
 
 /// How to reach the hosts.
 #[derive(Clone, Debug, Default)]
@@ -76,64 +79,6 @@ impl SshConfig {
             }
         }
     }
-}
-
-/// What a finished command printed.
-#[derive(Clone, Debug)]
-pub struct Output {
-    /// Its exit code (`None`: killed by a signal).
-    pub code: Option<i32>,
-    /// Its standard output.
-    pub stdout: String,
-    /// Its standard error.
-    pub stderr: String,
-}
-
-/// Runs `command` to completion within `timeout`, its output captured in temporary files;
-/// `stdin` is a file to feed it, or nothing. On timeout the child is killed.
-pub fn run_bounded(
-    mut command: Command,
-    stdin: Option<std::fs::File>,
-    timeout: Duration,
-) -> Result<Output, Error> {
-    let what = format!("{:?}", command.get_program());
-    let mut out = tempfile::tempfile().map_err(|e| Error::Io(format!("tempfile: {e}")))?;
-    let mut err = tempfile::tempfile().map_err(|e| Error::Io(format!("tempfile: {e}")))?;
-    let clone = |f: &std::fs::File| f.try_clone().map_err(|e| Error::Io(e.to_string()));
-    command
-        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
-        .stdout(Stdio::from(clone(&out)?))
-        .stderr(Stdio::from(clone(&err)?));
-    // Its own process group: a Ctrl-C at the terminal must not kill the commands that
-    // clean up after it.
-    command.process_group(0);
-    let mut child = command
-        .spawn()
-        .map_err(|e| Error::Io(format!("{what}: {e}")))?;
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::Timeout(format!("{what} after {timeout:?}")));
-            }
-            Err(e) => return Err(Error::Io(format!("{what}: wait: {e}"))),
-        }
-    };
-    let read = |f: &mut std::fs::File| {
-        let mut s = String::new();
-        let _ = f.rewind();
-        let _ = f.read_to_string(&mut s);
-        s
-    };
-    Ok(Output {
-        code: status.code(),
-        stdout: read(&mut out),
-        stderr: read(&mut err),
-    })
 }
 
 /// A multiplexed SSH connection to one host (`user@host`).
@@ -202,10 +147,8 @@ impl Session {
     fn check(&self) -> bool {
         let mut command = self.base();
         command.args(["-O", "check"]).arg(&self.target);
-        matches!(
-            run_bounded(command, None, Duration::from_secs(5)),
-            Ok(Output { code: Some(0), .. })
-        )
+        let timeout = Duration::from_millis(CHECK_TIMEOUT_MS);
+        run_bounded(&mut command, timeout, "ssh -O check").is_ok_and(|out| out.status.success())
     }
 
     /// `user@host`.
@@ -255,16 +198,17 @@ impl Session {
         stdin: Option<std::fs::File>,
         timeout: Duration,
     ) -> Result<String, Error> {
-        let out = run_bounded(self.command(script), stdin, timeout)
+        let input = stdin.map_or(Input::Null, Input::File);
+        let out = run_bounded_with(&mut self.command(script), input, timeout, "ssh")
             .map_err(|e| Error::Cluster(format!("host {}: {e}", self.target)))?;
-        match out.code {
-            Some(0) => Ok(out.stdout),
+        match out.status.code() {
+            Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
             code => Err(Error::Cluster(format!(
                 "host {}: `{}` exited {}: {}",
                 self.target,
                 short(script),
                 code.map_or("on a signal".into(), |c| c.to_string()),
-                out.stderr.trim()
+                String::from_utf8_lossy(&out.stderr).trim()
             ))),
         }
     }
@@ -323,23 +267,5 @@ mod tests {
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(quote("it's"), r"'it'\''s'");
         assert_eq!(quote(""), "''");
-    }
-
-    #[test]
-    fn a_bounded_command_is_killed_at_its_deadline() {
-        // Every remote step is bounded (run.rs module docs).
-        let mut sleep = Command::new("sleep");
-        sleep.arg("5");
-        let started = Instant::now();
-        let result = run_bounded(sleep, None, Duration::from_millis(100));
-        assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
-        assert!(started.elapsed() < Duration::from_secs(2));
-        let mut echo = Command::new("sh");
-        echo.args(["-c", "echo out; echo err >&2; exit 3"]);
-        let out = run_bounded(echo, None, Duration::from_secs(5)).expect("runs");
-        assert_eq!(
-            (out.code, out.stdout.as_str(), out.stderr.as_str()),
-            (Some(3), "out\n", "err\n")
-        );
     }
 }

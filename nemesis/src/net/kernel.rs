@@ -13,12 +13,13 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::proxy::Proxy;
 use super::{Grudge, Net};
+use crate::subprocess::run_bounded;
 use crate::{Error, NodeId};
 
 /// How long one iptables command may take before it is reported as hung.
@@ -131,37 +132,23 @@ impl Drop for Kernel {
     }
 }
 
-/// Runs `iptables ARGS` with a timeout; the error names the command and its stderr.
+/// Runs `iptables ARGS` within [`IPTABLES_TIMEOUT_MS`]; the error names the command and
+/// its stderr.
 fn iptables(args: &[&str]) -> Result<(), Error> {
-    let mut child = Command::new("iptables")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::Io(format!("iptables {}: {e}", args.join(" "))))?;
-    let deadline = Instant::now() + Duration::from_millis(IPTABLES_TIMEOUT_MS);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => {
-                let mut stderr = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-                }
-                return Err(Error::Io(format!(
-                    "iptables {}: {status}: {}",
-                    args.join(" "),
-                    stderr.trim()
-                )));
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::Timeout(format!("iptables {}", args.join(" "))));
-            }
-            Err(e) => return Err(Error::Io(format!("iptables {}: {e}", args.join(" ")))),
-        }
+    let what = format!("iptables {}", args.join(" "));
+    let mut command = Command::new("iptables");
+    command.args(args);
+    let out = run_bounded(
+        &mut command,
+        Duration::from_millis(IPTABLES_TIMEOUT_MS),
+        &what,
+    )?;
+    if out.status.success() {
+        return Ok(());
     }
+    Err(Error::Io(format!(
+        "{what}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
 }

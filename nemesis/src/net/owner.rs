@@ -22,16 +22,16 @@
 //! [`teardown_registered`]) deletes the table.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Grudge, Net};
+use crate::subprocess::{Input, run_bounded_with};
 use crate::{Error, NodeId};
 
 /// How long one `nft` or `useradd` command may take before it is reported as hung.
@@ -256,44 +256,25 @@ fn nft(script: &str) -> Result<(), Error> {
     run(Command::new("nft").args(["-f", "-"]), Some(script))
 }
 
-/// Runs `command` (stdin `input`) with [`COMMAND_TIMEOUT_MS`]; the error names the command.
+/// Runs `command` (stdin `input`) within [`COMMAND_TIMEOUT_MS`]; the error names the
+/// command.
 fn run(command: &mut Command, input: Option<&str>) -> Result<(), Error> {
     let what = format!("{command:?} {}", input.unwrap_or("").trim());
-    let mut child = command
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::Io(format!("{what}: {e}")))?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| Error::Io(format!("{what}: write stdin: {e}")))?;
+    let input = input.map_or(Input::Null, |text| Input::Bytes(text.as_bytes()));
+    let out = run_bounded_with(
+        command,
+        input,
+        Duration::from_millis(COMMAND_TIMEOUT_MS),
+        &what,
+    )?;
+    if out.status.success() {
+        return Ok(());
     }
-    let deadline = Instant::now() + Duration::from_millis(COMMAND_TIMEOUT_MS);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => {
-                let mut stderr = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-                }
-                return Err(Error::Io(format!("{what}: {status}: {}", stderr.trim())));
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::Timeout(what));
-            }
-            Err(e) => return Err(Error::Io(format!("{what}: {e}"))),
-        }
-    }
+    Err(Error::Io(format!(
+        "{what}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
 }
 
 #[cfg(test)]
