@@ -8,11 +8,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::shrink::shrink_with;
 use super::{CaseResult, SimCase, run_case};
 use crate::store::RunDir;
+
+/// The longest a seed's child may run, wall seconds: a simulated run is bounded in simulated
+/// time, but a task that spins without letting the clock move would hang it. A child killed
+/// at the bound makes its seed unknown.
+pub const SEED_WALL_TIMEOUT_S: u64 = 600;
 
 /// One `locksmith sim` command.
 #[derive(Clone, Debug)]
@@ -106,10 +111,21 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
     if quiet {
         command.arg("--child-quiet");
     }
-    let output = command
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot start a child for seed {}: {e}", case.seed()))?;
+    let bound = Duration::from_secs(SEED_WALL_TIMEOUT_S);
+    let output = match crate::subprocess::run_bounded(&mut command, bound, "a seed's child") {
+        Ok(output) => output,
+        // A child that hung or could not start: this seed is unknown, never valid.
+        Err(e) => {
+            return Ok(SeedReport {
+                seed: case.seed(),
+                verdict: "unknown".to_owned(),
+                sim_ms: 0,
+                text: format!("the child for seed {}: {e}", case.seed()),
+            });
+        }
+    };
+    // What the child said on stderr (panics, digests) goes on to ours.
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut lines = stdout.lines();
     let words: Vec<&str> = lines
