@@ -19,16 +19,16 @@ pub mod cmd;
 pub mod shrink;
 pub mod world;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use checker::Verdict;
-use history::{Op, Process};
+use history::Op;
 use lockd::bugs::{Bug, BugSet};
-use lockd::raft::{Config, NodeId};
-use lockd::server::{LinkFaultsSwitch, PauseSwitch, ServerConfig};
+use lockd::raft::NodeId;
+use lockd::server::{LinkFaultsSwitch, PauseSwitch};
 
 use crate::harness::recorder::Recorder;
 use crate::harness::schedule::Planned;
@@ -37,7 +37,7 @@ use crate::harness::{self, Execution, TestOptions, World};
 use crate::net::Grudge;
 use crate::rng::Rng;
 use crate::store::Results;
-use world::{CLIENT_PORT, Control, HARNESS_HOST, PEER_PORT, SimNet, SimNodes, node_name};
+use world::{Control, HARNESS_HOST, SimNet, SimNodes, node_name};
 
 /// The simulator's step, ms: hosts run in lockstep, and messages move once per step.
 pub const TICK_MS: u64 = 4;
@@ -135,9 +135,6 @@ pub struct CaseResult {
     pub results: Results,
     /// The fault plan (before `drop_faults`), for `plan.txt` and shrinking.
     pub plan: Vec<Planned>,
-    /// What each fault op did, in order (`at_ms verb value: outcome`, from the history's
-    /// nemesis rows).
-    pub faults: Vec<String>,
     /// The nodes' log, when `case.logs` was set (one line per event, node and simulated
     /// time first).
     pub logs: Option<String>,
@@ -244,31 +241,12 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     results.judge(checked.output);
     CaseResult {
         case: case.clone(),
-        faults: fault_lines(&simulated.ops),
         ops: simulated.ops,
         results,
         plan: options.plan(),
         logs: simulated.logs,
         sim_ms: simulated.sim_ms,
     }
-}
-
-/// The nemesis rows' completions as `at_ms verb value: outcome` lines.
-fn fault_lines(ops: &[Op]) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    ops.iter()
-        .filter(|op| op.process == Process::Nemesis)
-        .filter(|op| !seen.insert((op.f.clone(), op.value.clone())) || op.f == "recover")
-        .map(|op| {
-            let outcome = if op.error.is_empty() { "ok" } else { &op.error };
-            format!(
-                "{:>6} {} {}: {outcome}",
-                op.time_ns / 1_000_000,
-                op.f,
-                op.value
-            )
-        })
-        .collect()
 }
 
 fn simulate_logged(case: &SimCase) -> Simulated {
@@ -353,38 +331,20 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
             .as_ref()
             .map(|dir| dir.join(format!("n{id}.trace.jsonl")));
         sim.host(node_name(id), move || {
-            let members = members.clone();
-            let pause_gate = pause_gate.clone();
-            let links_gate = links_gate.clone();
+            let node = crate::systems::lockd::SimulatedNode {
+                id,
+                members: members.clone(),
+                seed,
+                bugs,
+                snapshot_threshold,
+                pause_gate: pause_gate.clone(),
+                link_faults: links_gate.clone(),
+                trace: trace.clone(),
+            };
             let control = control.clone();
-            let trace = trace.clone();
             async move {
-                let peers: BTreeMap<NodeId, std::net::SocketAddr> = members
-                    .iter()
-                    .map(|&m| {
-                        let ip = turmoil::lookup(node_name(m));
-                        (m, std::net::SocketAddr::new(ip, PEER_PORT))
-                    })
-                    .collect();
-                let mut raft = Config::new(id, members.clone());
-                raft.seed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(id);
-                raft.bugs = bugs;
-                raft.snapshot_threshold_entries = snapshot_threshold;
-                let ip = turmoil::lookup(node_name(id));
-                let listen = std::net::SocketAddr::new(ip, CLIENT_PORT);
-                let mut config = ServerConfig::new(raft, peers, listen, "/data".into());
-                config.pause_gate = Some(pause_gate);
-                config.link_faults = Some(links_gate);
-                config.trace = trace;
-                let at = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
-                let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
-                match futures::FutureExt::catch_unwind(run).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => control.node_stopped(id, format!("exited at {} ms: {e}", at())),
-                    Err(panic) => control.node_stopped(
-                        id,
-                        format!("panicked at {} ms: {}", at(), panic_message(&panic)),
-                    ),
+                if let Err(how) = node.run().await {
+                    control.node_stopped(id, how);
                 }
                 Ok(())
             }
@@ -456,16 +416,5 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         error,
         logs: None,
         sim_ms,
-    }
-}
-
-/// The text of a panic's payload.
-fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_owned()
     }
 }

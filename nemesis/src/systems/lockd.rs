@@ -331,3 +331,60 @@ impl System for Lockd {
         .boxed()
     }
 }
+
+/// One lockd node as a host of the simulation (`locksmith sim`): what the real-process world
+/// says with a [`Launcher`] command line, the simulated one says with a server config.
+pub struct SimulatedNode {
+    /// The node.
+    pub id: NodeId,
+    /// Every member; each is the turmoil host `n<ID>`.
+    pub members: Vec<NodeId>,
+    /// The seed the node's RNG derives from.
+    pub seed: u64,
+    /// Injected bugs.
+    pub bugs: lockd::bugs::BugSet,
+    /// Entries applied between snapshots.
+    pub snapshot_threshold: u64,
+    /// The harness's pause switch of this node.
+    pub pause_gate: lockd::server::PauseGate,
+    /// The harness's link-fault switch of this node's peer links.
+    pub link_faults: lockd::server::LinkFaultsGate,
+    /// Where the node writes its trace, if anywhere (the real disk).
+    pub trace: Option<PathBuf>,
+}
+
+impl SimulatedNode {
+    /// Runs the node's server until it stops on its own: `Err` says how (an error, or a
+    /// panic with its message, at what simulated time). A crash is the host's future being
+    /// dropped, not an end.
+    pub async fn run(self) -> Result<(), String> {
+        let at = |id: NodeId| {
+            let name = crate::sim::world::node_name(id);
+            SocketAddr::new(turmoil::lookup(name), 0)
+        };
+        let peers: BTreeMap<NodeId, SocketAddr> = (self.members.iter())
+            .map(|&m| (m, SocketAddr::new(at(m).ip(), crate::sim::world::PEER_PORT)))
+            .collect();
+        let mut raft = lockd::raft::Config::new(self.id, self.members.clone());
+        raft.seed = (self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(self.id);
+        raft.bugs = self.bugs;
+        raft.snapshot_threshold_entries = self.snapshot_threshold;
+        let listen = SocketAddr::new(at(self.id).ip(), crate::sim::world::CLIENT_PORT);
+        let mut config = lockd::server::ServerConfig::new(raft, peers, listen, "/data".into());
+        config.pause_gate = Some(self.pause_gate);
+        config.link_faults = Some(self.link_faults);
+        config.trace = self.trace;
+        let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
+        let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
+        match futures::FutureExt::catch_unwind(run).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("exited at {} ms: {e}", ms())),
+            Err(panic) => {
+                let message = (panic.downcast_ref::<&str>().map(|m| (*m).to_owned()))
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_owned());
+                Err(format!("panicked at {} ms: {message}", ms()))
+            }
+        }
+    }
+}
