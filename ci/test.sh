@@ -25,6 +25,13 @@ if grep -rnE 'tokio|tarpc|std::time|std::fs|std::net|thread_rng|Instant|SystemTi
 fi
 echo "ok: no IO names in impl/src/raft/ or impl/src/lock.rs"
 
+echo "== crate graph: the checker compiles no tokio, tarpc or clap (lockd without its server)"
+if cargo tree -e normal -p checker | grep -E ' (tokio|tarpc|clap) v'; then
+  echo "crate graph violation: checker depends on the crates above" >&2
+  exit 1
+fi
+echo "ok: checker's normal dependencies have no tokio, tarpc or clap"
+
 echo "== cargo build --workspace (the harness's tests start the lockd binary)"
 cargo build --workspace --bins
 

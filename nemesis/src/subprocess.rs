@@ -55,6 +55,18 @@ pub enum Input<'a> {
     Bytes(&'a [u8]),
 }
 
+/// `Ok` when the command exited 0, else an error with `what`, its status and its stderr.
+pub fn succeeded(output: Output, what: &str) -> Result<Output, Error> {
+    if output.status.success() {
+        return Ok(output);
+    }
+    Err(Error::Io(format!(
+        "{what}: {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
+}
+
 /// Runs `command` with no input within `timeout`, capturing its output; see
 /// [`run_bounded_with`].
 pub fn run_bounded(command: &mut Command, timeout: Duration, what: &str) -> Result<Output, Error> {

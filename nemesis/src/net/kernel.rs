@@ -143,12 +143,5 @@ fn iptables(args: &[&str]) -> Result<(), Error> {
         Duration::from_millis(IPTABLES_TIMEOUT_MS),
         &what,
     )?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(Error::Io(format!(
-        "{what}: {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    )))
+    crate::subprocess::succeeded(out, &what).map(|_| ())
 }

@@ -267,14 +267,7 @@ fn run(command: &mut Command, input: Option<&str>) -> Result<(), Error> {
         Duration::from_millis(COMMAND_TIMEOUT_MS),
         &what,
     )?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(Error::Io(format!(
-        "{what}: {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    )))
+    crate::subprocess::succeeded(out, &what).map(|_| ())
 }
 
 #[cfg(test)]
