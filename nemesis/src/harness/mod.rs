@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use checker::{CheckResult, Verdict};
+use history::CheckName;
 
 use std::time::Duration;
 
@@ -322,7 +323,7 @@ async fn all_nodes_answer(system: &dyn System, layout: &Layout, nodes: &dyn Node
 /// exited, or panicked) makes the run invalid, with the tail of its log; a world that could
 /// not finish the run makes it unknown.
 pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult {
-    let name = "node health";
+    let name = CheckName::NodeHealth;
     if !exited.is_empty() {
         return CheckResult::invalid(
             name,
