@@ -14,21 +14,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use checker::Verdict;
 
-use crate::store::pipeline;
+use crate::Error;
 use crate::cluster::{Cluster, Layout};
+use crate::harness::recorder::Recorder;
+use crate::harness::workload::ClientPauses;
 use crate::harness::{self, World};
 use crate::net::kernel::Kernel;
 use crate::net::owner::{self, Owner};
 use crate::net::proxy::Proxy;
 use crate::net::{Net, NetKind};
-use crate::harness::recorder::Recorder;
+use crate::store::pipeline;
 use crate::store::{Results, RunDir};
 use crate::systems::System;
-use crate::harness::workload::ClientPauses;
-use crate::Error;
 
 pub use crate::harness::TestOptions;
-
 
 pub use crate::harness::START_TIMEOUT_MS;
 

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use nemesis::NodeId;
 use nemesis::cluster::{Cluster, Layout};
-use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::net::proxy::Proxy;
 use nemesis::net::{Net, grudge};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::systems::{NodeView, System, leader_of};
 
 const WAIT_MS: u64 = 15_000;

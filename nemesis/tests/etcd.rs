@@ -365,8 +365,8 @@ async fn the_etcd_system_serves_the_harness_trait_with_design_outcomes() {
     use std::sync::Arc;
 
     use nemesis::bench::BenchCluster;
-    use nemesis::systems::etcd::Etcd;
     use nemesis::systems::Outcome;
+    use nemesis::systems::etcd::Etcd;
 
     let Some(binary) = etcd_or_skip("the_etcd_system_serves_the_harness_trait") else {
         return;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use history::CheckName;
 use nemesis::faults::FaultKind;
-use nemesis::systems::lockd::{Lockd, find_lockd};
 use nemesis::run::{TestOptions, run};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 
 const SEED: u64 = 2;
 

@@ -16,9 +16,9 @@ use clap::{Args, ValueEnum};
 use nemesis::bench::{
     self, BenchCluster, CyclesConfig, CyclesReport, FailoverConfig, FailoverReport,
 };
+use nemesis::progress::Ticker;
 use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
 use nemesis::systems::lockd::{Lockd, find_lockd};
-use nemesis::progress::Ticker;
 
 /// How long a fresh cluster may take to elect a leader.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Args;
 use history::CheckName;
-use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
 use nemesis::faults::FaultKind;
-use nemesis::systems::lockd::{Lockd, find_lockd};
+use nemesis::harness::workload::WorkloadKind;
 use nemesis::net::NetKind;
 use nemesis::run::{self, TestOptions};
-use nemesis::harness::workload::WorkloadKind;
+use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::systems::lockd::{Lockd, find_lockd};
 
 /// Options of `locksmith test`.
 #[derive(Debug, Args)]
@@ -291,7 +291,10 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.junit {
         nemesis::store::junit::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
     }
-    println!("{}", nemesis::store::junit::open_hint(&outcome.dir, &args.store));
+    println!(
+        "{}",
+        nemesis::store::junit::open_hint(&outcome.dir, &args.store)
+    );
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 
@@ -360,7 +363,10 @@ mod erased {
 }
 
 /// The result of the check `name` in results.json, if it ran.
-fn check_named(results: &nemesis::store::Results, name: CheckName) -> Option<&checker::CheckResult> {
+fn check_named(
+    results: &nemesis::store::Results,
+    name: CheckName,
+) -> Option<&checker::CheckResult> {
     results.checks.as_ref().and_then(|c| c.result(name))
 }
 

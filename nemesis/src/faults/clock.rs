@@ -165,7 +165,9 @@ impl Family for Clock {
                     }
                     outcome
                 }
-                other => FaultOutcome::failed(format!("the clock family cannot {} {other:?}", op.f)),
+                other => {
+                    FaultOutcome::failed(format!("the clock family cannot {} {other:?}", op.f))
+                }
             }
         }
         .boxed()

@@ -42,7 +42,9 @@ use crate::rng::Rng;
 use crate::{Error, NodeId};
 
 /// A family of faults; one nemesis handles each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     /// SIGKILL and restart from the same data dir.

@@ -6,10 +6,10 @@ use futures::FutureExt as _;
 use futures::future::BoxFuture;
 
 use super::{Family, FaultKind, FaultOp, FaultOutcome, FaultValue, ResolveContext, Shape, Verb};
+use crate::NodeId;
 use crate::harness::World;
 use crate::net::{Grudge, grudge};
 use crate::rng::Rng;
-use crate::NodeId;
 
 /// The partition family.
 pub struct Partition;
@@ -89,4 +89,3 @@ fn shape_grudge(shape: Shape, ctx: &ResolveContext, rng: &mut Rng) -> Grudge {
         Shape::LeaderDeaf => grudge::one_way(&others, &[leader]),
     }
 }
-

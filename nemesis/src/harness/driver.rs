@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::NodeId;
 use crate::faults::{self, FaultOp, FaultOutcome, FaultValue, ResolveContext, Verb, VerbExt};
 use crate::harness::World;
 use crate::harness::recorder::Recorder;
 use crate::rng::Rng;
 use crate::systems::leader_of;
-use crate::NodeId;
 use std::sync::Arc;
 
 /// The longest one fault op may take before it is recorded as timed out.
@@ -116,7 +116,9 @@ impl FaultDriver {
             } else {
                 format!("; the tail of its log:\n{tail}")
             };
-            state.exited.push(format!("n{id}: {how} at {at_s:.3} s{tail}"));
+            state
+                .exited
+                .push(format!("n{id}: {how} at {at_s:.3} s{tail}"));
         }
     }
 

@@ -28,14 +28,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cluster::{Layout, NodeStats};
-use crate::harness::driver::STATUS_TIMEOUT_MS;
-use crate::systems::{System, leader_of};
-use crate::{Error, NodeId};
 use crate::faults::FaultKind;
-use crate::net::NetKind;
+use crate::harness::driver::STATUS_TIMEOUT_MS;
 use crate::harness::recorder::Recorder;
 use crate::harness::schedule::{FaultPlanConfig, Planned};
 use crate::harness::workload::WorkloadKind;
+use crate::net::NetKind;
+use crate::systems::{System, leader_of};
+use crate::{Error, NodeId};
 
 pub use driver::{FaultCounts, FaultDriver};
 pub use phases::{PhaseOutcome, run_phases};
@@ -158,7 +158,11 @@ impl TestOptions {
             }
         };
         flag("nodes", self.nodes.to_string(), defaults.nodes.to_string());
-        flag("time-s", self.time_s.to_string(), defaults.time_s.to_string());
+        flag(
+            "time-s",
+            self.time_s.to_string(),
+            defaults.time_s.to_string(),
+        );
         let kinds = |k: &[FaultKind]| {
             let names: Vec<&str> = k.iter().map(|k| k.name()).collect();
             if names.is_empty() {
@@ -272,7 +276,11 @@ async fn wait_for_leader(system: &dyn System, layout: &Layout) -> Result<NodeId,
 
 /// Every node must answer a status call before the workload starts; a node that does not
 /// (it exited, or never bound its ports) makes the run fail with the tail of its log.
-async fn all_nodes_answer(system: &dyn System, layout: &Layout, nodes: &dyn Nodes) -> Result<(), Error> {
+async fn all_nodes_answer(
+    system: &dyn System,
+    layout: &Layout,
+    nodes: &dyn Nodes,
+) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
     loop {
         let views = tokio::time::timeout(

@@ -155,7 +155,10 @@ pub async fn run_phases(
         // for completing 24 ms after it: sim seed 138).
         let bound = checker::liveness::LivenessOptions::default().recovery_bound_ms;
         tokio::time::sleep_until(recovered_at + Duration::from_millis(bound + 1)).await;
-        say(options, "phantom-lock probe (clients that leave mid-acquire)");
+        say(
+            options,
+            "phantom-lock probe (clients that leave mid-acquire)",
+        );
         let keys: Vec<String> = (0..options.keys.min(PROBE_KEYS_MAX))
             .map(|k| format!("k{k}"))
             .collect();

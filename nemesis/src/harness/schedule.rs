@@ -242,13 +242,12 @@ impl ClientGen {
                 rng.range(20, 80)
             };
             let mut late = Rng::derive(self.config.seed, LATE_STREAM + self.slot, self.step);
-            let hold_ms = if !overhold
-                && late.chance(self.config.late_release_percent.min(100), 100)
-            {
-                lease.saturating_sub(late.range(0, LATE_RELEASE_MARGIN_MS))
-            } else {
-                lease * percent / 100
-            };
+            let hold_ms =
+                if !overhold && late.chance(self.config.late_release_percent.min(100), 100) {
+                    lease.saturating_sub(late.range(0, LATE_RELEASE_MARGIN_MS))
+                } else {
+                    lease * percent / 100
+                };
             let writes = rng.range(1, 3) as u32;
             let gap_ms = hold_ms / (u64::from(writes) + 1);
             // The free key is held only for a moment: no writes, released at once.

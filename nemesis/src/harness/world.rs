@@ -16,9 +16,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::cluster::{Layout, NodeStats};
+use crate::harness::workload::ClientPauses;
 use crate::net::Net;
 use crate::systems::System;
-use crate::harness::workload::ClientPauses;
 use crate::{Error, NodeId};
 
 /// The nodes of the system under test: start again, stop, freeze and thaw them, and learn

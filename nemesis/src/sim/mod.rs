@@ -31,13 +31,13 @@ use lockd::raft::{Config, NodeId};
 use lockd::server::{LinkFaultsSwitch, PauseSwitch, ServerConfig};
 
 use crate::faults::FaultKind;
+use crate::harness::recorder::Recorder;
+use crate::harness::schedule::Planned;
+use crate::harness::workload::ClientPauses;
 use crate::harness::{self, Execution, TestOptions, World};
 use crate::net::Grudge;
-use crate::harness::recorder::Recorder;
 use crate::rng::Rng;
-use crate::harness::schedule::Planned;
 use crate::store::Results;
-use crate::harness::workload::ClientPauses;
 use world::{CLIENT_PORT, Control, HARNESS_HOST, PEER_PORT, SimNet, SimNodes, node_name};
 
 /// The simulator's step, ms: hosts run in lockstep, and messages move once per step.
@@ -260,7 +260,12 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         .execution
         .unwrap_or_else(|| Execution::unfinished(&options));
     let error = simulated.error.or_else(|| {
-        (execution.phase.counters.ops.load(std::sync::atomic::Ordering::Relaxed) == 0
+        (execution
+            .phase
+            .counters
+            .ops
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
             && simulated.ops.is_empty())
         .then(|| "the harness recorded nothing".to_owned())
     });
@@ -270,7 +275,8 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         // real disk by the run that just ended.
         extra.push(crate::replay::check_run(&dir));
     }
-    let checked = crate::store::pipeline::check_ops(&simulated.ops, &checker::Options::default(), extra);
+    let checked =
+        crate::store::pipeline::check_ops(&simulated.ops, &checker::Options::default(), extra);
     let mut results = Results::of(
         &options,
         "lockd",
@@ -301,7 +307,12 @@ fn fault_lines(ops: &[Op]) -> Vec<String> {
         .filter(|op| !seen.insert((op.f.clone(), op.value.clone())) || op.f == "recover")
         .map(|op| {
             let outcome = if op.error.is_empty() { "ok" } else { &op.error };
-            format!("{:>6} {} {}: {outcome}", op.time_ns / 1_000_000, op.f, op.value)
+            format!(
+                "{:>6} {} {}: {outcome}",
+                op.time_ns / 1_000_000,
+                op.f,
+                op.value
+            )
         })
         .collect()
 }

@@ -63,12 +63,13 @@ pub fn shrink_with(failing: &SimCase, mut fails: impl FnMut(&SimCase) -> bool) -
         }
     }
     // Each planned fault, dropped one at a time.
-    let plan_len = crate::harness::schedule::fault_plan(&crate::harness::schedule::FaultPlanConfig {
-        seed: best.seed,
-        kinds: best.nemesis.clone(),
-        duration_ms: best.time_s * 1000,
-    })
-    .len();
+    let plan_len =
+        crate::harness::schedule::fault_plan(&crate::harness::schedule::FaultPlanConfig {
+            seed: best.seed,
+            kinds: best.nemesis.clone(),
+            duration_ms: best.time_s * 1000,
+        })
+        .len();
     for index in 0..plan_len {
         if best.drop_faults.contains(&index) {
             continue;

@@ -343,7 +343,10 @@ impl Net for SimNet {
             None => (Some(0), Some(LinkFaults::NONE)),
         };
         if let Some(bound_ms) = latency_ms {
-            self.0.lock().queue.push_back(Command::Latency(node, bound_ms));
+            self.0
+                .lock()
+                .queue
+                .push_back(Command::Latency(node, bound_ms));
         }
         if let (Some(faults), Some((_, links))) = (faults, self.0.switches.get(&node)) {
             links.set(faults);

@@ -88,12 +88,8 @@ pub fn unreadable_suite(run: &RunDir, reason: &str) -> Suite {
     suite.property("store", run.path().display());
     suite.property("verdict", Verdict::unknown(reason).as_str());
     suite.push(
-        Case::error(
-            CheckName::Checks.as_str(),
-            "lock service",
-            reason,
-        )
-        .with_output(format!("store: {}", run.path().display())),
+        Case::error(CheckName::Checks.as_str(), "lock service", reason)
+            .with_output(format!("store: {}", run.path().display())),
     );
     suite
 }
@@ -111,7 +107,9 @@ fn check_case(result: &CheckResult, system: &str) -> Case {
         },
         Verdict::Valid => Case::passed(name, system),
         Verdict::Invalid => Case::failed(name, system, explanation),
-        Verdict::Unknown { reason } => Case::error(name, system, &format!("{reason}\n{explanation}")),
+        Verdict::Unknown { reason } => {
+            Case::error(name, system, &format!("{reason}\n{explanation}"))
+        }
     }
 }
 
@@ -119,7 +117,11 @@ fn liveness_case(name: CheckName, recovery: &RecoverySummary, system: &str) -> C
     if recovery.recovered {
         return Case::passed(name.as_str(), system);
     }
-    let slots: Vec<String> = recovery.slots_recovered.iter().map(u64::to_string).collect();
+    let slots: Vec<String> = recovery
+        .slots_recovered
+        .iter()
+        .map(u64::to_string)
+        .collect();
     Case::failed(
         name.as_str(),
         system,
@@ -188,10 +190,12 @@ pub fn write_could_not_run(path: &Path, name: &str, reason: &str) -> Result<(), 
 /// How to open a run: the `locksmith serve` command and the run page's URL, and the
 /// timeline's path for opening without a server.
 pub fn open_hint(dir: &Path, store: &Path) -> String {
-    let page = dir
-        .strip_prefix(store)
-        .ok()
-        .map(|rel| format!("http://127.0.0.1:8080/run/{}/", crate::store::serve::url_path(rel)));
+    let page = dir.strip_prefix(store).ok().map(|rel| {
+        format!(
+            "http://127.0.0.1:8080/run/{}/",
+            crate::store::serve::url_path(rel)
+        )
+    });
     let timeline = std::fs::canonicalize(dir.join(RunDir::TIMELINE))
         .unwrap_or_else(|_| dir.join(RunDir::TIMELINE));
     match page {

@@ -53,7 +53,8 @@ impl RunDir {
     /// Creates `path` and its `node-logs/`.
     pub fn create(path: PathBuf) -> Result<RunDir, Error> {
         let logs = path.join(Self::NODE_LOGS);
-        std::fs::create_dir_all(&logs).map_err(|e| Error::Io(format!("{}: {e}", logs.display())))?;
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| Error::Io(format!("{}: {e}", logs.display())))?;
         Ok(RunDir { path })
     }
 
@@ -130,7 +131,13 @@ impl RunDir {
 
     /// Writes the reports of a checked history: `timeline.html` and the plots. Returns what
     /// could not be written.
-    pub fn write_reports(&self, title: &str, seed: Option<u64>, paired: &Paired, check: &Check) -> Vec<String> {
+    pub fn write_reports(
+        &self,
+        title: &str,
+        seed: Option<u64>,
+        paired: &Paired,
+        check: &Check,
+    ) -> Vec<String> {
         let mut errors = Vec::new();
         let timeline = checker::report::timeline::render(title, paired, check);
         if let Err(e) = write_file(&self.file(Self::TIMELINE), &timeline) {
@@ -142,7 +149,9 @@ impl RunDir {
             verdict: check.verdict.as_str().to_owned(),
         };
         let (operations, faults) = (&paired.operations, &paired.faults);
-        if let Err(e) = checker::report::plot::write_all(&self.path, &plot_title, operations, faults) {
+        if let Err(e) =
+            checker::report::plot::write_all(&self.path, &plot_title, operations, faults)
+        {
             errors.push(format!("{}: {e}", self.path.display()));
         }
         errors

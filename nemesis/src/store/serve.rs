@@ -563,7 +563,11 @@ mod tests {
         let dir = store.path().join("lockd-kill/20261203T090000.000Z");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(RunDir::SEED), "9\n").unwrap();
-        std::fs::write(dir.join(RunDir::RESULTS), r#"{"seed": 9, "verdict": "valid"}"#).unwrap();
+        std::fs::write(
+            dir.join(RunDir::RESULTS),
+            r#"{"seed": 9, "verdict": "valid"}"#,
+        )
+        .unwrap();
 
         let runs = list_runs(store.path());
 
@@ -583,7 +587,8 @@ mod tests {
             page.contains("class=\"incomplete\" title=") && page.contains("missing field"),
             "{page}"
         );
-        let Reply::Page(200, _, page) = route(store.path(), "/run/lockd-kill/20261203T090000.000Z/")
+        let Reply::Page(200, _, page) =
+            route(store.path(), "/run/lockd-kill/20261203T090000.000Z/")
         else {
             panic!("no run page");
         };

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use futures::future::BoxFuture;
-use tokio::time::Instant;
 use history::ErrorWord;
+use tokio::time::Instant;
 
 use crate::cluster::{Launcher, Layout};
 use crate::{Error, NodeId};
