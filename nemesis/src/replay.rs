@@ -11,10 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use checker::model::replay::{Departure, ReplayReport, replay};
 use checker::{CheckResult, Verdict};
+use history::CheckName;
 use lockd::trace::read_trace;
-
-/// The check's name in a run's results.
-pub const CHECK_NAME: &str = "trace replay";
 
 /// The trace files of a run: `RUN_DIR/trace.jsonl` (one file, as the model records), else
 /// the nodes' own files in `RUN_DIR/node-logs/` in node order, else RUN_DIR itself as a file.
@@ -99,11 +97,11 @@ impl RunReplay {
     /// step or lacks a member's records.
     pub fn check_result(&self) -> CheckResult {
         if let Some(why) = self.report.unknown() {
-            return CheckResult::new(CHECK_NAME, Verdict::unknown(why));
+            return CheckResult::new(CheckName::TraceReplay, Verdict::unknown(why));
         }
         match &self.report.departure {
             None => {
-                let mut valid = CheckResult::new(CHECK_NAME, Verdict::Valid);
+                let mut valid = CheckResult::new(CheckName::TraceReplay, Verdict::Valid);
                 valid.explanation = Some(format!(
                     "{} steps of {} node(s) replayed, every one allowed by the model",
                     self.report.steps, self.report.nodes
@@ -111,7 +109,7 @@ impl RunReplay {
                 valid
             }
             Some(d) if d.malformed => CheckResult::new(
-                CHECK_NAME,
+                CheckName::TraceReplay,
                 Verdict::unknown(format!(
                     "the trace is malformed at {}: {}",
                     self.place(d),
@@ -119,7 +117,7 @@ impl RunReplay {
                 )),
             ),
             Some(d) => CheckResult::invalid(
-                CHECK_NAME,
+                CheckName::TraceReplay,
                 format!(
                     "the recorded run is not one the model allows: {} departs ({} steps \
                      replayed): {}",
@@ -140,7 +138,7 @@ pub fn check_run(run_dir: &Path) -> CheckResult {
     match replay_run(run_dir) {
         Ok(run) => run.check_result(),
         Err(e) => CheckResult::new(
-            CHECK_NAME,
+            CheckName::TraceReplay,
             Verdict::unknown(format!("the traces cannot be replayed: {e:#}")),
         ),
     }

@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::json;
-
-const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error\n";
+use checker::Verdict;
+use history::CheckName;
+use history::csv::HEADER;
+use nemesis::harness::TestOptions;
+use nemesis::store::results::{FaultSummary, OpCounts, RecoverySummary};
+use nemesis::store::{Results, RunDir};
 
 /// The fencing case `stale_write_after_pause` as a run's history: what an unfenced resource
 /// does when a paused holder wakes up and writes.
@@ -29,7 +32,7 @@ fn unfenced_history() -> String {
 }
 
 fn valid_history() -> String {
-    let mut csv = HEADER.to_string();
+    let mut csv = format!("{HEADER}\n");
     let rows = [
         "0,1000000,0,invoke,acquire,k0,5000,,,",
         "1,3000000,0,ok,acquire,k0,,1,n1,",
@@ -60,19 +63,50 @@ fn make_run(store: &Path, test: &str, stamp: &str, csv: &str, seed: u64) -> Path
     std::fs::write(dir.join("plan.txt"), "1000 pause n3\n").unwrap();
     std::fs::write(dir.join("node-logs/n1.log"), "n1 started\n").unwrap();
     let check = nemesis::store::pipeline::check_history(&dir, &checker::Options::default());
-    let results = json!({
-        "seed": seed, "system": "lockd", "test": test, "verdict": check.verdict.as_str(),
-        "exit_code": check.verdict.exit_code(), "checks": check.check,
-        "ops": { "rows": csv.lines().count() - 1, "completed": 6, "ok": 5, "fail": 1, "info": 0 },
-        "faults": { "by_kind": { "pause": 1 }, "by_detail": {}, "ops": 2, "failed": 0 },
-        "recovery": { "recovered": true, "slots_recovered": [0, 1], "slots": 2, "duration_ms": 40 },
-        "nodes_exited_on_their_own": [], "teardown_error": null, "duration_ms": 10500,
-    });
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(&results).unwrap(),
-    )
-    .unwrap();
+    let mut results = Results {
+        seed,
+        system: "lockd".into(),
+        test: test.into(),
+        world: "processes".into(),
+        options: TestOptions {
+            seed,
+            ..TestOptions::default()
+        },
+        verdict: Verdict::Valid,
+        exit_code: 0,
+        checks: None,
+        explanation: String::new(),
+        report_errors: Vec::new(),
+        ops: OpCounts {
+            rows: csv.lines().count() as u64 - 1,
+            completed: 6,
+            ok: 5,
+            fail: 1,
+            info: 0,
+        },
+        faults: FaultSummary {
+            by_kind: [("pause".to_string(), 1)].into(),
+            by_detail: Default::default(),
+            ops: 2,
+            failed: 0,
+            notes: Vec::new(),
+        },
+        recovery: RecoverySummary {
+            recovered: true,
+            slots_recovered: vec![0, 1],
+            slots: 2,
+            duration_ms: 40,
+            phantom_probe_keys: 0,
+        },
+        nodes: Vec::new(),
+        nodes_exited_on_their_own: Vec::new(),
+        teardown_error: None,
+        duration_ms: 10500,
+        simulated_ms: None,
+        rerun: Vec::new(),
+    };
+    results.judge(check);
+    RunDir::at(&dir).write_results(&results).unwrap();
     dir
 }
 
@@ -98,7 +132,7 @@ fn make_store(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let partial = store.join("lockd-kill/20261203T100000.000Z");
     std::fs::create_dir_all(&partial).unwrap();
     std::fs::write(partial.join("seed.txt"), "11\n").unwrap();
-    std::fs::write(partial.join("history.csv"), HEADER).unwrap();
+    std::fs::write(partial.join("history.csv"), format!("{HEADER}\n")).unwrap();
     // A symlink inside the store that points out of it.
     #[cfg(unix)]
     std::os::unix::fs::symlink(root.join("secret.txt"), store.join("lockd-kill/escape.txt"))
@@ -328,11 +362,11 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
         "the message names the stale write: {message}"
     );
     assert!(failure.contains("token 1"), "{failure}");
-    for passed in ["liveness", "node health"] {
+    for passed in [CheckName::Liveness, CheckName::NodeHealth] {
         let case = xml
             .split("<testcase ")
             .find(|c| c.starts_with(&format!("name=\"{passed}\"")))
-            .expect(passed);
+            .unwrap_or_else(|| panic!("no {passed} testcase: {xml}"));
         assert!(
             !case.contains("<failure") && !case.contains("<error"),
             "{case}"
@@ -342,7 +376,14 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
         xml.contains("<testsuite id=\"0\" name=\"locksmith test lockd-pause-unfenced seed 7\"")
     );
     // A run cut short has no results.json: no report claims it passed.
-    assert!(nemesis::store::junit::write_junit(&root.path().join("p.xml"), &partial).is_err());
+    let partial_path = root.path().join("p.xml");
+    let error = nemesis::store::junit::write_junit(&partial_path, &partial).unwrap_err();
+    assert!(error.contains("results.json"), "{error}");
+    let partial_xml = std::fs::read_to_string(&partial_path).unwrap();
+    assert!(
+        partial_xml.contains("<testcase name=\"checks\"") && partial_xml.contains("<error "),
+        "{partial_xml}"
+    );
 
     // locksmith check --junit on the same history.
     let mut args = checker::cli::CheckArgs::new(bad.join("history.csv"));
@@ -380,6 +421,60 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
             result.is_err(),
             "the schema accepted two results in one testcase"
         );
+    }
+}
+
+#[test]
+fn junit_of_a_results_json_that_does_not_read_is_an_error_naming_the_file_and_why() {
+    // Issue 23: JUnit reads results.json as `Results`. One of an older schema (no `world`,
+    // no `options`) or a damaged one is an error case naming the file and serde's reason:
+    // never a panic, never a green suite.
+    let root = tempfile::tempdir().unwrap();
+    let (_, bad, _) = make_store(root.path());
+    let older = r#"{"seed": 7, "system": "lockd", "test": "lockd-pause-unfenced", "verdict": "valid",
+        "exit_code": 0, "checks": {"verdict": "valid", "results": [], "model": null}}"#;
+    for (label, text, reason) in [
+        ("older", older, "missing field"),
+        ("garbage", "not json {", "expected"),
+        ("empty", "", "EOF"),
+    ] {
+        std::fs::write(bad.join("results.json"), text).unwrap();
+        let path = root.path().join(format!("{label}.xml"));
+
+        let error = nemesis::store::junit::write_junit(&path, &bad).unwrap_err();
+
+        let file = bad.join("results.json").display().to_string();
+        assert!(
+            error.contains(&file) && error.contains(reason),
+            "{label}: {error}"
+        );
+        let xml = std::fs::read_to_string(&path).unwrap();
+        assert!(xml.contains("errors=\"1\""), "{label}: {xml}");
+        let case = xml
+            .split("<testcase ")
+            .find(|c| c.starts_with(&format!("name=\"{}\"", CheckName::Checks)))
+            .unwrap_or_else(|| panic!("{label}: no checks testcase: {xml}"));
+        let message = case
+            .split("<error message=\"")
+            .nth(1)
+            .and_then(|m| m.split('"').next())
+            .unwrap_or_else(|| panic!("{label}: the checks case is no error: {case}"));
+        assert!(
+            message.contains(&file) && message.contains(reason),
+            "{label}: {message}"
+        );
+        assert_eq!(
+            xml.matches("<testcase ").count(),
+            1,
+            "{label}: nothing else is reported: {xml}"
+        );
+        assert!(
+            xml.contains("name=\"locksmith test lockd-pause-unfenced seed 7\""),
+            "{label}: {xml}"
+        );
+        if let Some(result) = validate(&xml) {
+            result.unwrap_or_else(|e| panic!("{label}: {e}\n{xml}"));
+        }
     }
 }
 

@@ -177,7 +177,7 @@ fn a_simulated_run_replays_through_the_model() {
             .checks
             .iter()
             .flat_map(|c| c.results.iter())
-            .find(|r| r.name == nemesis::replay::CHECK_NAME)
+            .find(|r| r.name == history::CheckName::TraceReplay)
             .map(|r| r.verdict.clone())
     };
     assert_eq!(replayed(&result), Some(checker::Verdict::Valid), "seed 1");

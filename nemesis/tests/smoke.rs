@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use history::CheckName;
 use nemesis::faults::FaultKind;
 use nemesis::run::{TestOptions, run};
 use nemesis::systems::lockd::{Lockd, find_lockd};
@@ -118,14 +119,14 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
         outcome.explanation
     );
     // Issue 16: its JUnit report has a failing fencing testcase that names the stale write.
-    let suite = nemesis::store::junit::test_suite(
-        &outcome.dir,
-        &serde_json::to_value(&outcome.results).expect("serializes"),
-    );
+    let results = nemesis::store::RunDir::at(&outcome.dir)
+        .read_results()
+        .expect("results.json reads back as Results");
+    let suite = nemesis::store::junit::test_suite(&outcome.dir, &results);
     let fencing = suite
         .cases
         .iter()
-        .find(|c| c.name == "fencing")
+        .find(|c| c.name == CheckName::Fencing)
         .expect("a fencing case");
     assert!(
         matches!(&fencing.outcome, checker::report::junit::Outcome::Failed { message, .. }
@@ -201,7 +202,7 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
             .checks
             .iter()
             .flat_map(|c| c.results.iter())
-            .find(|r| r.name == "trace replay")
+            .find(|r| r.name == CheckName::TraceReplay)
             .map(|r| r.verdict.clone())
     };
     assert_eq!(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
+use history::CheckName;
 use nemesis::faults::FaultKind;
 use nemesis::harness::workload::WorkloadKind;
 use nemesis::net::NetKind;
@@ -314,7 +315,7 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         println!("fault notes: {}", outcome.fault_notes.join("; "));
     }
     println!("nodes: {}", json(&r.nodes));
-    if let Some(liveness) = check_named(r, "liveness") {
+    if let Some(liveness) = check_named(r, CheckName::Liveness) {
         let counts = liveness.explanation.as_deref().unwrap_or("");
         let first = counts.lines().last().unwrap_or("");
         println!(
@@ -328,13 +329,13 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         );
     }
     println!("recovery: {}", json(&r.recovery));
-    if let Some(replayed) = check_named(r, nemesis::replay::CHECK_NAME)
+    if let Some(replayed) = check_named(r, CheckName::TraceReplay)
         && replayed.verdict.is_valid()
     {
         // Shown when valid too: that the traces were replayed at all is worth knowing.
         println!(
             "{}: valid ({})",
-            nemesis::replay::CHECK_NAME,
+            CheckName::TraceReplay,
             replayed.explanation.as_deref().unwrap_or("")
         );
     }
@@ -366,14 +367,11 @@ mod erased {
 }
 
 /// The result of the check `name` in results.json, if it ran.
-fn check_named<'a>(
-    results: &'a nemesis::store::Results,
-    name: &str,
-) -> Option<&'a checker::CheckResult> {
-    results
-        .checks
-        .as_ref()
-        .and_then(|c| c.results.iter().find(|r| r.name == name))
+fn check_named(
+    results: &nemesis::store::Results,
+    name: CheckName,
+) -> Option<&checker::CheckResult> {
+    results.checks.as_ref().and_then(|c| c.result(name))
 }
 
 /// The flags that differ from the defaults, so that the rerun line reproduces the run

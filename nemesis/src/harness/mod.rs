@@ -351,7 +351,7 @@ async fn all_nodes_answer(
 /// exited, or panicked) makes the run invalid, with the tail of its log; a world that could
 /// not finish the run makes it unknown.
 pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult {
-    let name = "node health";
+    let name = history::CheckName::NodeHealth;
     if !exited.is_empty() {
         return CheckResult::invalid(
             name,

@@ -20,11 +20,6 @@ use tokio::time::Instant;
 
 use crate::Error;
 
-/// The CSV header of schema v1, exactly.
-pub const HEADER: [&str; 10] = [
-    "index", "time_ns", "process", "type", "f", "key", "value", "token", "node", "error",
-];
-
 /// The fields of one row, without its index and time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Row {
@@ -239,7 +234,7 @@ mod tests {
         rec.nemesis(history::FaultVerb::Partition, "n1 n2 | n3 n4 n5", "");
         let text = std::fs::read_to_string(&path).expect("read");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], HEADER.join(","));
+        assert_eq!(lines[0], history::csv::HEADER);
         assert_eq!(lines.len(), 4, "{text}");
         assert!(
             lines[2].ends_with(",ok,acquire,k0,1000,3,1,"),

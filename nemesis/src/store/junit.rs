@@ -2,9 +2,10 @@
 //! ([`test_suite`], [`write_junit`]; [`model_suite`] for `locksmith model check`) and how
 //! to open the run ([`open_hint`]).
 //!
-//! Both read `results.json` as written by [`crate::run`], leniently: a run from an older
-//! version or one cut short still gets a report, whose missing parts are errors, never
-//! passes.
+//! The report is made from `results.json` read back as [`Results`]
+//! ([`RunDir::read_results`]), the struct the run wrote it from. A results.json that does
+//! not read as it (missing, cut short, an older schema, damaged) still gets a report: one
+//! `checks` case in error naming the file and why it does not read, never a pass.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,26 +14,31 @@ use checker::model::LockdModel;
 use checker::model::explain::describe_path;
 use checker::model::properties::violations;
 use checker::report::junit::{self, Case, Suite};
-use serde_json::Value;
+use checker::{CheckResult, Verdict};
+use history::CheckName;
 use stateright::{Checker, Expectation, Model};
+
+use crate::store::results::RecoverySummary;
+use crate::store::{Results, RunDir};
 
 /// The JUnit suite of one `locksmith test` run: one case per check the history went
 /// through (linearizability, fencing, lease safety, ...), plus `liveness` (every client
-/// recovered after the heal) and `node health` (no node exited on its own, teardown clean).
-pub fn test_suite(dir: &Path, results: &Value) -> Suite {
-    let test = results["test"].as_str().unwrap_or("locksmith test");
-    let system = results["system"].as_str().unwrap_or("lock service");
-    let seed = &results["seed"];
-    let mut suite = Suite::new(&format!("locksmith test {test} seed {seed}"));
-    suite.time_s = results["duration_ms"].as_f64().unwrap_or(0.0) / 1e3;
-    suite.property("seed", seed);
+/// recovered after the heal; `recovery` when the checks judged liveness themselves) and
+/// `node health` (no node exited on its own, teardown clean).
+pub fn test_suite(dir: &Path, results: &Results) -> Suite {
+    let system = results.system.as_str();
+    let mut suite = Suite::new(&format!(
+        "locksmith test {} seed {}",
+        results.test, results.seed
+    ));
+    suite.time_s = results.duration_ms as f64 / 1e3;
+    suite.property("seed", results.seed);
     suite.property("store", dir.display());
-    suite.property("verdict", results["verdict"].as_str().unwrap_or("unknown"));
+    suite.property("verdict", results.verdict.as_str());
     let store = format!("store: {}", dir.display());
-    let checks = &results["checks"];
-    match checks["results"].as_array() {
-        Some(list) if !list.is_empty() => {
-            for result in list {
+    match &results.checks {
+        Some(check) if !check.results.is_empty() => {
+            for result in &check.results {
                 let case = check_case(result, system);
                 // Where to look, on the cases that need looking at.
                 suite.push(match case.outcome {
@@ -42,76 +48,106 @@ pub fn test_suite(dir: &Path, results: &Value) -> Suite {
             }
         }
         _ => {
-            let why = checks["error"]
-                .as_str()
-                .unwrap_or("results.json has no check results");
-            suite.push(Case::error("checks", system, why).with_output(store.clone()));
+            // No check result: the history could not be read, and the explanation says why.
+            let why = match results.explanation.trim() {
+                "" => "results.json has no check results".to_owned(),
+                explanation => format!("results.json has no check results: {explanation}"),
+            };
+            suite.push(
+                Case::error(CheckName::Checks.as_str(), system, &why).with_output(store.clone()),
+            );
         }
     }
     // The run's own recovery phase; named `liveness` unless the checks judged liveness
     // from the history themselves.
-    let judged = checks["results"]
-        .as_array()
-        .is_some_and(|l| l.iter().any(|r| r["name"] == "liveness"));
-    let name = if judged { "recovery" } else { "liveness" };
-    suite.push(liveness_case(name, &results["recovery"], system));
+    let judged = results
+        .checks
+        .as_ref()
+        .is_some_and(|c| c.result(CheckName::Liveness).is_some());
+    let name = if judged {
+        CheckName::Recovery
+    } else {
+        CheckName::Liveness
+    };
+    suite.push(liveness_case(name, &results.recovery, system));
     suite.push(node_health_case(results, system));
     suite
 }
 
-fn check_case(result: &Value, system: &str) -> Case {
-    let name = result["name"].as_str().unwrap_or("check");
-    let explanation = result["explanation"].as_str().unwrap_or("");
-    if result["checked"] == false {
+/// The report of a run whose results.json does not read as [`Results`]: one `checks` case
+/// in error with `reason` (the file and why), so that CI shows it rather than a pass.
+pub fn unreadable_suite(run: &RunDir, reason: &str) -> Suite {
+    let name = match run.seed() {
+        Some(seed) => format!("locksmith test {} seed {seed}", run.test_name()),
+        None => format!("locksmith test {}", run.test_name()),
+    };
+    let mut suite = Suite::new(&name);
+    if let Some(seed) = run.seed() {
+        suite.property("seed", seed);
+    }
+    suite.property("store", run.path().display());
+    suite.property("verdict", Verdict::unknown(reason).as_str());
+    suite.push(
+        Case::error(CheckName::Checks.as_str(), "lock service", reason)
+            .with_output(format!("store: {}", run.path().display())),
+    );
+    suite
+}
+
+fn check_case(result: &CheckResult, system: &str) -> Case {
+    let name = result.name.as_str();
+    let explanation = result.explanation.as_deref().unwrap_or("");
+    match &result.verdict {
         // "not checked": nothing to judge, which is neither a pass nor a failure.
-        let reason = result["reason"].as_str().unwrap_or("not checked");
-        return Case {
+        Verdict::Unknown { reason } if !result.checked => Case {
             outcome: junit::Outcome::Skipped {
                 message: format!("not checked: {reason}"),
             },
             ..Case::passed(name, system)
-        };
-    }
-    match result["verdict"].as_str() {
-        Some("valid") => Case::passed(name, system),
-        Some("invalid") => Case::failed(name, system, explanation),
-        _ => {
-            let reason = result["reason"].as_str().unwrap_or("no verdict recorded");
+        },
+        Verdict::Valid => Case::passed(name, system),
+        Verdict::Invalid => Case::failed(name, system, explanation),
+        Verdict::Unknown { reason } => {
             Case::error(name, system, &format!("{reason}\n{explanation}"))
         }
     }
 }
 
-fn liveness_case(name: &str, recovery: &Value, system: &str) -> Case {
-    match recovery["recovered"].as_bool() {
-        Some(true) => Case::passed(name, system),
-        Some(false) => Case::failed(
-            name,
-            system,
-            &format!(
-                "after the final heal only client slots {} of {} succeeded again within {} ms",
-                recovery["slots_recovered"], recovery["slots"], recovery["duration_ms"]
-            ),
-        ),
-        None => Case::error(name, system, "results.json has no recovery phase"),
+fn liveness_case(name: CheckName, recovery: &RecoverySummary, system: &str) -> Case {
+    if recovery.recovered {
+        return Case::passed(name.as_str(), system);
     }
+    let slots: Vec<String> = recovery
+        .slots_recovered
+        .iter()
+        .map(u64::to_string)
+        .collect();
+    Case::failed(
+        name.as_str(),
+        system,
+        &format!(
+            "after the final heal only client slots [{}] of {} succeeded again within {} ms",
+            slots.join(","),
+            recovery.slots,
+            recovery.duration_ms
+        ),
+    )
 }
 
-fn node_health_case(results: &Value, system: &str) -> Case {
-    let exited = results["nodes_exited_on_their_own"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let teardown = results["teardown_error"].as_str().unwrap_or("");
-    if results.get("nodes_exited_on_their_own").is_none() {
-        return Case::error("node health", system, "results.json does not say");
-    }
+fn node_health_case(results: &Results, system: &str) -> Case {
+    let name = CheckName::NodeHealth.as_str();
+    let exited = &results.nodes_exited_on_their_own;
+    let teardown = results.teardown_error.as_deref().unwrap_or("");
     if exited.is_empty() && teardown.is_empty() {
-        return Case::passed("node health", system);
+        return Case::passed(name, system);
     }
     let mut text = String::new();
     if !exited.is_empty() {
-        let list: Vec<String> = exited.iter().map(|e| e.to_string()).collect();
+        // Each quoted as a JSON string, so that a log tail stays on the message's one line.
+        let list: Vec<String> = exited
+            .iter()
+            .map(|e| serde_json::Value::from(e.as_str()).to_string())
+            .collect();
         text.push_str(&format!(
             "nodes exited on their own: {} (see node-logs/)\n",
             list.join(", ")
@@ -120,16 +156,23 @@ fn node_health_case(results: &Value, system: &str) -> Case {
     if !teardown.is_empty() {
         text.push_str(&format!("teardown: {teardown}\n"));
     }
-    Case::failed("node health", system, &text)
+    Case::failed(name, system, &text)
 }
 
-/// Writes the JUnit report of the run in `dir` (its `results.json`) to `path`.
+/// Writes the JUnit report of the run in `dir` (its `results.json`) to `path`. When
+/// results.json does not read as [`Results`], the report written is [`unreadable_suite`]
+/// and the reason is returned as the error too.
 pub fn write_junit(path: &Path, dir: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(dir.join("results.json"))
-        .map_err(|e| format!("{}: {e}", dir.join("results.json").display()))?;
-    let results: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: {e}", dir.join("results.json").display()))?;
-    junit::write(path, &[test_suite(dir, &results)]).map_err(|e| format!("{}: {e}", path.display()))
+    let run = RunDir::at(dir);
+    let (suite, read) = match run.read_results() {
+        Ok(results) => (test_suite(dir, &results), Ok(())),
+        Err(e) => {
+            let reason = e.to_string();
+            (unreadable_suite(&run, &reason), Err(reason))
+        }
+    };
+    junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))?;
+    read
 }
 
 /// Writes a JUnit report for a run that could not happen (no cluster, bad arguments): one
@@ -153,8 +196,8 @@ pub fn open_hint(dir: &Path, store: &Path) -> String {
             crate::store::serve::url_path(rel)
         )
     });
-    let timeline = std::fs::canonicalize(dir.join("timeline.html"))
-        .unwrap_or_else(|_| dir.join("timeline.html"));
+    let timeline = std::fs::canonicalize(dir.join(RunDir::TIMELINE))
+        .unwrap_or_else(|_| dir.join(RunDir::TIMELINE));
     match page {
         Some(url) => format!(
             "open: locksmith serve --store {} and browse {url}\n  or: file://{}",

@@ -115,12 +115,18 @@ impl RunDir {
         write_file(&self.file(Self::RESULTS), &json)
     }
 
-    /// Reads `results.json` back as the struct.
+    /// Reads `results.json` back as the struct. The error names the file, and for a file
+    /// that is there but is not [`Results`] (an older schema, damaged), serde's reason.
     pub fn read_results(&self) -> Result<Results, Error> {
         let path = self.file(Self::RESULTS);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-        serde_json::from_str(&text).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+        serde_json::from_str(&text).map_err(|e| {
+            Error::Io(format!(
+                "{}: does not read as this version's results (an older schema, or damaged): {e}",
+                path.display()
+            ))
+        })
     }
 
     /// Writes the reports of a checked history: `timeline.html` and the plots. Returns what

@@ -1,8 +1,9 @@
 //! `locksmith serve`: a browser for the store, like Jepsen's `serve`.
 //!
 //! - `/` lists the runs, newest first: time, test, system, seed, verdict, ops, faults (from
-//!   each run's `results.json`; a run without one, older or cut short, is listed as
-//!   `incomplete` with what its directory tells).
+//!   each run's `results.json`, read back as [`Results`]; a run without one, cut short, or
+//!   whose results.json does not read as the struct, older or damaged, is listed as
+//!   `incomplete` with the reason and what its directory tells).
 //! - `/run/<test>/<timestamp>/` is a run's page: its verdict and failing checks in words,
 //!   its plots, and links to results, timeline, plots, history.csv, plan and node logs.
 //! - `/files/<path>` serves one file under the store, and nothing outside it: each path
@@ -19,11 +20,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::Value;
+use checker::Verdict;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use checker::report::plot::PLOT_FILES;
+
+use crate::store::{Results, RunDir};
 
 /// The most runs the list shows (newest first); the page says when there are more.
 pub const RUNS_MAX: usize = 2000;
@@ -259,12 +262,24 @@ pub struct RunSummary {
     pub system: String,
     /// The seed, or empty.
     pub seed: String,
-    /// `valid`, `invalid`, `unknown`, or `incomplete` (no results.json).
-    pub verdict: String,
+    /// The run's verdict, or why it has none: no results.json, or one that does not read
+    /// as [`Results`] (the run shows as `incomplete`).
+    pub verdict: Result<Verdict, String>,
     /// Completed client ops, or empty.
     pub ops: String,
     /// Faults by kind, e.g. `kill 3, pause 2`.
     pub faults: String,
+}
+
+impl RunSummary {
+    /// `valid`, `invalid`, `unknown`, or `incomplete`: the word the list shows, and its CSS
+    /// class.
+    pub fn status(&self) -> &'static str {
+        match &self.verdict {
+            Ok(verdict) => verdict.as_str(),
+            Err(_) => "incomplete",
+        }
+    }
 }
 
 /// The runs of `store` (`<test>/<timestamp>/` directories), newest first.
@@ -272,11 +287,11 @@ pub fn list_runs(store: &Path) -> Vec<RunSummary> {
     let mut runs = Vec::new();
     for test in read_dirs(store) {
         for run in read_dirs(&test) {
-            let is_run = ["results.json", "history.csv", "seed.txt", "plan.txt"]
+            let is_run = [RunDir::RESULTS, RunDir::HISTORY, RunDir::SEED, RunDir::PLAN]
                 .iter()
                 .any(|f| run.join(f).is_file());
             if is_run {
-                runs.push(summarize(store, &run));
+                runs.push(summarize(store, &run).0);
             }
         }
     }
@@ -299,57 +314,59 @@ fn read_dirs(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn read_results(dir: &Path) -> Option<Value> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).ok()?).ok()
+/// A run's results.json as [`Results`], or why the run has none to show.
+fn read_results(run: &RunDir) -> Result<Results, String> {
+    if !run.file(RunDir::RESULTS).is_file() {
+        return Err(format!(
+            "no {} (a run cut short, or still going)",
+            RunDir::RESULTS
+        ));
+    }
+    run.read_results().map_err(|e| e.to_string())
 }
 
-fn summarize(store: &Path, dir: &Path) -> RunSummary {
+/// The list's row of the run in `dir`, and its results when they read.
+fn summarize(store: &Path, dir: &Path) -> (RunSummary, Option<Results>) {
+    let run = RunDir::at(dir);
     let rel = dir.strip_prefix(store).unwrap_or(dir).to_path_buf();
-    let name =
-        |p: Option<&std::ffi::OsStr>| p.map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let stamp = name(dir.file_name());
-    let results = read_results(dir).unwrap_or(Value::Null);
-    let text = |v: &Value| match v {
-        Value::Null => String::new(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let seed = match &results["seed"] {
-        Value::Null => std::fs::read_to_string(dir.join("seed.txt"))
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-        v => text(v),
-    };
-    let faults = results["faults"]["by_kind"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
-    let ops = match &results["ops"]["completed"] {
-        Value::Null => text(&results["ops"]["rows"]),
-        v => text(v),
-    };
-    let verdict = results["verdict"]
-        .as_str()
-        .unwrap_or("incomplete")
-        .to_string();
-    RunSummary {
-        time: pretty_time(&stamp),
-        test: results["test"].as_str().map_or_else(
-            || name(dir.parent().and_then(Path::file_name)),
-            str::to_string,
-        ),
-        system: text(&results["system"]),
-        seed,
-        verdict,
-        ops,
-        faults,
-        rel,
+    let stamp = dir
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let time = pretty_time(&stamp);
+    match read_results(&run) {
+        Ok(results) => {
+            let faults: Vec<String> = results
+                .faults
+                .by_kind
+                .iter()
+                .map(|(kind, count)| format!("{kind} {count}"))
+                .collect();
+            let summary = RunSummary {
+                rel,
+                time,
+                test: results.test.clone(),
+                system: results.system.clone(),
+                seed: results.seed.to_string(),
+                verdict: Ok(results.verdict.clone()),
+                ops: results.ops.completed.to_string(),
+                faults: faults.join(", "),
+            };
+            (summary, Some(results))
+        }
+        Err(reason) => {
+            // What the directory tells: its test (the parent folder) and seed.txt.
+            let summary = RunSummary {
+                rel,
+                time,
+                test: run.test_name(),
+                system: String::new(),
+                seed: run.seed().map_or(String::new(), |s| s.to_string()),
+                verdict: Err(reason),
+                ops: String::new(),
+                faults: String::new(),
+            };
+            (summary, None)
+        }
     }
 }
 
@@ -399,7 +416,7 @@ fn index(store: &Path) -> Reply {
     for run in runs.iter().take(RUNS_MAX) {
         let _ = writeln!(
             body,
-            "<tr class=\"run\"><td><a href=\"/run/{href}/\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class=\"{v}\">{v}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"run\"><td><a href=\"/run/{href}/\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class=\"{v}\"{why}>{v}</td><td>{}</td><td>{}</td></tr>",
             esc(&run.time),
             esc(&run.test),
             esc(&run.system),
@@ -407,7 +424,11 @@ fn index(store: &Path) -> Reply {
             esc(&run.ops),
             esc(&run.faults),
             href = url_path(&run.rel),
-            v = esc(&run.verdict),
+            v = run.status(),
+            why = match &run.verdict {
+                Err(reason) => format!(" title=\"{}\"", esc(reason)),
+                Ok(_) => String::new(),
+            },
         );
     }
     body.push_str("</table>\n");
@@ -423,7 +444,7 @@ fn index(store: &Path) -> Reply {
 
 fn run_page(store: &Path, dir: &Path) -> Reply {
     let root = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
-    let run = summarize(&root, dir);
+    let (run, results) = summarize(&root, dir);
     let files = |name: &str| format!("/files/{}", url_path(&run.rel.join(name)));
     let mut body = format!(
         "<p><a href=\"/\">runs</a></p><h1>{} <span class=\"{v}\">{v}</span></h1>\n\
@@ -438,18 +459,21 @@ fn run_page(store: &Path, dir: &Path) -> Reply {
         } else {
             &run.faults
         }),
-        v = esc(&run.verdict),
+        v = run.status(),
     );
-    let mut names: Vec<String> = ["results.json", "timeline.html"]
+    if let Err(reason) = &run.verdict {
+        let _ = writeln!(body, "<p class=\"incomplete\">{}</p>", esc(reason));
+    }
+    let mut names: Vec<String> = [RunDir::RESULTS, RunDir::TIMELINE]
         .into_iter()
         .chain(PLOT_FILES)
-        .chain(["history.csv", "plan.txt", "seed.txt", "junit.xml"])
+        .chain([RunDir::HISTORY, RunDir::PLAN, RunDir::SEED, "junit.xml"])
         .map(str::to_string)
         .collect();
-    let mut logs: Vec<String> = std::fs::read_dir(dir.join("node-logs"))
+    let mut logs: Vec<String> = std::fs::read_dir(dir.join(RunDir::NODE_LOGS))
         .map(|d| {
             d.filter_map(|e| e.ok())
-                .map(|e| format!("node-logs/{}", e.file_name().to_string_lossy()))
+                .map(|e| format!("{}/{}", RunDir::NODE_LOGS, e.file_name().to_string_lossy()))
                 .collect()
         })
         .unwrap_or_default();
@@ -464,25 +488,24 @@ fn run_page(store: &Path, dir: &Path) -> Reply {
         );
     }
     body.push_str("</ul>\n");
-    if let Some(results) = read_results(dir) {
-        for check in results["checks"]["results"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            if check["verdict"] != "valid" {
-                let _ = writeln!(
-                    body,
-                    "<h3>{}: <span class=\"{v}\">{v}</span></h3><pre>{}</pre>",
-                    esc(check["name"].as_str().unwrap_or("check")),
-                    esc(check["explanation"]
-                        .as_str()
-                        .or(check["reason"].as_str())
-                        .unwrap_or("")),
-                    v = esc(check["verdict"].as_str().unwrap_or("unknown")),
-                );
-            }
-        }
+    let failing = results
+        .iter()
+        .filter_map(|r| r.checks.as_ref())
+        .flat_map(|c| c.results.iter())
+        .filter(|r| !r.verdict.is_valid());
+    for check in failing {
+        let why = match (&check.explanation, &check.verdict) {
+            (Some(explanation), _) => explanation.as_str(),
+            (None, Verdict::Unknown { reason }) => reason.as_str(),
+            (None, _) => "",
+        };
+        let _ = writeln!(
+            body,
+            "<h3>{}: <span class=\"{v}\">{v}</span></h3><pre>{}</pre>",
+            esc(check.name.as_str()),
+            esc(why),
+            v = check.verdict.as_str(),
+        );
     }
     for plot in PLOT_FILES.iter().filter(|p| dir.join(p).is_file()) {
         let _ = writeln!(
@@ -531,5 +554,44 @@ mod tests {
         }
         assert_eq!(pretty_time("20261203T095301.123Z"), "2026-12-03 09:53:01Z");
         assert_eq!(url_path(Path::new("a b/c%")), "a%20b/c%25");
+    }
+
+    #[test]
+    fn a_results_json_that_does_not_read_lists_as_incomplete_with_the_reason() {
+        // Issue 23: serve reads results.json as `Results`; an older schema is no verdict.
+        let store = tempfile::tempdir().unwrap();
+        let dir = store.path().join("lockd-kill/20261203T090000.000Z");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(RunDir::SEED), "9\n").unwrap();
+        std::fs::write(
+            dir.join(RunDir::RESULTS),
+            r#"{"seed": 9, "verdict": "valid"}"#,
+        )
+        .unwrap();
+
+        let runs = list_runs(store.path());
+
+        assert_eq!(runs.len(), 1);
+        let run = &runs[0];
+        assert_eq!(run.status(), "incomplete");
+        assert_eq!((run.test.as_str(), run.seed.as_str()), ("lockd-kill", "9"));
+        let reason = run.verdict.as_ref().unwrap_err();
+        assert!(
+            reason.contains("results.json") && reason.contains("missing field"),
+            "{reason}"
+        );
+        let Reply::Page(200, _, page) = route(store.path(), "/") else {
+            panic!("no list");
+        };
+        assert!(
+            page.contains("class=\"incomplete\" title=") && page.contains("missing field"),
+            "{page}"
+        );
+        let Reply::Page(200, _, page) =
+            route(store.path(), "/run/lockd-kill/20261203T090000.000Z/")
+        else {
+            panic!("no run page");
+        };
+        assert!(page.contains("<p class=\"incomplete\">"), "{page}");
     }
 }
