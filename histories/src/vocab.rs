@@ -300,6 +300,9 @@ words!(
         /// The JUnit case of a run with no check result at all: never a green report for a
         /// run that checked nothing.
         Checks => "checks",
+        /// JUnit's case for a run whose teardown failed (processes, rules or the net left
+        /// behind): not a verdict on the system, but never a silent pass.
+        Teardown => "teardown",
     }
 );
 

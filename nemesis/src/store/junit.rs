@@ -70,7 +70,21 @@ pub fn test_suite(dir: &Path, results: &Results) -> Suite {
         CheckName::Liveness
     };
     suite.push(liveness_case(name, &results.recovery, system));
-    suite.push(node_health_case(results, system));
+    // Node health is one of the checks (one verdict on every path); a results.json from a
+    // run that did not record it as a check still gets the case, from its exits.
+    let has_health =
+        (results.checks.as_ref()).is_some_and(|c| c.result(CheckName::NodeHealth).is_some());
+    if !has_health {
+        suite.push(node_health_case(results, system));
+    }
+    if let Some(teardown) = &results.teardown_error {
+        let name = CheckName::Teardown.as_str();
+        suite.push(Case::failed(
+            name,
+            system,
+            &format!("teardown: {teardown}\n"),
+        ));
+    }
     suite
 }
 
@@ -137,8 +151,7 @@ fn liveness_case(name: CheckName, recovery: &RecoverySummary, system: &str) -> C
 fn node_health_case(results: &Results, system: &str) -> Case {
     let name = CheckName::NodeHealth.as_str();
     let exited = &results.nodes_exited_on_their_own;
-    let teardown = results.teardown_error.as_deref().unwrap_or("");
-    if exited.is_empty() && teardown.is_empty() {
+    if exited.is_empty() {
         return Case::passed(name, system);
     }
     let mut text = String::new();
@@ -152,9 +165,6 @@ fn node_health_case(results: &Results, system: &str) -> Case {
             "nodes exited on their own: {} (see node-logs/)\n",
             list.join(", ")
         ));
-    }
-    if !teardown.is_empty() {
-        text.push_str(&format!("teardown: {teardown}\n"));
     }
     Case::failed(name, system, &text)
 }
