@@ -653,11 +653,7 @@ fn drive(node: &mut Node, durable: &mut Arc<Durable>, first: Output) -> Output {
 
 /// The term and index of the last durable entry.
 fn last_durable(durable: &Durable) -> (Term, Index) {
-    match (durable.entries.last(), &durable.snapshot) {
-        (Some(e), _) => (e.term, e.index),
-        (None, Some(s)) => (s.last_term, s.last_index),
-        (None, None) => (0, 0),
-    }
+    (durable.last_term(), durable.last_index())
 }
 
 /// How the actor came to the state `carry_out` carries out.

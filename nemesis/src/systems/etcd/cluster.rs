@@ -26,7 +26,7 @@ use super::wire;
 use crate::net::owner::NodeUser;
 
 /// How long [`EtcdCluster::leader`] waits for each node's status.
-const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often [`EtcdCluster::wait_serving`] polls.
 const SERVING_POLL: Duration = Duration::from_millis(50);
 /// How much of a node's log an error quotes, in bytes.

@@ -17,6 +17,7 @@
 //!   knows none `candidate`. The commit index is the node's raft index.
 //! - **Clock**: etcd offers no lease-clock control, so `set_clock` is unsupported.
 
+use super::cluster::STATUS_TIMEOUT;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
@@ -40,8 +41,6 @@ use crate::{Error, NodeId};
 /// How long past an op's deadline the backstop timeout waits for the client to give up on
 /// its own (which it does, call by call, at the deadline).
 const DEADLINE_GRACE: Duration = Duration::from_millis(200);
-/// How long one node's status may take.
-const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Finds the `etcd` binary ([`etcd_binary`]) or says how to install it.
 pub fn find_etcd() -> Result<PathBuf, Error> {
