@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::shrink::shrink_with;
 use super::{CaseResult, SimCase, run_case};
 use crate::store::RunDir;
+use checker::Verdict;
 
 /// The longest a seed's child may run, wall seconds: a simulated run is bounded in simulated
 /// time, but a task that spins without letting the clock move would hang it. A child killed
@@ -41,14 +42,26 @@ pub struct SimRun {
     pub child: Option<bool>,
 }
 
-/// What a child process said about its seed.
+/// What a child process said about its seed: its results.json, read back as the struct.
 #[derive(Clone, Debug)]
 struct SeedReport {
     seed: u64,
-    verdict: String,
+    verdict: Verdict,
     sim_ms: u64,
-    /// The explanation and the store lines (everything the child printed after its status).
+    /// The explanation and the store lines.
     text: String,
+}
+
+impl SeedReport {
+    fn unknown(seed: u64, why: String) -> SeedReport {
+        let verdict = Verdict::unknown(why.clone());
+        SeedReport {
+            seed,
+            verdict,
+            sim_ms: 0,
+            text: why,
+        }
+    }
 }
 
 /// One process per seed: a seed replays exactly only as the first simulation of its process
@@ -85,13 +98,10 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
             result.ops.len()
         );
     }
-    println!(
-        "SEED {seed} {} {}",
-        result.verdict().as_str(),
-        result.sim_ms
-    );
+    // The first line is the seed's results.json, which the parent reads as the struct.
+    let json = serde_json::to_string(&result.results).map_err(|e| e.to_string())?;
+    println!("{json}");
     if !result.verdict().is_valid() {
-        println!("{}", result.explanation());
         if !quiet {
             let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
             println!("store: {}", dir.display());
@@ -116,40 +126,33 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
         Ok(output) => output,
         // A child that hung or could not start: this seed is unknown, never valid.
         Err(e) => {
-            return Ok(SeedReport {
-                seed: case.seed(),
-                verdict: "unknown".to_owned(),
-                sim_ms: 0,
-                text: format!("the child for seed {}: {e}", case.seed()),
-            });
+            let why = format!("the child for seed {}: {e}", case.seed());
+            return Ok(SeedReport::unknown(case.seed(), why));
         }
     };
     // What the child said on stderr (panics, digests) goes on to ours.
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut lines = stdout.lines();
-    let words: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    Ok(match words[..] {
-        ["SEED", seed, verdict, sim_ms] => SeedReport {
-            seed: seed.parse().unwrap_or(case.seed()),
-            verdict: verdict.to_owned(),
-            sim_ms: sim_ms.parse().unwrap_or(0),
-            text: lines.collect::<Vec<_>>().join("\n"),
+    let first = lines.next().unwrap_or_default();
+    Ok(match serde_json::from_str::<crate::store::Results>(first) {
+        Ok(results) => SeedReport {
+            seed: results.seed,
+            verdict: results.verdict,
+            sim_ms: results.simulated_ms.unwrap_or(0),
+            text: std::iter::once(results.explanation.trim_end())
+                .chain(lines)
+                .collect::<Vec<_>>()
+                .join("\n"),
         },
-        _ => SeedReport {
-            seed: case.seed(),
-            verdict: "unknown".to_owned(),
-            sim_ms: 0,
-            text: format!(
-                "the child for seed {} ended without a report ({}): {stdout}",
+        Err(e) => SeedReport::unknown(
+            case.seed(),
+            format!(
+                "the child for seed {} ended without its results ({}: {e}): {stdout}",
                 case.seed(),
                 output.status
             ),
-        },
+        ),
     })
 }
 
@@ -229,7 +232,7 @@ fn write_junit(
         .chain(unknown)
         .map(|r| SeedOutcome {
             seed: r.seed,
-            verdict: r.verdict.clone(),
+            verdict: r.verdict.as_str().to_owned(),
             explanation: r.text.clone(),
             rerun: format!("rerun: {}", template.with_seed(r.seed).rerun_command()),
         })
@@ -262,7 +265,7 @@ fn report_failure(report: &SeedReport, run: &SimRun) {
     let mut shrunk = shrink_with(&case, |candidate| {
         let mut candidate = candidate.clone();
         candidate.trace_root = case.trace_root.as_ref().map(|root| root.join("shrink"));
-        spawn_child(&candidate, &run.store, true).is_ok_and(|r| r.verdict == "invalid")
+        spawn_child(&candidate, &run.store, true).is_ok_and(|r| r.verdict.is_invalid())
     });
     shrunk.case.trace_root = case.trace_root.clone();
     println!(
@@ -307,9 +310,9 @@ fn run_seeds(run: &SimRun) -> Result<Outcome, String> {
                     };
                     outcome.sim_ms.fetch_add(report.sim_ms, Ordering::Relaxed);
                     let done = outcome.done.fetch_add(1, Ordering::Relaxed) + 1;
-                    let list = match report.verdict.as_str() {
-                        "valid" => None,
-                        "invalid" => {
+                    let list = match report.verdict {
+                        Verdict::Valid => None,
+                        Verdict::Invalid => {
                             if !run.keep_going {
                                 stop.store(true, Ordering::Relaxed);
                             }
