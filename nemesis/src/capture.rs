@@ -1,4 +1,4 @@
-//! Logs captured in memory: a `tracing` subscriber whose lines go to a shared buffer, each
+//! Logs captured in memory, and panics told in one line: a `tracing` subscriber whose lines go to a shared buffer, each
 //! stamped with the time a given clock reads (the simulator's clock for `locksmith sim`, whose
 //! nodes all log in one process; the store then splits the lines per node).
 
@@ -47,4 +47,25 @@ impl std::io::Write for BufferWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// The text of a panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    (payload.downcast_ref::<&str>().map(|m| (*m).to_owned()))
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// From now on a panic prints one line, `PREFIX: panic at FILE:LINE: MESSAGE`, not a
+/// backtrace: for a process where panics are expected and reported elsewhere (a simulated
+/// seed, whose nodes' panics are part of its verdict).
+pub fn one_line_panics(prefix: String) {
+    std::panic::set_hook(Box::new(move |info| {
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = panic_message(info.payload());
+        eprintln!("{prefix}: panic{location}: {message}");
+    }));
 }

@@ -78,17 +78,7 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     // A node's panic is part of the verdict (node health) and its message is in the store;
     // one line here, not a backtrace per panic, unless LOCKSMITH_SIM_BACKTRACE is set.
     if std::env::var_os("LOCKSMITH_SIM_BACKTRACE").is_none() {
-        std::panic::set_hook(Box::new(move |info| {
-            let location = info
-                .location()
-                .map(|l| format!(" at {}:{}", l.file(), l.line()))
-                .unwrap_or_default();
-            let payload = info.payload();
-            let message = (payload.downcast_ref::<&str>().map(|m| (*m).to_owned()))
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            eprintln!("locksmith sim: seed {seed}: panic{location}: {message}");
-        }));
+        crate::capture::one_line_panics(format!("locksmith sim: seed {seed}"));
     }
     let result = run_case(&case);
     if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {

@@ -379,12 +379,11 @@ impl SimulatedNode {
         match futures::FutureExt::catch_unwind(run).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(format!("exited at {} ms: {e}", ms())),
-            Err(panic) => {
-                let message = (panic.downcast_ref::<&str>().map(|m| (*m).to_owned()))
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".to_owned());
-                Err(format!("panicked at {} ms: {message}", ms()))
-            }
+            Err(panic) => Err(format!(
+                "panicked at {} ms: {}",
+                ms(),
+                crate::capture::panic_message(&*panic)
+            )),
         }
     }
 }
