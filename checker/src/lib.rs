@@ -14,7 +14,8 @@
 //! - [`liveness`]: recovery after the final heal, phantom-lock release, waiters answered
 //!   (chaos and simulation histories; "not checked" when a history has nothing to judge).
 //! - [`report`]: explanations, the HTML timeline, the latency plot.
-//! - [`cli`]: `locksmith check` and `locksmith convert`, minus the argument parsing.
+//! - [`cli`]: what `locksmith check` and `locksmith convert` need of the checker: reading a
+//!   CSV history for checking, the files a path names, the foreign formats.
 //!
 //! # Checking a history
 //!

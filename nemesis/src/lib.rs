@@ -12,6 +12,10 @@
 //!    which every client must succeed again;
 //! 5. write `store/<test>/<timestamp>/` and run every check.
 //!
+//! `locksmith test`, `sim` and `check` reach their verdicts through one pipeline,
+//! [`store::pipeline`]: a history in memory, a run dir or any CSV file, to a typed report.
+//! [`check`] is `locksmith check` around it: batches, text and JSON output, exit codes.
+//!
 //! `cargo build` builds both binaries, `locksmith` and `lockd`; the harness finds `lockd`
 //! through `LOCKD_BIN`, or next to its own executable.
 //!
@@ -27,6 +31,7 @@
 
 pub mod bench;
 pub mod capture;
+pub mod check;
 pub mod cluster;
 pub mod faults;
 pub mod harness;

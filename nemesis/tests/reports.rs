@@ -386,9 +386,9 @@ fn junit_of_a_failing_unfenced_run_names_the_stale_write_and_fits_the_schema() {
     );
 
     // locksmith check --junit on the same history.
-    let mut args = checker::cli::CheckArgs::new(bad.join("history.csv"));
+    let mut args = nemesis::check::CheckArgs::new(bad.join("history.csv"));
     args.junit = Some(root.path().join("check.xml"));
-    let code = checker::cli::run_check(&args, &mut Vec::new(), &mut Vec::new());
+    let code = nemesis::check::run_check(&args, &mut Vec::new(), &mut Vec::new());
     assert_eq!(code, 1);
     let check_xml = std::fs::read_to_string(root.path().join("check.xml")).unwrap();
     assert!(

@@ -1,5 +1,6 @@
-//! `locksmith check` and `locksmith convert`: argument parsing only; the work is in
-//! `checker::cli`.
+//! `locksmith check`, `locksmith convert` and `locksmith gen`: argument parsing only; the
+//! work is in `nemesis::check` (through the one pipeline, `nemesis::store::pipeline`),
+//! `checker::cli` (convert) and `checker::generate`.
 
 use std::path::PathBuf;
 
@@ -68,7 +69,7 @@ pub fn check(command: CheckCommand) -> i32 {
             return checker::cli::EXIT_COULD_NOT_RUN;
         }
     };
-    let mut args = checker::cli::CheckArgs::batch(command.histories);
+    let mut args = nemesis::check::CheckArgs::batch(command.histories);
     args.model = model;
     args.init = command.init;
     args.drift = command.drift;
@@ -83,7 +84,7 @@ pub fn check(command: CheckCommand) -> i32 {
         .iter()
         .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > BIG_HISTORY_BYTES));
     let _ticker = big.then(|| nemesis::progress::Ticker::start("check", "checking a big history"));
-    checker::cli::run_check(&args, &mut std::io::stdout(), &mut std::io::stderr())
+    nemesis::check::run_check(&args, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
 /// Runs `convert`; returns the exit code (0 written, 2 could not run).

@@ -1,15 +1,23 @@
-//! The one pipeline from a history to a typed report, used by `test` and `sim`: pair the
-//! ops, run every check (`checker::check_paired`), merge in the run's own checks (node
-//! health, trace replay), and write the reports into the run dir ([`RunDir::write_reports`]).
+//! The one pipeline from a history to a typed report, used by `test`, `sim` and `check`:
+//! pair the ops, run every check (`checker::check_paired`), merge in the run's own checks
+//! (node health, trace replay), and write the reports: into the run dir
+//! ([`RunDir::write_reports`]), or into the files `locksmith check` names ([`ReportFiles`]).
+//!
+//! The entry points: [`check_ops`] (ops in memory: `sim`), [`check_history_with`] (a run
+//! dir's `history.csv`: `test`) and [`check_path`] (any CSV history: `check`). All three
+//! check through [`check_paired_with`].
 //!
 //! A chaos run's history is read back from `history.csv`, so the checks see exactly the
 //! file a user would give `locksmith check`; a simulated seed's comes from memory and is
 //! written to `history.csv` only when its store is. The verdict stays a typed [`Verdict`]
 //! until it is printed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use checker::{Check, CheckResult, Options, Verdict};
+use checker::cli::ReadForCheck;
+use checker::report::{junit, plot, timeline};
+use checker::{Check, CheckError, CheckResult, Options, Verdict};
 use history::Op;
 use history::pair::Paired;
 
@@ -69,6 +77,12 @@ pub fn check_ops(ops: &[Op], options: &Options, extra: Vec<CheckResult>) -> Chec
             };
         }
     };
+    check_paired_with(paired, options, extra)
+}
+
+/// Checks a paired history with `options` and merges the run's own results (`extra`) into
+/// the verdict: the one check every entry point ends in.
+pub fn check_paired_with(paired: Paired, options: &Options, extra: Vec<CheckResult>) -> Checked {
     let mut check = checker::check_paired(&paired, options);
     if !extra.is_empty() {
         let model = check.model;
@@ -78,13 +92,20 @@ pub fn check_ops(ops: &[Op], options: &Options, extra: Vec<CheckResult>) -> Chec
         check.model = model;
     }
     Checked {
-        output: CheckOutput {
+        output: CheckOutput::of(check),
+        paired: Some(paired),
+    }
+}
+
+impl CheckOutput {
+    /// The outcome of a check that ran.
+    fn of(check: Check) -> CheckOutput {
+        CheckOutput {
             verdict: check.verdict.clone(),
             explanation: check.explanation(),
             check: Some(check),
             report_errors: Vec::new(),
-        },
-        paired: Some(paired),
+        }
     }
 }
 
@@ -114,4 +135,119 @@ pub fn write_reports(run: &RunDir, title: &str, checked: Checked) -> CheckOutput
         output.report_errors = run.write_reports(title, run.seed(), paired, check);
     }
     output
+}
+
+/// The report files `locksmith check` writes (`--timeline`, `--plot`, `--junit`); none by
+/// default.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ReportFiles {
+    /// The HTML timeline, the failing ops marked.
+    pub timeline: Option<PathBuf>,
+    /// The SVG plot of latency over time, nemesis periods shaded.
+    pub plot: Option<PathBuf>,
+    /// The JUnit XML report: one testcase per check.
+    pub junit: Option<PathBuf>,
+}
+
+impl ReportFiles {
+    /// Whether a report draws the history's operations (so they must be kept).
+    fn draw_operations(&self) -> bool {
+        self.timeline.is_some() || self.plot.is_some()
+    }
+}
+
+/// A CSV history checked by [`check_path`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CheckedFile {
+    /// The outcome (`check` is always there: a history that does not read is an `Err`).
+    pub output: CheckOutput,
+    /// The history's client operations.
+    pub operations: usize,
+    /// How long reading and checking took (the reports not included).
+    pub elapsed: Duration,
+}
+
+impl CheckedFile {
+    /// The per-check results.
+    ///
+    /// # Panics
+    ///
+    /// Never for a `CheckedFile` of [`check_path`], which always has them.
+    pub fn check(&self) -> &Check {
+        self.output
+            .check
+            .as_ref()
+            .expect("check_path returns Err for a history it could not check")
+    }
+}
+
+/// Checks the CSV history at `path` (`locksmith check`) and writes the report `files`.
+///
+/// A lock history the compact store decides on its own is checked in one pass and never
+/// paired (unless a report draws its operations); any other history is paired, handed to
+/// `on_paired` (to say that a long check starts) and checked by [`check_paired_with`].
+/// A history that does not read (`FILE:line:column: reason`) or a report that cannot be
+/// written is an `Err`: the command could not do what it was asked.
+pub fn check_path(
+    path: &Path,
+    options: &Options,
+    files: &ReportFiles,
+    on_paired: &mut dyn FnMut(&Paired),
+) -> Result<CheckedFile, CheckError> {
+    let started = Instant::now();
+    let (checked, operations) =
+        match checker::cli::read_for_check(path, options, files.draw_operations())? {
+            ReadForCheck::Decided(fast) => {
+                let output = CheckOutput::of(fast.check);
+                let checked = Checked {
+                    output,
+                    paired: None,
+                };
+                (checked, fast.operations)
+            }
+            ReadForCheck::Paired(paired) => {
+                on_paired(&paired);
+                let operations = paired.operations.len();
+                (check_paired_with(paired, options, Vec::new()), operations)
+            }
+        };
+    let elapsed = started.elapsed();
+    write_report_files(files, &path.display().to_string(), &checked, elapsed)?;
+    Ok(CheckedFile {
+        output: checked.output,
+        operations,
+        elapsed,
+    })
+}
+
+/// Writes the report `files` of a checked history titled `title`, in order (timeline, plot,
+/// JUnit); the first that cannot be written is the error.
+pub fn write_report_files(
+    files: &ReportFiles,
+    title: &str,
+    checked: &Checked,
+    elapsed: Duration,
+) -> Result<(), CheckError> {
+    let Some(check) = &checked.output.check else {
+        return Ok(());
+    };
+    let io = |path: &Path, source| CheckError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if let (Some(path), Some(paired)) = (&files.timeline, &checked.paired) {
+        std::fs::write(path, timeline::render(title, paired, check)).map_err(|e| io(path, e))?;
+    }
+    if let (Some(path), Some(paired)) = (&files.plot, &checked.paired) {
+        let svg = plot::latency_svg(title, &paired.operations, &paired.faults);
+        std::fs::write(path, svg).map_err(|e| io(path, e))?;
+    }
+    if let Some(path) = &files.junit {
+        let name = format!("locksmith check {title}");
+        let suite = junit::Suite::from_check(&name, title, check, elapsed.as_secs_f64());
+        junit::write(path, &[suite]).map_err(|e| io(path, e))?;
+    }
+    Ok(())
 }

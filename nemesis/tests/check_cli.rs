@@ -1,9 +1,11 @@
-//! `locksmith check` and `locksmith convert` through `checker::cli`: DESIGN "The command
-//! line" exit codes (0 valid, 1 invalid, 2 unknown or could not run) and messages.
+//! `locksmith check` and `locksmith convert` through `nemesis::check` and `checker::cli`:
+//! DESIGN "The command line" exit codes (0 valid, 1 invalid, 2 unknown or could not run) and
+//! messages.
 
 use std::path::{Path, PathBuf};
 
-use checker::cli::{CheckArgs, run_check, run_convert};
+use checker::cli::run_convert;
+use nemesis::check::{CheckArgs, run_check};
 
 fn case(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
