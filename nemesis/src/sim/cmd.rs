@@ -91,12 +91,10 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     // The first line is the seed's results.json, which the parent reads as the struct.
     let json = serde_json::to_string(&result.results).map_err(|e| e.to_string())?;
     println!("{json}");
-    if !result.verdict().is_valid() {
-        if !quiet {
-            let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
-            println!("store: {}", dir.display());
-            println!("timeline: {}", dir.join(RunDir::TIMELINE).display());
-        }
+    if !result.verdict().is_valid() && !quiet {
+        let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
+        println!("store: {}", dir.display());
+        println!("timeline: {}", dir.join(RunDir::TIMELINE).display());
     }
     Ok(result.verdict().exit_code())
 }
