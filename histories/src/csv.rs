@@ -813,6 +813,15 @@ pub fn to_bytes(ops: &[Op]) -> Vec<u8> {
     writer.into_inner().unwrap_or_default()
 }
 
+/// A digest of the history's CSV bytes, to compare two runs (`LOCKSMITH_SIM_DIGESTS=1
+/// locksmith sim` prints it per seed).
+pub fn digest(ops: &[Op]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    to_bytes(ops).hash(&mut hasher);
+    hasher.finish()
+}
+
 impl Writer<BufWriter<File>> {
     /// Creates (or truncates) the file at `path` and writes the header.
     pub fn create(path: &Path, options: WriterOptions) -> io::Result<Self> {

@@ -19,13 +19,13 @@ fn main() {
     for seed in 1..=seeds {
         let one = Instant::now();
         let result = run_case(&SimCase::new(seed));
-        simulated_ms += result.sim_ms;
+        simulated_ms += result.results.simulated_ms.unwrap_or(0);
         if !result.verdict().is_valid() {
             invalid.push(seed);
         }
         eprintln!(
             "seed {seed}: {:.1} simulated s in {:.2} wall s, {}",
-            result.sim_ms as f64 / 1e3,
+            result.results.simulated_ms.unwrap_or(0) as f64 / 1e3,
             one.elapsed().as_secs_f64(),
             result.verdict().as_str()
         );

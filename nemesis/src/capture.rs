@@ -5,9 +5,28 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A subscriber that writes every line into `buffer`, starting with `clock()` in seconds.
-/// The filter is the environment variable `filter_var` when set, else `default_filter`.
-pub fn subscriber(
+/// Runs `f` with, when `on`, every log line captured into a buffer that `f` is given too
+/// (for log tails while it runs), each line starting with `clock()` in seconds. The filter
+/// is the environment variable `filter_var` when set, else `default_filter`. Returns what
+/// `f` returned and the lines.
+pub fn capturing<T>(
+    on: bool,
+    filter_var: &str,
+    default_filter: &str,
+    clock: fn() -> Duration,
+    f: impl FnOnce(Option<Arc<Mutex<Vec<u8>>>>) -> T,
+) -> (T, Option<String>) {
+    if !on {
+        return (f(None), None);
+    }
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = subscriber(buffer.clone(), filter_var, default_filter, clock);
+    let value = tracing::subscriber::with_default(subscriber, || f(Some(buffer.clone())));
+    let bytes = buffer.lock().map(|b| b.clone()).unwrap_or_default();
+    (value, Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+fn subscriber(
     buffer: Arc<Mutex<Vec<u8>>>,
     filter_var: &str,
     default_filter: &str,

@@ -18,12 +18,13 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::harness::Nodes;
+use crate::harness::world::NodeLedger;
 use crate::subprocess::wait_bounded;
 use crate::{Error, NodeId};
 
@@ -174,24 +175,8 @@ pub fn free_ports(n: usize) -> Result<Vec<SocketAddr>, Error> {
 
 struct NodeProcess {
     child: Option<Child>,
-    paused: bool,
-    starts: u32,
-    kills: u32,
-    pauses: u32,
-    /// Exits the nemesis did not cause (crashes, a port already in use, ...).
-    exits: u32,
-    /// Time running before the current start, and when the current start began.
-    up: Duration,
-    since: Option<Instant>,
+    ledger: NodeLedger,
     options: LaunchOptions,
-}
-
-impl NodeProcess {
-    fn stopped(&mut self) {
-        if let Some(since) = self.since.take() {
-            self.up += since.elapsed();
-        }
-    }
 }
 
 /// What happened to one node during a run (results.json `nodes`).
@@ -226,21 +211,19 @@ impl Cluster {
         nodes: &[NodeId],
         log_dir: &Path,
     ) -> Result<Cluster, Error> {
-        let procs = nodes
-            .iter()
-            .map(|id| {
-                let p = NodeProcess {
-                    child: None,
-                    paused: false,
-                    starts: 0,
-                    kills: 0,
-                    pauses: 0,
-                    exits: 0,
-                    up: Duration::ZERO,
-                    since: None,
-                    options: LaunchOptions::default(),
-                };
-                (*id, p)
+        let procs = NodeLedger::of(nodes)
+            .into_iter()
+            .map(|(id, ledger)| {
+                let options = LaunchOptions::default();
+                let child = None;
+                (
+                    id,
+                    NodeProcess {
+                        child,
+                        ledger,
+                        options,
+                    },
+                )
             })
             .collect();
         let cluster = Cluster {
@@ -297,9 +280,7 @@ impl Cluster {
         })?;
         registry().insert(child.id() as i32);
         node.child = Some(child);
-        node.paused = false;
-        node.starts += 1;
-        node.since = Some(Instant::now());
+        node.ledger.started();
         self.launcher.started(id)
     }
 
@@ -312,23 +293,12 @@ impl Cluster {
 
     /// How many times a node was started.
     pub fn starts(&self, id: NodeId) -> u32 {
-        self.lock().get(&id).map_or(0, |n| n.starts)
+        self.lock().get(&id).map_or(0, |n| n.ledger.stats().starts)
     }
 
     /// Per node: starts, kills, pauses, exits and uptime so far.
     pub fn stats(&self) -> Vec<NodeStats> {
-        self.lock()
-            .iter()
-            .map(|(id, n)| NodeStats {
-                node: *id,
-                starts: n.starts,
-                kills: n.kills,
-                pauses: n.pauses,
-                exits: n.exits,
-                uptime_ms: (n.up + n.since.map_or(Duration::ZERO, |s| s.elapsed())).as_millis()
-                    as u64,
-            })
-            .collect()
+        self.lock().values().map(|n| n.ledger.stats()).collect()
     }
 
     /// The last `lines` lines of node `id`'s log (for an error message).
@@ -341,7 +311,8 @@ impl Cluster {
 
     /// Nodes not running (killed, or exited on their own).
     pub fn down(&self) -> BTreeSet<NodeId> {
-        self.lock()
+        let procs = self.lock();
+        procs
             .iter()
             .filter(|(_, n)| n.child.is_none())
             .map(|(id, _)| *id)
@@ -350,9 +321,10 @@ impl Cluster {
 
     /// Nodes stopped with SIGSTOP.
     pub fn paused(&self) -> BTreeSet<NodeId> {
-        self.lock()
+        let procs = self.lock();
+        procs
             .iter()
-            .filter(|(_, n)| n.paused)
+            .filter(|(_, n)| n.ledger.paused())
             .map(|(id, _)| *id)
             .collect()
     }
@@ -366,9 +338,7 @@ impl Cluster {
         let Some(mut child) = node.child.take() else {
             return Ok(());
         };
-        node.paused = false;
-        node.kills += 1;
-        node.stopped();
+        node.ledger.killed();
         drop(procs);
         let remote = self.launcher.remote_signal(id, Signal::SIGKILL);
         let pgid = Pid::from_raw(child.id() as i32);
@@ -411,10 +381,7 @@ impl Cluster {
             None => killpg(Pid::from_raw(child.id() as i32), signal)
                 .map_err(|e| Error::Cluster(format!("node {id}: {signal}: {e}")))?,
         }
-        if paused && !node.paused {
-            node.pauses += 1;
-        }
-        node.paused = paused;
+        node.ledger.set_paused(paused);
         Ok(())
     }
 
@@ -444,9 +411,7 @@ impl Cluster {
                 && let Some(child) = node.child.take()
             {
                 registry().remove(&(child.id() as i32));
-                node.paused = false;
-                node.exits += 1;
-                node.stopped();
+                node.ledger.exited();
                 out.push((*id, status));
             }
         }

@@ -191,12 +191,9 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     let ticker = options
         .progress
         .then(|| crate::progress::Ticker::start("test", "checking the history"));
-    let mut extra = vec![harness::node_health(&execution.exited, None)];
     // With traces, the nodes' traces through the model: catches what no client saw (a
     // restart that lost acknowledged writes, a grant without the log behind it).
-    if system.traces() {
-        extra.push(crate::replay::check_run(&dir));
-    }
+    let extra = harness::run_checks(&execution, None, system.traces().then_some(&*dir));
     let output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
     drop(ticker);
     let mut results = Results::of(

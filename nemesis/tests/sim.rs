@@ -252,3 +252,26 @@ fn nodes_dropped_after_a_no_fsync_seed_do_not_panic() {
         "seeds 1..=2, no-fsync: no panic:\n{stderr}"
     );
 }
+
+#[test]
+fn keeps_only_changes_after_which_the_case_still_fails() {
+    // A made-up failure that needs at least 10 simulated seconds and 3 clients, and
+    // planned fault 0: the shrinker must stop there and drop every other fault.
+    let failing = SimCase::new(7);
+    let shrunk = nemesis::sim::shrink::shrink(&failing, |case| {
+        case.options.time_s >= 10
+            && case.options.concurrency >= 3
+            && !case.options.drop_faults.contains(&0)
+    });
+    assert_eq!(shrunk.case.options.time_s, 15, "30 -> 15 fails, 7 does not");
+    assert_eq!(
+        shrunk.case.options.concurrency, 5,
+        "10 -> 5 fails, 2 does not"
+    );
+    assert!(!shrunk.case.options.drop_faults.contains(&0));
+    assert_eq!(
+        shrunk.faults_left, 1,
+        "every fault but the needed one is dropped"
+    );
+    assert!(shrunk.runs <= nemesis::sim::shrink::SHRINK_RUNS_MAX);
+}

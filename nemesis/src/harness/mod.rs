@@ -347,6 +347,18 @@ async fn all_nodes_answer(
     }
 }
 
+/// The run's own checks beside the history's, in every world: node health, and with
+/// `traces` (a run dir whose nodes wrote traces) the trace replay through the model.
+pub fn run_checks(
+    execution: &Execution,
+    world_error: Option<&str>,
+    traces: Option<&std::path::Path>,
+) -> Vec<CheckResult> {
+    let mut checks = vec![node_health(&execution.exited, world_error)];
+    checks.extend(traces.map(crate::replay::check_run));
+    checks
+}
+
 /// Node health, an ordinary check in every world: a node that stopped on its own (it
 /// exited, or panicked) makes the run invalid, with the tail of its log; a world that could
 /// not finish the run makes it unknown.

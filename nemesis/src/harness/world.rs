@@ -12,8 +12,11 @@
 //! The workload, recorder, fault families, fault driver, final heal, recovery and phantom
 //! probe see only these seams, so they are the same code in both worlds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::cluster::{Layout, NodeStats};
 use crate::harness::workload::ClientPauses;
@@ -81,5 +84,97 @@ impl World {
         tokio::task::spawn_blocking(call)
             .await
             .map_err(|e| Error::Io(format!("a blocking seam call failed: {e}")))?
+    }
+}
+
+/// What every world's [`Nodes`] keeps of one node: whether it runs and is paused, and the
+/// counts and uptime of results.json `nodes`. The world does the deed; the ledger books it.
+#[derive(Clone, Debug)]
+pub struct NodeLedger {
+    stats: NodeStats,
+    /// Time running before the current start, and when the current start began.
+    up: Duration,
+    since: Option<Instant>,
+    paused: bool,
+}
+
+impl NodeLedger {
+    /// The ledgers of `nodes`, none started yet.
+    pub fn of(nodes: &[NodeId]) -> BTreeMap<NodeId, NodeLedger> {
+        let ledger = |node| NodeLedger {
+            stats: NodeStats {
+                node,
+                ..NodeStats::default()
+            },
+            up: Duration::ZERO,
+            since: None,
+            paused: false,
+        };
+        nodes.iter().map(|&id| (id, ledger(id))).collect()
+    }
+
+    /// True from a start to a kill or an exit.
+    pub fn running(&self) -> bool {
+        self.since.is_some()
+    }
+
+    /// True while running and paused.
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The node (re)started.
+    pub fn started(&mut self) {
+        self.stats.starts += 1;
+        self.since = Some(Instant::now());
+        self.paused = false;
+    }
+
+    /// The nemesis killed the node.
+    pub fn killed(&mut self) {
+        self.stats.kills += 1;
+        self.stopped();
+    }
+
+    /// The node exited on its own.
+    pub fn exited(&mut self) {
+        self.stats.exits += 1;
+        self.stopped();
+    }
+
+    fn stopped(&mut self) {
+        if let Some(since) = self.since.take() {
+            self.up += since.elapsed();
+        }
+        self.paused = false;
+    }
+
+    /// The node was paused (`true`) or resumed; a pause counts once until resumed.
+    pub fn set_paused(&mut self, paused: bool) {
+        if paused && !self.paused {
+            self.stats.pauses += 1;
+        }
+        self.paused = paused;
+    }
+
+    /// The node's counts, uptime so far included.
+    pub fn stats(&self) -> NodeStats {
+        let running = self.since.map(|s| s.elapsed()).unwrap_or_default();
+        NodeStats {
+            uptime_ms: (self.up + running).as_millis() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Nodes of `ledgers` for which `which` holds.
+    pub fn select(
+        ledgers: &BTreeMap<NodeId, NodeLedger>,
+        which: impl Fn(&NodeLedger) -> bool,
+    ) -> BTreeSet<NodeId> {
+        ledgers
+            .iter()
+            .filter(|(_, l)| which(l))
+            .map(|(id, _)| *id)
+            .collect()
     }
 }

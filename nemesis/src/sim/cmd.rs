@@ -1,16 +1,13 @@
-//! `locksmith sim`'s work: many seeds, each in a child process of its own, on every core;
-//! progress; the store and a shrunk rerun command for a failing seed. (Its arguments are
-//! parsed in the binary's `commands/sim.rs`.)
-//!
-//! By default the run stops starting new seeds at the first failure (the seeds in flight
-//! finish), since one failing seed is what a person needs; `keep_going` runs them all.
+//! `locksmith sim`'s work (its arguments: `commands/sim.rs`): seeds, each in a child
+//! process of its own, on every core; progress; a failing seed's store and shrunk rerun.
+//! New seeds stop at the first failure unless `keep_going`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::shrink::shrink_with;
+use super::shrink::shrink;
 use super::{CaseResult, SimCase, run_case};
 use crate::store::RunDir;
 use checker::Verdict;
@@ -53,13 +50,13 @@ struct SeedReport {
 }
 
 impl SeedReport {
-    fn unknown(seed: u64, why: String) -> SeedReport {
-        let verdict = Verdict::unknown(why.clone());
+    fn unknown(seed: u64, text: String) -> SeedReport {
+        let verdict = Verdict::unknown(text.clone());
         SeedReport {
             seed,
             verdict,
             sim_ms: 0,
-            text: why,
+            text,
         }
     }
 }
@@ -82,11 +79,8 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     }
     let result = run_case(&case);
     if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
-        let digest = super::history_digest(&result.ops);
-        eprintln!(
-            "seed {seed}: {} ops, history digest {digest:016x}",
-            result.ops.len()
-        );
+        let (ops, digest) = (result.ops.len(), history::csv::digest(&result.ops));
+        eprintln!("seed {seed}: {ops} ops, history digest {digest:016x}");
     }
     // The first line is the seed's results.json, which the parent reads as the struct.
     let json = serde_json::to_string(&result.results).map_err(|e| e.to_string())?;
@@ -113,10 +107,7 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
     let output = match crate::subprocess::run_bounded(&mut command, bound, "a seed's child") {
         Ok(output) => output,
         // A child that hung or could not start: this seed is unknown, never valid.
-        Err(e) => {
-            let why = format!("the child for seed {}: {e}", case.seed());
-            return Ok(SeedReport::unknown(case.seed(), why));
-        }
+        Err(e) => return Ok(SeedReport::unknown(case.seed(), format!("the child: {e}"))),
     };
     // What the child said on stderr (panics, digests) goes on to ours.
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
@@ -133,14 +124,13 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
                 .collect::<Vec<_>>()
                 .join("\n"),
         },
-        Err(e) => SeedReport::unknown(
-            case.seed(),
-            format!(
-                "the child for seed {} ended without its results ({}: {e}): {stdout}",
-                case.seed(),
+        Err(e) => {
+            let why = format!(
+                "the child ended without results ({}: {e}): {stdout}",
                 output.status
-            ),
-        ),
+            );
+            SeedReport::unknown(case.seed(), why)
+        }
     })
 }
 
@@ -158,18 +148,15 @@ pub fn run(run: &SimRun) -> i32 {
 }
 
 fn run_parent(run: &SimRun) -> Result<i32, String> {
-    let template = &run.template;
+    let options = &run.template.options;
+    let first = run.seeds.first().copied().unwrap_or(0);
+    let bug = (options.bug.as_ref())
+        .map(|b| format!(", bug {b}"))
+        .unwrap_or_default();
+    let (seeds, jobs, nodes) = (run.seeds.len(), run.jobs, options.nodes);
+    let (time_s, clients) = (options.time_s, options.concurrency);
     eprintln!(
-        "locksmith sim: {} seeds ({}..), {} simulated s each, {} nodes, {} clients, {} jobs{}",
-        run.seeds.len(),
-        run.seeds.first().copied().unwrap_or(0),
-        template.options.time_s,
-        template.options.nodes,
-        template.options.concurrency,
-        run.jobs,
-        (template.options.bug.as_ref())
-            .map(|b| format!(", bug {b}"))
-            .unwrap_or_default()
+        "locksmith sim: {seeds} seeds ({first}..), {time_s} simulated s each, {nodes} nodes, {clients} clients, {jobs} jobs{bug}"
     );
     let started = Instant::now();
     let outcome = run_seeds(run)?;
@@ -186,7 +173,17 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
         unknown.len(),
     );
     if let Some(path) = &run.junit {
-        write_junit(path, done, &failed, &unknown, elapsed, template)?;
+        use checker::report::junit::{self, SeedOutcome};
+        let bad: Vec<SeedOutcome> = (failed.iter().chain(&unknown))
+            .map(|r| SeedOutcome {
+                seed: r.seed,
+                verdict: r.verdict.as_str().to_owned(),
+                explanation: r.text.clone(),
+                rerun: format!("rerun: {}", run.template.with_seed(r.seed).rerun_command()),
+            })
+            .collect();
+        let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed);
+        junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     for result in &unknown {
         println!("seed {}: unknown: {}", result.seed, result.text);
@@ -205,52 +202,23 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
     Ok(1)
 }
 
-/// `--junit`: one testcase per seed that did not pass, plus a summary.
-fn write_junit(
-    path: &Path,
-    done: usize,
-    failed: &[SeedReport],
-    unknown: &[SeedReport],
-    elapsed_s: f64,
-    template: &SimCase,
-) -> Result<(), String> {
-    use checker::report::junit::{self, SeedOutcome};
-    let bad: Vec<SeedOutcome> = failed
-        .iter()
-        .chain(unknown)
-        .map(|r| SeedOutcome {
-            seed: r.seed,
-            verdict: r.verdict.as_str().to_owned(),
-            explanation: r.text.clone(),
-            rerun: format!("rerun: {}", template.with_seed(r.seed).rerun_command()),
-        })
-        .collect();
-    let suite = junit::sim_suite("locksmith sim", done as u64, &bad, elapsed_s);
-    junit::write(path, &[suite]).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 /// Prints the failing seed's explanation and store (its child wrote it, with the nodes'
 /// logs), shrinks it (each candidate in a child of its own), and prints the rerun commands:
 /// the seed's, the shrunk case's, and `locksmith test` with the same plan.
 fn report_failure(report: &SeedReport, run: &SimRun) {
     let case = run.template.with_seed(report.seed);
-    println!(
-        "\nseed {} failed:\n{}",
-        case.seed(),
-        crate::store::abridged(&report.text)
-    );
+    let text = crate::store::abridged(&report.text);
+    println!("\nseed {} failed:\n{text}", case.seed());
     println!("rerun: {}", case.rerun_command());
-    println!(
-        "rerun on real processes (same options and fault plan): {}",
-        case.options.test_command()
-    );
+    let test = case.options.test_command();
+    println!("rerun on real processes (same options and fault plan): {test}");
     if !run.shrink {
         return;
     }
     eprintln!("locksmith sim: shrinking seed {} ...", case.seed());
     // Candidates write their traces apart (`DIR/shrink/seed-S`), so that the failing seed's
     // own traces stay in `DIR/seed-S` for `locksmith model replay`.
-    let mut shrunk = shrink_with(&case, |candidate| {
+    let mut shrunk = shrink(&case, |candidate| {
         let mut candidate = candidate.clone();
         candidate.trace_root = case.trace_root.as_ref().map(|root| root.join("shrink"));
         spawn_child(&candidate, &run.store, true).is_ok_and(|r| r.verdict.is_invalid())
@@ -335,8 +303,7 @@ fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Erro
     let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
     let logs = result.logs.as_deref().unwrap_or_default();
     run.write_recorded(&result.case.options, &result.ops, &result.results, |node| {
-        let tag = super::world::node_tag(node);
-        (logs.lines().filter(|line| line.contains(&tag)))
+        (super::world::node_lines(logs, node))
             .map(|line| format!("{line}\n"))
             .collect()
     })?;

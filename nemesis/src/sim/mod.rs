@@ -1,51 +1,38 @@
-//! `locksmith sim`: the harness ([`crate::harness`]) in the turmoil world.
-//!
-//! One seed is one run of the real lockd (the server's event loop, the client library, the
-//! storage code, the Raft core and the lock table, each node a turmoil host on a simulated
-//! network, clock and disk) driven by the harness's own workload, fault families, fault
-//! driver, final heal, recovery and phantom probe, all on one thread. Nothing of lockd or
-//! of the harness is re-implemented here: lockd's sockets and files go through `lockd::sys`,
-//! and the harness reaches the simulation only through the seams that [`world`] implements.
-//! The same seed gives the same run, byte for byte (`tests/sim.rs` checks the history).
-//!
-//! What is the simulator's own: the turmoil world ([`world`]: seeded message latency and
-//! host order, a snapshot threshold per seed, a disk that tears unsynced writes on half the
-//! seeds), the seeds and their child processes, sharding and the store of a failing seed
+//! `locksmith sim`: the harness ([`crate::harness`]) in the turmoil world. One seed is one
+//! run of the real lockd (`Lockd::add_sim_hosts`: each node a turmoil host on a simulated
+//! network, clock and disk) driven by the harness's own workload, faults, recovery and
+//! probe, on one thread; the same seed gives the same run, byte for byte (`tests/sim.rs`).
+//! The simulator's own: the turmoil world ([`world`]), seeds, children and sharding
 //! (`cmd.rs`), and shrinking (`shrink.rs`). A seed's options are a chaos run's
-//! ([`SimCase::options`]), so a failing seed prints both its `locksmith sim` rerun line and
-//! the `locksmith test` command that tries the same plan on real processes.
+//! ([`SimCase::options`]), so a failing seed prints its rerun line and the `locksmith test`
+//! command of the same plan.
 
 pub mod cmd;
 pub mod shrink;
 pub mod world;
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use checker::Verdict;
 use history::Op;
-use lockd::bugs::{Bug, BugSet};
 use lockd::raft::NodeId;
-use lockd::server::{LinkFaultsSwitch, PauseSwitch};
 
 use crate::harness::recorder::Recorder;
-use crate::harness::schedule::Planned;
 use crate::harness::workload::ClientPauses;
 use crate::harness::{self, Execution, TestOptions, World};
 use crate::net::Grudge;
 use crate::rng::Rng;
 use crate::store::Results;
-use world::{Control, HARNESS_HOST, SimNet, SimNodes, node_name};
+use world::{Control, HARNESS_HOST, SimNet, SimNodes};
 
 /// The simulator's step, ms: hosts run in lockstep, and messages move once per step.
 pub const TICK_MS: u64 = 4;
 /// The nodes' log filter unless `LOCKSMITH_SIM_LOG` says otherwise. `turmoil::sim` stays at
 /// info: its `node` span names the host of every line, which the store splits by node.
 const SIM_LOG_DEFAULT: &str = "info,tarpc=warn,turmoil=warn,turmoil::sim=info";
-/// Simulated time allowed beyond the fault phase, the drain, the recovery bound and the
-/// probe before the run is declared stuck, ms.
+/// Simulated time beyond the fault phase, drain, recovery and probe before a run is stuck, ms.
 const OVERRUN_MS: u64 = 40_000;
 /// Each seed's snapshot threshold (entries applied between snapshots) is drawn from here.
 const SNAPSHOT_THRESHOLD_MIN: u64 = 30;
@@ -60,22 +47,18 @@ const NET_STREAM: u64 = 0x5157_0e70;
 /// data as a chaos run's plan.txt; only the logs and traces are the simulator's.
 #[derive(Clone, Debug)]
 pub struct SimCase {
-    /// Seed, nodes, clients, keys, fault kinds, bug, dropped faults: the whole run follows
-    /// from these.
+    /// Seed, nodes, clients, keys, fault kinds, bug, dropped faults: they decide the run.
     pub options: TestOptions,
     /// Keep the nodes' logs (a rerun of a failing seed; slower).
     pub logs: bool,
-    /// Where the nodes' traces go (`locksmith sim --trace DIR`): this seed's nodes write
-    /// `DIR/seed-S/node-logs/nI.trace.jsonl` (`lockd::trace`, on the real disk), which
-    /// `locksmith model replay DIR/seed-S` feeds through the model. Writing them changes
-    /// nothing in the simulated run.
+    /// `--trace DIR`: the nodes write `DIR/seed-S/node-logs/nI.trace.jsonl` on the real
+    /// disk (for `locksmith model replay DIR/seed-S`), which changes nothing in the run.
     pub trace_root: Option<std::path::PathBuf>,
 }
 
 impl SimCase {
     /// The default case for `seed`: 5 nodes, 10 clients, 4 keys, 30 simulated seconds, every
-    /// fault kind, netem's included (`slow` and `flaky`, which `locksmith test` uses only with
-    /// hosts of their own).
+    /// fault kind, netem's (which `locksmith test` uses only with hosts of its own) included.
     pub fn new(seed: u64) -> Self {
         SimCase {
             options: TestOptions {
@@ -104,19 +87,14 @@ impl SimCase {
 
     /// This seed's trace folder, when traces are on.
     pub fn trace_dir(&self) -> Option<std::path::PathBuf> {
-        self.trace_root
-            .as_ref()
-            .map(|root| root.join(format!("seed-{}", self.seed())))
+        (self.trace_root.as_ref()).map(|root| root.join(format!("seed-{}", self.seed())))
     }
 
     /// The command that reruns exactly this case.
     pub fn rerun_command(&self) -> String {
         let defaults = SimCase::new(self.seed()).options;
-        let mut line = format!(
-            "locksmith sim --seeds {}{}",
-            self.seed(),
-            self.options.differing_flags(&defaults, "clients")
-        );
+        let flags = self.options.differing_flags(&defaults, "clients");
+        let mut line = format!("locksmith sim --seeds {}{flags}", self.seed());
         if let Some(root) = &self.trace_root {
             let _ = write!(line, " --trace {}", root.display());
         }
@@ -133,13 +111,9 @@ pub struct CaseResult {
     pub ops: Vec<Op>,
     /// results.json, checks and node health included (the schema of a chaos run's).
     pub results: Results,
-    /// The fault plan (before `drop_faults`), for `plan.txt` and shrinking.
-    pub plan: Vec<Planned>,
     /// The nodes' log, when `case.logs` was set (one line per event, node and simulated
     /// time first).
     pub logs: Option<String>,
-    /// Simulated milliseconds the run took.
-    pub sim_ms: u64,
 }
 
 impl CaseResult {
@@ -147,20 +121,6 @@ impl CaseResult {
     pub fn verdict(&self) -> &Verdict {
         &self.results.verdict
     }
-
-    /// The explanation in words.
-    pub fn explanation(&self) -> &str {
-        &self.results.explanation
-    }
-}
-
-/// A digest of the history's bytes (`LOCKSMITH_SIM_DIGESTS=1 locksmith sim` prints it per
-/// seed, to compare two runs of the same seeds).
-pub fn history_digest(ops: &[Op]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    history::csv::to_bytes(ops).hash(&mut hasher);
-    hasher.finish()
 }
 
 /// Runs one case to its verdict. Never panics on a lockd failure: a node that stops is part
@@ -174,7 +134,14 @@ pub fn run_case(case: &SimCase) -> CaseResult {
     let simulated = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name(format!("sim-seed-{}", case.seed()))
-            .spawn_scoped(scope, || simulate_logged(case))
+            .spawn_scoped(scope, || {
+                let clock = || turmoil::sim_elapsed().unwrap_or_default();
+                let (env, default) = ("LOCKSMITH_SIM_LOG", SIM_LOG_DEFAULT);
+                let run = |logs| simulate(case, logs);
+                let (simulated, logs) =
+                    crate::capture::capturing(case.logs, env, default, clock, run);
+                Simulated { logs, ..simulated }
+            })
             .ok()
             .and_then(|h| h.join().ok())
     });
@@ -184,6 +151,7 @@ pub fn run_case(case: &SimCase) -> CaseResult {
 }
 
 /// What a simulation left.
+#[derive(Default)]
 struct Simulated {
     ops: Vec<Op>,
     execution: Option<Execution>,
@@ -194,12 +162,10 @@ struct Simulated {
 
 impl Simulated {
     fn failed(error: impl Into<String>) -> Simulated {
+        let error = Some(error.into());
         Simulated {
-            ops: Vec::new(),
-            execution: None,
-            error: Some(error.into()),
-            logs: None,
-            sim_ms: 0,
+            error,
+            ..Simulated::default()
         }
     }
 }
@@ -210,31 +176,14 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     let execution = simulated
         .execution
         .unwrap_or_else(|| Execution::unfinished(options));
-    let error = simulated.error.or_else(|| {
-        (execution
-            .phase
-            .counters
-            .ops
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 0
-            && simulated.ops.is_empty())
-        .then(|| "the harness recorded nothing".to_owned())
-    });
-    let mut extra = vec![harness::node_health(&execution.exited, error.as_deref())];
-    if let Some(dir) = case.trace_dir() {
-        // `--trace`: the nodes' traces through the model (`crate::replay`), written to the
-        // real disk by the run that just ended.
-        extra.push(crate::replay::check_run(&dir));
-    }
+    let error = (simulated.error)
+        .or_else(|| (simulated.ops.is_empty()).then(|| "the harness recorded nothing".into()));
+    // `--trace`: the nodes' traces, on the real disk, through the model.
+    let extra = harness::run_checks(&execution, error.as_deref(), case.trace_dir().as_deref());
     let checked =
         crate::store::pipeline::check_ops(&simulated.ops, &checker::Options::default(), extra);
-    let mut results = Results::of(
-        options,
-        "lockd",
-        "simulation",
-        &execution,
-        simulated.ops.len() as u64,
-    );
+    let ops = simulated.ops.len() as u64;
+    let mut results = Results::of(options, "lockd", "simulation", &execution, ops);
     results.duration_ms = wall.as_millis() as u64;
     results.simulated_ms = Some(simulated.sim_ms);
     results.rerun = vec![case.rerun_command(), options.test_command()];
@@ -243,31 +192,8 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         case: case.clone(),
         ops: simulated.ops,
         results,
-        plan: options.plan(),
         logs: simulated.logs,
-        sim_ms: simulated.sim_ms,
     }
-}
-
-fn simulate_logged(case: &SimCase) -> Simulated {
-    let logs = case.logs.then(|| Arc::new(Mutex::new(Vec::new())));
-    let mut simulated = match &logs {
-        Some(buffer) => {
-            let subscriber = crate::capture::subscriber(
-                buffer.clone(),
-                "LOCKSMITH_SIM_LOG",
-                SIM_LOG_DEFAULT,
-                || turmoil::sim_elapsed().unwrap_or_default(),
-            );
-            tracing::subscriber::with_default(subscriber, || simulate(case, logs.clone()))
-        }
-        None => simulate(case, None),
-    };
-    simulated.logs = logs.map(|buffer| {
-        let bytes = buffer.lock().map(|b| b.clone()).unwrap_or_default();
-        String::from_utf8_lossy(&bytes).into_owned()
-    });
-    simulated
 }
 
 /// Builds the simulation of `case`, runs it to the end, and returns what it recorded.
@@ -308,47 +234,16 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     }
     let mut sim = builder.build();
 
-    let bugs = match options.bug.as_deref().map(str::parse::<Bug>) {
-        Some(Ok(bug)) => BugSet::of(&[bug]),
-        Some(Err(e)) => return Simulated::failed(format!("--bug: {e}")),
-        None => BugSet::NONE,
-    };
-    let mut switches = BTreeMap::new();
-    let mut gates = BTreeMap::new();
-    for &id in &nodes {
-        let (pause, pause_gate) = PauseSwitch::new();
-        let (links, links_gate) = LinkFaultsSwitch::new();
-        switches.insert(id, (pause, links));
-        gates.insert(id, (pause_gate, links_gate));
-    }
-    let control = Control::new(nodes.clone(), switches, logs);
-    for &id in &nodes {
-        let (pause_gate, links_gate) = gates.remove(&id).unwrap_or_else(|| unreachable!());
-        let members = nodes.clone();
+    let control = Control::new(nodes.clone(), logs);
+    let lockd = crate::systems::lockd::Lockd::simulated(options.bug.clone(), options.seed);
+    let stopped = {
         let control = control.clone();
-        let seed = options.seed;
-        let trace = trace_dir
-            .as_ref()
-            .map(|dir| dir.join(format!("n{id}.trace.jsonl")));
-        sim.host(node_name(id), move || {
-            let node = crate::systems::lockd::SimulatedNode {
-                id,
-                members: members.clone(),
-                seed,
-                bugs,
-                snapshot_threshold,
-                pause_gate: pause_gate.clone(),
-                link_faults: links_gate.clone(),
-                trace: trace.clone(),
-            };
-            let control = control.clone();
-            async move {
-                if let Err(how) = node.run().await {
-                    control.node_stopped(id, how);
-                }
-                Ok(())
-            }
-        });
+        move |id, how| control.node_stopped(id, how)
+    };
+    let traces = trace_dir.as_deref();
+    match lockd.add_sim_hosts(&mut sim, &nodes, snapshot_threshold, traces, stopped) {
+        Ok(switches) => control.attach(switches),
+        Err(e) => return Simulated::failed(e),
     }
 
     // The recorder is made inside the simulation, so its clock is the simulated one; the
@@ -360,12 +255,10 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         let finished = finished.clone();
         let control = control.clone();
         let nodes = nodes.clone();
-        let bug = options.bug.clone();
         sim.client(HARNESS_HOST, async move {
             control.start_clocks();
-            let system = Arc::new(crate::systems::lockd::Lockd::simulated(bug, options.seed));
             let world = World {
-                system,
+                system: Arc::new(lockd),
                 layout: world::layout(&nodes),
                 nodes: Arc::new(SimNodes(control.clone())),
                 net: Arc::new(SimNet(control.clone())),
@@ -386,19 +279,15 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     }
 
     let mut cut = Grudge::none();
-    let mut error = None;
-    loop {
+    let mut error = loop {
         let step = sim.step();
         control.apply(&mut sim, &mut cut, max_latency_ms);
         match step {
-            Ok(true) => break,
+            Ok(true) => break None,
             Ok(false) => {}
-            Err(e) => {
-                error = Some(e.to_string());
-                break;
-            }
+            Err(e) => break Some(e.to_string()),
         }
-    }
+    };
     let sim_ms = sim.elapsed().as_millis() as u64;
     drop(sim);
     let execution = match finished.lock().unwrap_or_else(|p| p.into_inner()).take() {

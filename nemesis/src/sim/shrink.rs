@@ -2,7 +2,7 @@
 //! fewer clients, then each remaining planned fault dropped one at a time, keeping every
 //! change after which the case still fails (`invalid`). Bounded by [`SHRINK_RUNS_MAX`].
 
-use super::{SimCase, run_case};
+use super::SimCase;
 
 /// At most this many reruns while shrinking.
 pub const SHRINK_RUNS_MAX: usize = 60;
@@ -20,13 +20,9 @@ pub struct Shrunk {
     pub faults_left: usize,
 }
 
-/// Shrinks `failing` (which must fail); `fails` decides a candidate.
-pub fn shrink(failing: &SimCase) -> Shrunk {
-    shrink_with(failing, |case| run_case(case).verdict().is_invalid())
-}
-
-/// [`shrink`] with the failure test given (for tests).
-pub fn shrink_with(failing: &SimCase, mut fails: impl FnMut(&SimCase) -> bool) -> Shrunk {
+/// Shrinks `failing` (which must fail); `fails` decides a candidate (`locksmith sim` runs
+/// each in a child process).
+pub fn shrink(failing: &SimCase, mut fails: impl FnMut(&SimCase) -> bool) -> Shrunk {
     let mut best = failing.clone();
     let mut runs = 0;
     let mut attempt = |candidate: SimCase, best: &mut SimCase, runs: &mut usize| -> bool {
@@ -73,33 +69,5 @@ pub fn shrink_with(failing: &SimCase, mut fails: impl FnMut(&SimCase) -> bool) -
         case: best,
         runs,
         faults_left,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keeps_only_changes_after_which_the_case_still_fails() {
-        // A made-up failure that needs at least 10 simulated seconds and 3 clients, and
-        // planned fault 0: the shrinker must stop there and drop every other fault.
-        let failing = SimCase::new(7);
-        let shrunk = shrink_with(&failing, |case| {
-            case.options.time_s >= 10
-                && case.options.concurrency >= 3
-                && !case.options.drop_faults.contains(&0)
-        });
-        assert_eq!(shrunk.case.options.time_s, 15, "30 -> 15 fails, 7 does not");
-        assert_eq!(
-            shrunk.case.options.concurrency, 5,
-            "10 -> 5 fails, 2 does not"
-        );
-        assert!(!shrunk.case.options.drop_faults.contains(&0));
-        assert_eq!(
-            shrunk.faults_left, 1,
-            "every fault but the needed one is dropped"
-        );
-        assert!(shrunk.runs <= SHRINK_RUNS_MAX);
     }
 }

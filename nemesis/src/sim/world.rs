@@ -1,26 +1,22 @@
-//! The turmoil world: the harness's seams answered by a simulation. Every lockd node is a
-//! turmoil host running the real server; the harness (workload, fault driver, recovery,
-//! probe: `crate::harness::execute`) runs in one more host, `clients`, and reaches the
-//! nodes through [`SimNodes`] and [`SimNet`].
-//!
-//! A seam call made inside the `clients` host changes what it can at once (a node's pause
-//! switch, its peer links' fault switch) and queues what only the simulation can do (crash,
-//! bounce, hold, cut, link latency); the step loop ([`run`]) applies the queue right after
-//! the step in which the call was made, so a fault takes effect at the simulated instant it
-//! was recorded.
+//! The turmoil world: the harness's seams answered by a simulation. The harness runs in the
+//! host `clients` and reaches the node hosts through [`SimNodes`] and [`SimNet`]. A seam
+//! call changes what it can at once (a node's pause and link switches) and queues what only
+//! the simulation can do (crash, bounce, hold, cut, latency), which the step loop applies
+//! right after the step of the call: a fault takes effect at the instant it was recorded.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use lockd::server::{LinkFaults, LinkFaultsSwitch, PauseSwitch};
-use tokio::time::Instant;
+use lockd::server::LinkFaults;
 
 use crate::cluster::{Layout, NodeStats};
 use crate::faults::netem::NetemSpec;
 use crate::harness::Nodes;
+use crate::harness::world::NodeLedger;
 use crate::net::{Grudge, Net};
+use crate::systems::lockd::SimSwitches;
 use crate::{Error, NodeId};
 
 /// Where each node listens for clients in the simulation.
@@ -52,7 +48,6 @@ pub fn layout(nodes: &[NodeId]) -> Layout {
 }
 
 /// What only the step loop can do to the simulation.
-#[derive(Clone, Debug)]
 enum Command {
     Crash(NodeId),
     Bounce(NodeId),
@@ -62,22 +57,11 @@ enum Command {
     Latency(NodeId, u64),
 }
 
-#[derive(Default)]
-struct NodeState {
-    stats: NodeStats,
-    since: Option<Instant>,
-    up: Duration,
-}
-
-#[derive(Default)]
 struct State {
     queue: VecDeque<Command>,
-    killed: BTreeSet<NodeId>,
-    paused: BTreeSet<NodeId>,
-    exited: BTreeSet<NodeId>,
     /// Node exits not yet reaped.
     exits: Vec<(NodeId, String)>,
-    nodes: BTreeMap<NodeId, NodeState>,
+    nodes: BTreeMap<NodeId, NodeLedger>,
 }
 
 /// The simulated world's shared state: the seams write it, the step loop and the node
@@ -85,45 +69,39 @@ struct State {
 #[derive(Clone)]
 pub struct Control {
     state: Arc<Mutex<State>>,
-    switches: Arc<BTreeMap<NodeId, (PauseSwitch, LinkFaultsSwitch)>>,
+    switches: Arc<OnceLock<BTreeMap<NodeId, SimSwitches>>>,
     logs: Option<Arc<Mutex<Vec<u8>>>>,
     nodes: Vec<NodeId>,
 }
 
 impl Control {
-    /// The control of `nodes`, with their pause and link switches and the log buffer.
-    pub fn new(
-        nodes: Vec<NodeId>,
-        switches: BTreeMap<NodeId, (PauseSwitch, LinkFaultsSwitch)>,
-        logs: Option<Arc<Mutex<Vec<u8>>>>,
-    ) -> Control {
+    /// The control of `nodes`, with the log buffer.
+    pub fn new(nodes: Vec<NodeId>, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Control {
         let state = State {
-            nodes: nodes
-                .iter()
-                .map(|&id| {
-                    let mut node = NodeState::default();
-                    node.stats.node = id;
-                    node.stats.starts = 1;
-                    (id, node)
-                })
-                .collect(),
-            ..State::default()
+            queue: VecDeque::new(),
+            exits: Vec::new(),
+            nodes: NodeLedger::of(&nodes),
         };
         Control {
             state: Arc::new(Mutex::new(state)),
-            switches: Arc::new(switches),
+            switches: Arc::new(OnceLock::new()),
             logs,
             nodes,
         }
     }
 
-    /// Starts the nodes' uptime clocks (the harness host, when it starts: on the
-    /// simulation's clock).
+    /// The nodes' pause and link switches, once their hosts exist.
+    pub fn attach(&self, switches: BTreeMap<NodeId, SimSwitches>) {
+        let _ = self.switches.set(switches);
+    }
+
+    fn switch(&self, id: NodeId) -> Option<&SimSwitches> {
+        self.switches.get().and_then(|s| s.get(&id))
+    }
+
+    /// Books the nodes' first start, on the simulation's clock (the harness host starts).
     pub fn start_clocks(&self) {
-        let now = Instant::now();
-        for node in self.lock().nodes.values_mut() {
-            node.since = Some(now);
-        }
+        self.lock().nodes.values_mut().for_each(NodeLedger::started);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -133,22 +111,19 @@ impl Control {
     /// A node host's server returned or panicked on its own.
     pub fn node_stopped(&self, id: NodeId, how: String) {
         let mut state = self.lock();
-        state.exited.insert(id);
         state.exits.push((id, how));
-        if let Some(node) = state.nodes.get_mut(&id) {
-            node.stats.exits += 1;
-        }
+        state.nodes.get_mut(&id).map(NodeLedger::exited);
     }
 
-    fn others(&self, node: NodeId) -> Vec<String> {
-        let mut others: Vec<String> = self
+    /// The links from `node` to every other host, as host names.
+    fn links(&self, node: NodeId) -> impl Iterator<Item = (String, String)> + '_ {
+        let others = self
             .nodes
             .iter()
-            .filter(|n| **n != node)
-            .map(|n| node_name(*n))
-            .collect();
-        others.push(HARNESS_HOST.to_owned());
-        others
+            .filter(move |n| **n != node)
+            .map(|n| node_name(*n));
+        let others = others.chain([HARNESS_HOST.to_owned()]);
+        others.map(move |other| (node_name(node), other))
     }
 
     /// Applies the queued commands to the simulation (the step loop, between steps).
@@ -159,16 +134,8 @@ impl Control {
             match command {
                 Command::Crash(n) => sim.crash(node_name(n)),
                 Command::Bounce(n) => sim.bounce(node_name(n)),
-                Command::Hold(n) => {
-                    for other in self.others(n) {
-                        sim.hold(node_name(n), other);
-                    }
-                }
-                Command::Release(n) => {
-                    for other in self.others(n) {
-                        sim.release(node_name(n), other);
-                    }
-                }
+                Command::Hold(n) => self.links(n).for_each(|(a, b)| sim.hold(a, b)),
+                Command::Release(n) => self.links(n).for_each(|(a, b)| sim.release(a, b)),
                 Command::Cut(grudge) => {
                     for (source, target) in cut.links() {
                         sim.repair_oneway(node_name(source), node_name(target));
@@ -178,24 +145,20 @@ impl Control {
                     }
                     *cut = grudge;
                 }
-                Command::Latency(n, bound_ms) => {
-                    let bound_ms = if bound_ms == 0 { latency_ms } else { bound_ms };
-                    for other in self.others(n) {
-                        sim.set_link_max_message_latency(
-                            node_name(n),
-                            other,
-                            Duration::from_millis(bound_ms),
-                        );
-                    }
+                Command::Latency(n, ms) => {
+                    let bound = Duration::from_millis(if ms == 0 { latency_ms } else { ms });
+                    (self.links(n))
+                        .for_each(|(a, b)| sim.set_link_max_message_latency(a, b, bound));
                 }
             }
         }
     }
 
     fn thaw(&self, state: &mut State, id: NodeId) {
-        if state.paused.remove(&id) {
+        if let Some(node) = state.nodes.get_mut(&id).filter(|n| n.paused()) {
+            node.set_paused(false);
             state.queue.push_back(Command::Release(id));
-            if let Some((switch, _)) = self.switches.get(&id) {
+            if let Some((switch, _)) = self.switch(id) {
                 switch.set_paused(false);
             }
         }
@@ -205,50 +168,47 @@ impl Control {
 /// The [`Nodes`] seam on turmoil hosts.
 pub struct SimNodes(pub Control);
 
+impl SimNodes {
+    fn is_running(&self, state: &State, id: NodeId) -> bool {
+        state.nodes.get(&id).is_some_and(NodeLedger::running)
+    }
+}
+
 impl Nodes for SimNodes {
     fn kill(&self, id: NodeId) -> Result<(), Error> {
         let mut state = self.0.lock();
-        if state.killed.contains(&id) {
+        if !self.is_running(&state, id) {
             return Ok(());
         }
         self.0.thaw(&mut state, id);
         state.queue.push_back(Command::Crash(id));
-        state.killed.insert(id);
-        if let Some(node) = state.nodes.get_mut(&id) {
-            node.stats.kills += 1;
-            if let Some(since) = node.since.take() {
-                node.up += since.elapsed();
-            }
-        }
+        state.nodes.get_mut(&id).map(NodeLedger::killed);
         Ok(())
     }
 
     fn restart(&self, id: NodeId) -> Result<(), Error> {
         let mut state = self.0.lock();
         state.queue.push_back(Command::Bounce(id));
-        state.killed.remove(&id);
-        state.exited.remove(&id);
-        if let Some(node) = state.nodes.get_mut(&id) {
-            node.stats.starts += 1;
-            node.since = Some(Instant::now());
-        }
+        state.nodes.get_mut(&id).map(NodeLedger::started);
         Ok(())
     }
 
     fn pause(&self, id: NodeId) -> Result<(), Error> {
         let mut state = self.0.lock();
-        if state.killed.contains(&id) || !state.paused.insert(id) {
+        let Some(node) = state
+            .nodes
+            .get_mut(&id)
+            .filter(|n| n.running() && !n.paused())
+        else {
             return Ok(());
-        }
+        };
+        node.set_paused(true);
         // The core stops and every link of the node holds (nothing in or out), as a
         // SIGSTOP'd process neither reads nor writes.
-        if let Some((switch, _)) = self.0.switches.get(&id) {
+        if let Some((switch, _)) = self.0.switch(id) {
             switch.set_paused(true);
         }
         state.queue.push_back(Command::Hold(id));
-        if let Some(node) = state.nodes.get_mut(&id) {
-            node.stats.pauses += 1;
-        }
         Ok(())
     }
 
@@ -259,17 +219,15 @@ impl Nodes for SimNodes {
     }
 
     fn is_alive(&self, id: NodeId) -> bool {
-        let state = self.0.lock();
-        !state.killed.contains(&id) && !state.exited.contains(&id)
+        self.is_running(&self.0.lock(), id)
     }
 
     fn down(&self) -> BTreeSet<NodeId> {
-        let state = self.0.lock();
-        state.killed.union(&state.exited).copied().collect()
+        NodeLedger::select(&self.0.lock().nodes, |n| !n.running())
     }
 
     fn paused(&self) -> BTreeSet<NodeId> {
-        self.0.lock().paused.clone()
+        NodeLedger::select(&self.0.lock().nodes, NodeLedger::paused)
     }
 
     fn reap_exited(&self) -> Vec<(NodeId, String)> {
@@ -282,29 +240,20 @@ impl Nodes for SimNodes {
         };
         let bytes = logs.lock().map(|b| b.clone()).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
-        let tag = node_tag(id);
-        let mine: Vec<&str> = text.lines().filter(|l| l.contains(&tag)).collect();
+        let mine: Vec<&str> = node_lines(&text, id).collect();
         mine[mine.len().saturating_sub(lines)..].join("\n")
     }
 
     fn stats(&self) -> Vec<NodeStats> {
         let state = self.0.lock();
-        state
-            .nodes
-            .values()
-            .map(|node| {
-                let mut stats = node.stats.clone();
-                let running = node.since.map(|s| s.elapsed()).unwrap_or_default();
-                stats.uptime_ms = (node.up + running).as_millis() as u64;
-                stats
-            })
-            .collect()
+        state.nodes.values().map(NodeLedger::stats).collect()
     }
 }
 
-/// The tag turmoil's `node` span puts on every log line of node `id`.
-pub fn node_tag(id: NodeId) -> String {
-    format!("node{{name=\"n{id}\"}}")
+/// Node `id`'s lines of the simulation's log (turmoil's `node` span tags each with its host).
+pub fn node_lines(logs: &str, id: NodeId) -> impl Iterator<Item = &str> {
+    let tag = format!("node{{name=\"n{id}\"}}");
+    logs.lines().filter(move |line| line.contains(&tag))
 }
 
 /// The [`Net`] seam on turmoil links: partitions cut links one way; `slow` bounds a node's
@@ -348,7 +297,7 @@ impl Net for SimNet {
                 .queue
                 .push_back(Command::Latency(node, bound_ms));
         }
-        if let (Some(faults), Some((_, links))) = (faults, self.0.switches.get(&node)) {
+        if let (Some(faults), Some((_, links))) = (faults, self.0.switch(node)) {
             links.set(faults);
         }
         Ok("simulated links".to_owned())

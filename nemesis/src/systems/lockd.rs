@@ -332,58 +332,72 @@ impl System for Lockd {
     }
 }
 
-/// One lockd node as a host of the simulation (`locksmith sim`): what the real-process world
-/// says with a [`Launcher`] command line, the simulated one says with a server config.
-pub struct SimulatedNode {
-    /// The node.
-    pub id: NodeId,
-    /// Every member; each is the turmoil host `n<ID>`.
-    pub members: Vec<NodeId>,
-    /// The seed the node's RNG derives from.
-    pub seed: u64,
-    /// Injected bugs.
-    pub bugs: lockd::bugs::BugSet,
-    /// Entries applied between snapshots.
-    pub snapshot_threshold: u64,
-    /// The harness's pause switch of this node.
-    pub pause_gate: lockd::server::PauseGate,
-    /// The harness's link-fault switch of this node's peer links.
-    pub link_faults: lockd::server::LinkFaultsGate,
-    /// Where the node writes its trace, if anywhere (the real disk).
-    pub trace: Option<PathBuf>,
-}
+/// A node's harness switches in the simulator: its pause gate and its peer links' faults.
+pub type SimSwitches = (lockd::server::PauseSwitch, lockd::server::LinkFaultsSwitch);
 
-impl SimulatedNode {
-    /// Runs the node's server until it stops on its own: `Err` says how (an error, or a
-    /// panic with its message, at what simulated time). A crash is the host's future being
-    /// dropped, not an end.
-    pub async fn run(self) -> Result<(), String> {
-        let at = |id: NodeId| {
-            let name = crate::sim::world::node_name(id);
-            SocketAddr::new(turmoil::lookup(name), 0)
+impl Lockd {
+    /// lockd's nodes in the turmoil world (`locksmith sim`): adds each member as the host
+    /// `n<ID>` running the real server, what the real-process world says with a [`Launcher`]
+    /// command line said with a server config. A node that stops on its own (an error, or a
+    /// panic with its message, at what simulated time) is told to `stopped`; a crash is the
+    /// host's future being dropped, not an end. Returns each node's switches.
+    pub fn add_sim_hosts(
+        &self,
+        sim: &mut turmoil::Sim<'_>,
+        members: &[NodeId],
+        snapshot_threshold: u64,
+        trace_dir: Option<&std::path::Path>,
+        stopped: impl Fn(NodeId, String) + Clone + 'static,
+    ) -> Result<BTreeMap<NodeId, SimSwitches>, String> {
+        let bugs = match self.bug.as_deref().map(str::parse::<lockd::bugs::Bug>) {
+            Some(Ok(bug)) => lockd::bugs::BugSet::of(&[bug]),
+            Some(Err(e)) => return Err(format!("--bug: {e}")),
+            None => lockd::bugs::BugSet::NONE,
         };
-        let peers: BTreeMap<NodeId, SocketAddr> = (self.members.iter())
-            .map(|&m| (m, SocketAddr::new(at(m).ip(), crate::sim::world::PEER_PORT)))
-            .collect();
-        let mut raft = lockd::raft::Config::new(self.id, self.members.clone());
-        raft.seed = (self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(self.id);
-        raft.bugs = self.bugs;
-        raft.snapshot_threshold_entries = self.snapshot_threshold;
-        let listen = SocketAddr::new(at(self.id).ip(), crate::sim::world::CLIENT_PORT);
-        let mut config = lockd::server::ServerConfig::new(raft, peers, listen, "/data".into());
-        config.pause_gate = Some(self.pause_gate);
-        config.link_faults = Some(self.link_faults);
-        config.trace = self.trace;
-        let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
-        let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
-        match futures::FutureExt::catch_unwind(run).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("exited at {} ms: {e}", ms())),
-            Err(panic) => Err(format!(
-                "panicked at {} ms: {}",
-                ms(),
-                crate::capture::panic_message(&*panic)
-            )),
+        let mut switches = BTreeMap::new();
+        for &id in members {
+            let (pause, pause_gate) = lockd::server::PauseSwitch::new();
+            let (links, link_faults) = lockd::server::LinkFaultsSwitch::new();
+            switches.insert(id, (pause, links));
+            let members = members.to_vec();
+            let seed = (self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(id);
+            let trace = trace_dir.map(|dir| trace_path(dir, id));
+            let stopped = stopped.clone();
+            sim.host(crate::sim::world::node_name(id), move || {
+                let mut raft = lockd::raft::Config::new(id, members.clone());
+                raft.seed = seed;
+                raft.bugs = bugs;
+                raft.snapshot_threshold_entries = snapshot_threshold;
+                let (members, pause_gate) = (members.clone(), pause_gate.clone());
+                let (link_faults, trace) = (link_faults.clone(), trace.clone());
+                let stopped = stopped.clone();
+                async move {
+                    let at = |id, port| {
+                        SocketAddr::new(turmoil::lookup(crate::sim::world::node_name(id)), port)
+                    };
+                    let peers = (members.iter())
+                        .map(|&m| (m, at(m, crate::sim::world::PEER_PORT)))
+                        .collect();
+                    let listen = at(id, crate::sim::world::CLIENT_PORT);
+                    let mut config =
+                        lockd::server::ServerConfig::new(raft, peers, listen, "/data".into());
+                    config.pause_gate = Some(pause_gate);
+                    config.link_faults = Some(link_faults);
+                    config.trace = trace;
+                    let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
+                    let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
+                    match run.catch_unwind().await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => stopped(id, format!("exited at {} ms: {e}", ms())),
+                        Err(panic) => {
+                            let message = crate::capture::panic_message(&*panic);
+                            stopped(id, format!("panicked at {} ms: {message}", ms()));
+                        }
+                    }
+                    Ok(())
+                }
+            });
         }
+        Ok(switches)
     }
 }
