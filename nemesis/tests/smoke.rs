@@ -87,11 +87,14 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
     // the nemesis has teeth". Clients stalled between acquire and write outlive their 2 s
     // lease; the unfenced resource then accepts their stale writes and the fencing check
     // must say so. (The fenced workload under the same faults is valid: see the smoke run.)
+    // Real time decides whether a stalled client's stale write lands after another holder's:
+    // at 15 s the run once stayed valid on a machine loaded 3.5 times over (2026-12-04, CI
+    // beside two builds), so the run is 30 s, with more stalls to land one.
     const TEETH_SEED: u64 = 7;
     let store = tempfile::tempdir().expect("tempdir");
     let options = TestOptions {
         nodes: 3,
-        time_s: 15,
+        time_s: 30,
         seed: TEETH_SEED,
         nemesis: vec![FaultKind::Pause],
         workload: nemesis::harness::workload::WorkloadKind::Unfenced,
@@ -108,7 +111,7 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
     assert_eq!(
         outcome.exit_code,
         1,
-        "seed {TEETH_SEED}: verdict {} ({}); rerun: locksmith test --nodes 3 --time-s 15 \
+        "seed {TEETH_SEED}: verdict {} ({}); rerun: locksmith test --nodes 3 --time-s 30 \
          --seed {TEETH_SEED} --nemesis pause --workload unfenced",
         outcome.verdict,
         outcome.dir.display()
