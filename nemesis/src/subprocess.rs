@@ -195,9 +195,79 @@ fn read_capped(
     Ok(bytes)
 }
 
+/// Runs `work` on the `items` with `jobs` threads, taking them in list order, until `work`
+/// fails (its error is returned) or `stop` holds of a result (the items in flight finish).
+/// `seen` hears each result as it comes. Returns the results, in list order, of the items
+/// that ran (`locksmith sim` runs its seeds' children so).
+pub fn run_parallel<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    work: impl Fn(&T) -> Result<R, String> + Sync,
+    stop: impl Fn(&R) -> bool + Sync,
+    seen: impl Fn(&R) + Sync,
+) -> Result<Vec<R>, String> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (next, halt) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let results: std::sync::Mutex<Vec<(usize, Result<R, String>)>> = Default::default();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            scope.spawn(|| {
+                while !halt.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let result = work(item);
+                    if result.as_ref().map_or(true, &stop) {
+                        halt.store(true, Ordering::Relaxed);
+                    }
+                    if let Ok(r) = &result {
+                        seen(r);
+                    }
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((i, result));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_parallel_keeps_list_order_stops_on_a_result_and_returns_the_first_error() {
+        let items: Vec<u64> = (1..=20).collect();
+        let all = run_parallel(&items, 3, |&i| Ok(i * 2), |_| false, |_| {});
+        assert_eq!(all, Ok(items.iter().map(|i| i * 2).collect()));
+        let stopped = run_parallel(&items, 1, |&i| Ok(i), |&r| r == 5, |_| {});
+        assert_eq!(
+            stopped,
+            Ok(vec![1, 2, 3, 4, 5]),
+            "one job stops after the result 5"
+        );
+        let seen = std::sync::Mutex::new(0);
+        let failing = |&i: &u64| {
+            if i == 3 {
+                Err("three".to_owned())
+            } else {
+                Ok(i)
+            }
+        };
+        let err = run_parallel(
+            &items,
+            2,
+            failing,
+            |_| false,
+            |_| *seen.lock().unwrap() += 1,
+        );
+        assert_eq!(err, Err("three".to_owned()));
+        assert!(*seen.lock().unwrap() < 20, "the work stopped at the error");
+    }
 
     /// True when `pid` is gone or a zombie (dead, waiting for its parent to reap it).
     fn dead(pid: u32) -> bool {

@@ -38,6 +38,7 @@ fn plan(seed: u64) -> String {
         seed,
         kinds: FaultKind::ALL.to_vec(),
         duration_ms: 30_000,
+        interval_ms: 0,
     }))
 }
 
@@ -74,6 +75,7 @@ fn every_kind_happens_in_thirty_seconds() {
             seed,
             kinds: FaultKind::ALL.to_vec(),
             duration_ms: 30_000,
+            interval_ms: 0,
         });
         for kind in FaultKind::ALL {
             assert!(

@@ -109,19 +109,15 @@ fn slow_and_flaky_links_are_applied_undone_and_survived() {
 #[test]
 fn the_command_replays_seeds_with_crashes_byte_for_byte() {
     use nemesis::faults::Verb;
-    use nemesis::harness::schedule::{FaultPlanConfig, fault_plan};
     let seeds = 1..=3u64;
     let time_s = 5;
     let kills = seeds
         .clone()
         .filter(|&seed| {
-            fault_plan(&FaultPlanConfig {
-                seed,
-                kinds: SimCase::new(seed).options.nemesis,
-                duration_ms: time_s * 1000,
-            })
-            .iter()
-            .any(|p| p.op.f == Verb::Kill)
+            // The command runs swarm seeds: each seed's own draw, 5 s long.
+            let mut options = SimCase::swarm(seed).options;
+            options.time_s = time_s;
+            options.plan().iter().any(|p| p.op.f == Verb::Kill)
         })
         .count();
     assert!(kills >= 1, "seeds 1..=3: some plan crashes a node");
@@ -274,4 +270,46 @@ fn keeps_only_changes_after_which_the_case_still_fails() {
         "every fault but the needed one is dropped"
     );
     assert!(shrunk.runs <= nemesis::sim::shrink::SHRINK_RUNS_MAX);
+}
+
+/// Swarm seeds (issue 24): the command runs each seed with the options that seed draws, the
+/// same that `SimCase::swarm` gives in process (a child once ran every seed with seed 0's
+/// draw), and the draws differ between seeds.
+#[test]
+fn the_command_runs_each_swarm_seed_with_its_own_draw() {
+    let seeds: Vec<u64> = (1..=8).collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args([
+            "sim",
+            "--seeds",
+            "1..=8",
+            "--time-s",
+            "2",
+            "--no-shrink",
+            "--keep-going",
+        ])
+        .arg("--store")
+        .arg(std::env::temp_dir().join("locksmith-sim-swarm-test"))
+        .env("LOCKSMITH_SIM_DIGESTS", "1")
+        .output()
+        .expect("locksmith runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut shapes = std::collections::BTreeSet::new();
+    for seed in seeds {
+        let o = SimCase::swarm(seed).options;
+        let shape = format!(
+            "{} nodes, {} clients, {} keys",
+            o.nodes, o.concurrency, o.keys
+        );
+        let line = format!("seed {seed}: {shape}: ");
+        assert!(
+            stderr.contains(&line),
+            "seed {seed} ran as drawn ({line}); stderr:\n{stderr}"
+        );
+        shapes.insert(shape);
+    }
+    assert!(
+        shapes.len() >= 3,
+        "seeds 1..=8 draw different shapes: {shapes:?}"
+    );
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use nemesis::faults::FaultKind;
+use nemesis::harness::swarm::{Pins, parse_range};
 use nemesis::sim::SimCase;
 use nemesis::sim::cmd::SimRun;
 
@@ -27,20 +28,40 @@ pub struct SimArgs {
     /// Simulated seconds of the fault phase of each seed.
     #[arg(long, default_value_t = 30)]
     pub time_s: u64,
-    /// Nodes.
-    #[arg(long, default_value_t = 5)]
-    pub nodes: u64,
-    /// Client slots.
-    #[arg(long, default_value_t = 10)]
-    pub clients: u64,
-    /// Keys.
-    #[arg(long, default_value_t = 4)]
-    pub keys: u64,
+    /// Draw nothing from the seed: every seed runs the fixed case (5 nodes, 10 clients,
+    /// 4 keys, leases 400-1500 ms, think 10-100 ms, every fault kind). By default each seed
+    /// draws its own (swarm seeds: 3/5/7 nodes, 1-64 clients, 1-64 keys, leases, think
+    /// times, overholds, fault kinds and rates); plan.txt records the draw. The flags below
+    /// pin a knob over either.
+    #[arg(long)]
+    pub no_swarm: bool,
+    /// Nodes (fixed case: 5).
+    #[arg(long)]
+    pub nodes: Option<u64>,
+    /// Client slots (fixed case: 10).
+    #[arg(long)]
+    pub clients: Option<u64>,
+    /// Keys (fixed case: 4).
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// Each client's pause between two ops, ms, LOW-HIGH (fixed case: 10-100).
+    #[arg(long)]
+    pub think_ms: Option<String>,
+    /// The leases clients ask for, ms, LOW-HIGH (fixed case: 400-1500).
+    #[arg(long)]
+    pub lease_ms: Option<String>,
+    /// Percent of grants held past their lease (fixed case: 12).
+    #[arg(long)]
+    pub overhold_percent: Option<u64>,
+    /// Mean time between fault episodes, ms (fixed case: 0, a twelfth of the fault phase).
+    #[arg(long)]
+    pub fault_interval_ms: Option<u64>,
     /// Fault kinds (kill, pause, partition, clock, netem; `none` for no faults). netem is
     /// `slow` (up to 150 ms per message on a node's links) and `flaky` (a node's peer links
     /// drop, reorder and duplicate messages).
-    #[arg(long, default_value = "kill,pause,partition,clock,netem")]
-    pub nemesis: String,
+    /// (Fixed case: every kind; swarm seeds draw from every kind.)
+    #[arg(long)]
+    pub nemesis: Option<String>,
     /// Switch on one known bug of lockd (`lockd --bug`).
     #[arg(long)]
     pub bug: Option<String>,
@@ -103,31 +124,46 @@ fn sim_run(args: &SimArgs) -> Result<SimRun, String> {
 }
 
 fn template(args: &SimArgs) -> Result<SimCase, String> {
-    let mut case = SimCase::new(0);
-    let options = &mut case.options;
-    options.time_s = args.time_s.max(1);
-    options.nodes = args.nodes;
-    options.concurrency = args.clients.max(1);
-    options.keys = u32::try_from(args.keys.max(1)).map_err(|e| format!("--keys: {e}"))?;
-    if !(1..=9).contains(&options.nodes) {
-        return Err(format!("--nodes {}: expected 1 to 9", options.nodes));
-    }
-    options.nemesis = if args.nemesis == "none" {
-        Vec::new()
+    let mut case = if args.no_swarm {
+        SimCase::new(0)
     } else {
-        args.nemesis
-            .split(',')
-            .map(|k| k.trim().parse::<FaultKind>().map_err(|e| e.to_string()))
-            .collect::<Result<_, _>>()?
+        SimCase::swarm(0)
     };
+    let base = &mut case.draw.base;
+    base.time_s = args.time_s.max(1);
     if let Some(bug) = &args.bug {
         bug.parse::<lockd::bugs::Bug>()
             .map_err(|e| format!("--bug: {e}"))?;
-        options.bug = Some(bug.clone());
+        base.bug = Some(bug.clone());
     }
-    options.drop_faults = args.drop_faults.iter().copied().collect();
+    base.drop_faults = args.drop_faults.iter().copied().collect();
+    let keys = args.keys.map(|k| u32::try_from(k.max(1)));
+    let pins = Pins {
+        nodes: args.nodes,
+        concurrency: args.clients.map(|c| c.max(1)),
+        keys: keys.transpose().map_err(|e| format!("--keys: {e}"))?,
+        nemesis: args.nemesis.as_deref().map(parse_kinds).transpose()?,
+        think_ms: (args.think_ms.as_deref().map(|t| parse_range("think-ms", t))).transpose()?,
+        lease_ms: (args.lease_ms.as_deref().map(|t| parse_range("lease-ms", t))).transpose()?,
+        overhold_percent: args.overhold_percent.map(|p| p.min(100)),
+        fault_interval_ms: args.fault_interval_ms,
+    };
+    if let Some(nodes) = pins.nodes.filter(|n| !(1..=9).contains(n)) {
+        return Err(format!("--nodes {nodes}: expected 1 to 9"));
+    }
+    case.draw.pins = pins;
     case.trace_root = args.trace.clone();
-    Ok(case)
+    Ok(case.with_seed(0))
+}
+
+/// `--nemesis`: a comma list of fault kinds, or `none`.
+fn parse_kinds(text: &str) -> Result<Vec<FaultKind>, String> {
+    if text == "none" {
+        return Ok(Vec::new());
+    }
+    (text.split(','))
+        .map(|k| k.trim().parse::<FaultKind>().map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// `A..B`, `A..=B`, `S` or `S,T,U`.

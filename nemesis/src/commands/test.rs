@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::Args;
 use history::CheckName;
 use nemesis::faults::FaultKind;
+use nemesis::harness::swarm::parse_range;
 use nemesis::harness::workload::WorkloadKind;
 use nemesis::net::NetKind;
 use nemesis::run::{self, TestOptions};
@@ -59,6 +60,12 @@ pub struct TestArgs {
     /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
     #[arg(long, default_value = "10-100")]
     think_ms: String,
+    /// The leases clients ask for, ms, LOW-HIGH.
+    #[arg(long, default_value = "400-1500")]
+    lease_ms: String,
+    /// Mean time between fault episodes, ms (0: a twelfth of the fault phase, within 1-5 s).
+    #[arg(long, default_value_t = 0)]
+    fault_interval_ms: u64,
     /// Percent of grants a client holds past its lease on its own, 0-100 (besides the stalls
     /// of the pause nemesis's pause-clients).
     #[arg(long, default_value_t = nemesis::harness::OVERHOLD_PERCENT_DEFAULT)]
@@ -185,7 +192,9 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
             .unwrap_or_default();
         (now.as_nanos() as u64 ^ u64::from(std::process::id())) % 1_000_000
     });
-    let think_ms = parse_range(&args.think_ms)?;
+    let range = |flag, text: &str| parse_range(flag, text).map_err(|e| anyhow::anyhow!(e));
+    let think_ms = range("think-ms", &args.think_ms)?;
+    let lease_ms = range("lease-ms", &args.lease_ms)?;
     Ok(TestOptions {
         nodes,
         time_s: args.time_s,
@@ -200,28 +209,12 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         recovery_s: args.recovery_s,
         think_ms,
         overhold_percent: args.overhold_percent.min(100),
+        lease_ms,
+        fault_interval_ms: args.fault_interval_ms,
         progress: true,
         hosts,
         drop_faults: args.drop_faults.iter().copied().collect(),
     })
-}
-
-fn parse_range(text: &str) -> anyhow::Result<(u64, u64)> {
-    let (low, high) = text
-        .split_once('-')
-        .ok_or_else(|| anyhow::anyhow!("--think-ms {text:?}: expected LOW-HIGH, e.g. 10-100"))?;
-    let low: u64 = low
-        .trim()
-        .parse()
-        .with_context(|| format!("--think-ms {text:?}: LOW"))?;
-    let high: u64 = high
-        .trim()
-        .parse()
-        .with_context(|| format!("--think-ms {text:?}: HIGH"))?;
-    if low > high {
-        anyhow::bail!("--think-ms {text:?}: LOW is above HIGH");
-    }
-    Ok((low, high))
 }
 
 /// Runs the test and maps its verdict to the exit code.
@@ -388,12 +381,6 @@ fn rerun_flags(o: &TestOptions, system: &str, trace: bool) -> String {
     s.push_str(&o.differing_flags(&d, "concurrency"));
     if o.workload != d.workload {
         s.push_str(" --workload unfenced");
-    }
-    if o.think_ms != d.think_ms {
-        s.push_str(&format!(" --think-ms {}-{}", o.think_ms.0, o.think_ms.1));
-    }
-    if o.overhold_percent != d.overhold_percent {
-        s.push_str(&format!(" --overhold-percent {}", o.overhold_percent));
     }
     if o.recovery_s != d.recovery_s {
         s.push_str(&format!(" --recovery-s {}", o.recovery_s));

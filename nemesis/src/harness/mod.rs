@@ -13,6 +13,7 @@ pub mod driver;
 pub mod phases;
 pub mod recorder;
 pub mod schedule;
+pub mod swarm;
 pub mod workload;
 pub mod world;
 
@@ -43,6 +44,7 @@ pub use world::{Nodes, World};
 /// Everything a run takes, in either world (`locksmith test`'s options; a simulated seed's
 /// options are the same data, see `sim::SimCase::options`).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct TestOptions {
     /// Number of nodes.
     pub nodes: u64,
@@ -70,6 +72,11 @@ pub struct TestOptions {
     pub think_ms: (u64, u64),
     /// Percent of grants held past their lease (see `WorkloadConfig::overhold_percent`).
     pub overhold_percent: u64,
+    /// Shortest and longest lease a client asks for, ms.
+    pub lease_ms: (u64, u64),
+    /// The fault plan's mean time between episodes, ms; 0: a twelfth of the fault phase,
+    /// within 1-5 s.
+    pub fault_interval_ms: u64,
     /// Print a progress line.
     pub progress: bool,
     /// Nodes on remote hosts over SSH, one per host (`--hosts`); `None`: local processes.
@@ -100,6 +107,8 @@ impl Default for TestOptions {
             recovery_s: 20,
             think_ms: (10, 100),
             overhold_percent: OVERHOLD_PERCENT_DEFAULT,
+            lease_ms: schedule::LEASE_MS_DEFAULT,
+            fault_interval_ms: 0,
             progress: true,
             hosts: None,
             drop_faults: BTreeSet::new(),
@@ -134,6 +143,7 @@ impl TestOptions {
             seed: self.seed,
             kinds: self.nemesis.clone(),
             duration_ms: self.time_s * 1000,
+            interval_ms: self.fault_interval_ms,
         })
     }
 
@@ -176,6 +186,7 @@ impl TestOptions {
             let list: Vec<String> = d.iter().map(|i| i.to_string()).collect();
             list.join(",")
         };
+        let range = |(low, high): (u64, u64)| format!("{low}-{high}");
         let flags = [
             ("nodes", self.nodes.to_string(), defaults.nodes.to_string()),
             (
@@ -199,6 +210,18 @@ impl TestOptions {
                 "drop-faults",
                 dropped(&self.drop_faults),
                 dropped(&defaults.drop_faults),
+            ),
+            ("think-ms", range(self.think_ms), range(defaults.think_ms)),
+            ("lease-ms", range(self.lease_ms), range(defaults.lease_ms)),
+            (
+                "overhold-percent",
+                self.overhold_percent.to_string(),
+                defaults.overhold_percent.to_string(),
+            ),
+            (
+                "fault-interval-ms",
+                self.fault_interval_ms.to_string(),
+                defaults.fault_interval_ms.to_string(),
             ),
         ];
         flags

@@ -65,6 +65,7 @@ pub async fn run_phases(
     };
     let mut config = WorkloadConfig::new(options.seed, options.keys);
     config.think_ms = options.think_ms;
+    config.lease_ms = options.lease_ms;
     config.overhold_percent = options.overhold_percent;
     if !world.system.releases_phantom_locks() {
         config.leaver_percent = 0;

@@ -32,6 +32,8 @@ pub const FREE_KEY: &str = "kf";
 /// Lease of a free-key grant, ms: long enough that a stale grant at a deposed leader still
 /// runs when the new leader grants the key again.
 pub const FREE_KEY_LEASE_MS: (u64, u64) = (3_000, 5_000);
+/// Shortest and longest lease a client asks for, ms, unless the options say otherwise.
+pub const LEASE_MS_DEFAULT: (u64, u64) = (400, 1500);
 /// Lease of a leaver's acquire, ms: longer than the phantom-release bound (3 s), shorter
 /// than the recovery bound (10 s), so a leaver's lock kept by the lease backstop after a
 /// fault (a legal end) cannot hold up recovery.
@@ -72,7 +74,7 @@ impl WorkloadConfig {
         WorkloadConfig {
             seed,
             keys: keys.max(1),
-            lease_ms: (400, 1500),
+            lease_ms: LEASE_MS_DEFAULT,
             wait_ms_max: 1000,
             think_ms: (10, 100),
             overhold_percent: 0,
@@ -351,6 +353,8 @@ pub struct FaultPlanConfig {
     pub kinds: Vec<FaultKind>,
     /// The length of the fault phase, ms.
     pub duration_ms: u64,
+    /// The mean time between episodes, ms; 0: a twelfth of the fault phase, within 1-5 s.
+    pub interval_ms: u64,
 }
 
 /// One planned fault op, `at_ms` after the run started.
@@ -377,7 +381,10 @@ pub fn fault_plan(config: &FaultPlanConfig) -> Vec<Planned> {
     if kinds.is_empty() {
         return plan;
     }
-    let interval = (config.duration_ms / 12).clamp(1_000, 5_000);
+    let interval = match config.interval_ms {
+        0 => (config.duration_ms / 12).clamp(1_000, 5_000),
+        ms => ms.max(10),
+    };
     let end = config.duration_ms.saturating_sub(TAIL_MS);
     let mut first_round = kinds.clone();
     Rng::derive(config.seed, FAULT_STREAM, u64::MAX).shuffle(&mut first_round);

@@ -3,8 +3,7 @@
 //! New seeds stop at the first failure unless `keep_going`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::shrink::shrink;
@@ -69,8 +68,7 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     let [seed] = run.seeds[..] else {
         return Err("--child takes exactly one seed".to_owned());
     };
-    let mut case = run.template.clone();
-    case.options.seed = seed;
+    let mut case = run.template.with_seed(seed);
     case.logs = !quiet;
     // A node's panic is part of the verdict (node health) and its message is in the store;
     // one line here, not a backtrace per panic, unless LOCKSMITH_SIM_BACKTRACE is set.
@@ -80,7 +78,12 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     let result = run_case(&case);
     if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
         let (ops, digest) = (result.ops.len(), history::csv::digest(&result.ops));
-        eprintln!("seed {seed}: {ops} ops, history digest {digest:016x}");
+        let o = &case.options;
+        let shape = format!(
+            "{} nodes, {} clients, {} keys",
+            o.nodes, o.concurrency, o.keys
+        );
+        eprintln!("seed {seed}: {shape}: {ops} ops, history digest {digest:016x}");
     }
     // The first line is the seed's results.json, which the parent reads as the struct.
     let json = serde_json::to_string(&result.results).map_err(|e| e.to_string())?;
@@ -153,22 +156,26 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
     let bug = (options.bug.as_ref())
         .map(|b| format!(", bug {b}"))
         .unwrap_or_default();
-    let (seeds, jobs, nodes) = (run.seeds.len(), run.jobs, options.nodes);
-    let (time_s, clients) = (options.time_s, options.concurrency);
+    let (seeds, jobs, time_s) = (run.seeds.len(), run.jobs, options.time_s);
+    let shape = match run.template.draw.swarm {
+        true => "swarm: each seed draws its nodes, clients, keys and faults".to_owned(),
+        false => format!("{} nodes, {} clients", options.nodes, options.concurrency),
+    };
     eprintln!(
-        "locksmith sim: {seeds} seeds ({first}..), {time_s} simulated s each, {nodes} nodes, {clients} clients, {jobs} jobs{bug}"
+        "locksmith sim: {seeds} seeds ({first}..), {time_s} simulated s each, {shape}, {jobs} jobs{bug}"
     );
     let started = Instant::now();
-    let outcome = run_seeds(run)?;
+    let reports = run_seeds(run)?;
     let elapsed = started.elapsed().as_secs_f64().max(1e-9);
-    let done = outcome.done.load(Ordering::Relaxed);
-    let mut failed = outcome.failed.into_inner().unwrap_or_default();
-    failed.sort_by_key(|r| r.seed);
-    let unknown = outcome.unknown.into_inner().unwrap_or_default();
+    let done = reports.len();
+    let sim_ms: u64 = reports.iter().map(|r| r.sim_ms).sum();
+    let (failed, unknown): (Vec<SeedReport>, Vec<SeedReport>) = (reports.into_iter())
+        .filter(|r| !r.verdict.is_valid())
+        .partition(|r| r.verdict.is_invalid());
     eprintln!(
         "locksmith sim: {done} seeds in {elapsed:.1} s ({:.1} seeds/s, {:.0} simulated s per wall s), {} failed, {} unknown",
         done as f64 / elapsed,
-        outcome.sim_ms.load(Ordering::Relaxed) as f64 / 1000.0 / elapsed,
+        sim_ms as f64 / 1000.0 / elapsed,
         failed.len(),
         unknown.len(),
     );
@@ -234,65 +241,27 @@ fn report_failure(report: &SeedReport, run: &SimRun) {
     println!("rerun (shrunk): {}", shrunk.case.rerun_command());
 }
 
-#[derive(Default)]
-struct Outcome {
-    done: AtomicUsize,
-    sim_ms: AtomicU64,
-    failed: Mutex<Vec<SeedReport>>,
-    unknown: Mutex<Vec<SeedReport>>,
-}
-
-fn run_seeds(run: &SimRun) -> Result<Outcome, String> {
-    let outcome = Outcome::default();
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let error: Mutex<Option<String>> = Mutex::new(None);
+fn run_seeds(run: &SimRun) -> Result<Vec<SeedReport>, String> {
     let total = run.seeds.len();
     let progress = crate::progress::Progress::new("sim", Some(total as u64));
-    std::thread::scope(|scope| {
-        for _ in 0..run.jobs.min(total.max(1)) {
-            scope.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&seed) = run.seeds.get(i) else { break };
-                    let case = run.template.with_seed(seed);
-                    let report = match spawn_child(&case, &run.store, false) {
-                        Ok(report) => report,
-                        Err(e) => {
-                            stop.store(true, Ordering::Relaxed);
-                            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                            break;
-                        }
-                    };
-                    outcome.sim_ms.fetch_add(report.sim_ms, Ordering::Relaxed);
-                    let done = outcome.done.fetch_add(1, Ordering::Relaxed) + 1;
-                    let list = match report.verdict {
-                        Verdict::Valid => None,
-                        Verdict::Invalid => {
-                            if !run.keep_going {
-                                stop.store(true, Ordering::Relaxed);
-                            }
-                            Some(&outcome.failed)
-                        }
-                        _ => Some(&outcome.unknown),
-                    };
-                    if let Some(list) = list {
-                        list.lock().unwrap_or_else(|p| p.into_inner()).push(report);
-                    }
-                    let failed = outcome.failed.lock().map(|f| f.len()).unwrap_or(0);
-                    progress.set(
-                        done as u64,
-                        &format!("{done}/{total} seeds, {failed} failed"),
-                    );
-                }
-            });
-        }
-    });
+    let (done, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let reports = crate::subprocess::run_parallel(
+        &run.seeds,
+        run.jobs,
+        |&seed| spawn_child(&run.template.with_seed(seed), &run.store, false),
+        |report| report.verdict.is_invalid() && !run.keep_going,
+        |report| {
+            let done = done.fetch_add(1, Ordering::Relaxed) + 1;
+            let bad = usize::from(report.verdict.is_invalid());
+            let failed = failed.fetch_add(bad, Ordering::Relaxed) + bad;
+            progress.set(
+                done as u64,
+                &format!("{done}/{total} seeds, {failed} failed"),
+            );
+        },
+    );
     progress.finish("done");
-    match error.into_inner().ok().flatten() {
-        Some(e) => Err(e),
-        None => Ok(outcome),
-    }
+    reports
 }
 
 /// Writes the store of a seed, `STORE/sim/<time>-seed<S>/`, with the files of a chaos run's

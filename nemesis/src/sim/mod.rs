@@ -20,6 +20,7 @@ use history::Op;
 use lockd::raft::NodeId;
 
 use crate::harness::recorder::Recorder;
+use crate::harness::swarm::OptionsDraw;
 use crate::harness::workload::ClientPauses;
 use crate::harness::{self, Execution, TestOptions, World};
 use crate::net::Grudge;
@@ -42,6 +43,7 @@ const TORN_BLOCK_BYTES: u64 = 512;
 /// ... and an unsynced write reaches the disk anyway with this probability.
 const TORN_SYNC_PROBABILITY: f64 = 0.05;
 const NET_STREAM: u64 = 0x5157_0e70;
+const TCP_BACKLOG: usize = 4096;
 
 /// One simulated run: everything that decides it. Its options are the harness's, the same
 /// data as a chaos run's plan.txt; only the logs and traces are the simulator's.
@@ -49,6 +51,8 @@ const NET_STREAM: u64 = 0x5157_0e70;
 pub struct SimCase {
     /// Seed, nodes, clients, keys, fault kinds, bug, dropped faults: they decide the run.
     pub options: TestOptions,
+    /// How a seed's options are made (the seed's swarm draw, or the defaults; then pins).
+    pub draw: OptionsDraw,
     /// Keep the nodes' logs (a rerun of a failing seed; slower).
     pub logs: bool,
     /// `--trace DIR`: the nodes write `DIR/seed-S/node-logs/nI.trace.jsonl` on the real
@@ -57,20 +61,25 @@ pub struct SimCase {
 }
 
 impl SimCase {
-    /// The default case for `seed`: 5 nodes, 10 clients, 4 keys, 30 simulated seconds, every
-    /// fault kind, netem's (which `locksmith test` uses only with hosts of its own) included.
-    pub fn new(seed: u64) -> Self {
+    /// Seed `seed`'s case under `draw` (its options, no logs, no traces).
+    pub fn of(draw: OptionsDraw, seed: u64) -> Self {
+        let (options, logs, trace_root) = (draw.options(seed), false, None);
         SimCase {
-            options: TestOptions {
-                seed,
-                time_s: 30,
-                nemesis: crate::netem::default_kinds_with_hosts(),
-                progress: false,
-                ..TestOptions::default()
-            },
-            logs: false,
-            trace_root: None,
+            options,
+            draw,
+            logs,
+            trace_root,
         }
+    }
+
+    /// The fixed case of `seed` (`--no-swarm`; [`OptionsDraw::simulated`]).
+    pub fn new(seed: u64) -> Self {
+        SimCase::of(OptionsDraw::simulated(false), seed)
+    }
+
+    /// Seed `seed`'s swarm case, `locksmith sim`'s default ([`OptionsDraw::simulated`]).
+    pub fn swarm(seed: u64) -> Self {
+        SimCase::of(OptionsDraw::simulated(true), seed)
     }
 
     /// The seed.
@@ -80,9 +89,11 @@ impl SimCase {
 
     /// This case with another seed.
     pub fn with_seed(&self, seed: u64) -> SimCase {
-        let mut case = self.clone();
-        case.options.seed = seed;
-        case
+        let options = self.draw.options(seed);
+        SimCase {
+            options,
+            ..self.clone()
+        }
     }
 
     /// This seed's trace folder, when traces are on.
@@ -92,9 +103,12 @@ impl SimCase {
 
     /// The command that reruns exactly this case.
     pub fn rerun_command(&self) -> String {
-        let defaults = SimCase::new(self.seed()).options;
-        let flags = self.options.differing_flags(&defaults, "clients");
+        let plain = OptionsDraw::simulated(self.draw.swarm).options(self.seed());
+        let flags = self.options.differing_flags(&plain, "clients");
         let mut line = format!("locksmith sim --seeds {}{flags}", self.seed());
+        if !self.draw.swarm {
+            line.push_str(" --no-swarm");
+        }
         if let Some(root) = &self.trace_root {
             let _ = write!(line, " --trace {}", root.display());
         }
@@ -225,7 +239,10 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         .simulation_duration(Duration::from_millis(run_ms))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(max_latency_ms))
-        .enable_random_order();
+        .enable_random_order()
+        // A paused node accepts nothing while up to 64 clients reconnect to it: turmoil
+        // panics past 64 pending connections, where a kernel queues 4096 (somaxconn).
+        .tcp_capacity(TCP_BACKLOG);
     if torn_writes {
         builder
             .fs()
