@@ -194,5 +194,8 @@ fn lock_ops_whose_signs_disagree_exit_2_naming_the_rows() {
     let (code, out, _) = check(&CheckArgs::new(path));
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("row 0 has a lease value"), "{out}");
-    assert!(out.contains("row 3 an error word of Jepsen's mutex"), "{out}");
+    assert!(
+        out.contains("row 3 an error word of Jepsen's mutex"),
+        "{out}"
+    );
 }

@@ -523,3 +523,84 @@ fn model_check_junit_names_the_violated_property_and_fits_the_schema() {
         result.unwrap_or_else(|e| panic!("{e}\n{xml}"));
     }
 }
+
+/// A figure of raw nanoseconds: four digits or more before ` ns`.
+fn raw_ns_figures(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| {
+            w[1].trim_end_matches(|c: char| !c.is_alphanumeric()) == "ns"
+                && w[0].len() >= 4
+                && w[0].chars().all(|c| c.is_ascii_digit())
+        })
+        .map(|w| w.join(" "))
+        .collect()
+}
+
+#[test]
+fn a_valid_summary_lists_every_check_in_junit_order_and_a_failing_explanation_reads_seconds() {
+    // Issue 28 items 2 and 3.
+    let root = tempfile::tempdir().unwrap();
+    let (store, bad, _) = make_store(root.path());
+    let good = store.join("lockd-kill/20261203T090000.000Z");
+    let results = RunDir::at(&good).read_results().unwrap();
+    assert_eq!(results.verdict, Verdict::Valid);
+    let suite = nemesis::store::junit::test_suite(&good, &results);
+    let lines = nemesis::store::junit::summary_lines(&suite, &results);
+    assert_eq!(lines.len(), suite.cases.len(), "{lines:#?}");
+    for (line, case) in lines.iter().zip(&suite.cases) {
+        assert!(line.starts_with(&format!("{}: ", case.name)), "{line}");
+        // One line of what the check evaluated, beside its verdict.
+        let name = CheckName::parse(&case.name).expect("a check name");
+        assert!(line.contains(name.evaluates()), "{line}");
+    }
+    let checks = results.checks.as_ref().expect("checks");
+    for result in &checks.results {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("{}: ", result.name))),
+            "{} missing from {lines:#?}",
+            result.name
+        );
+    }
+    // This history has no recover marker: liveness is listed, as "not checked".
+    let liveness = lines.iter().find(|l| l.starts_with("liveness: "));
+    assert!(
+        liveness.is_some_and(|l| l.starts_with("liveness: not checked (")),
+        "{lines:#?}"
+    );
+    for name in [
+        CheckName::Linearizability,
+        CheckName::Fencing,
+        CheckName::LeaseSafety,
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} in {lines:#?}"));
+        assert!(line.contains(": valid ("), "{line}");
+    }
+
+    let failing = RunDir::at(&bad).read_results().unwrap();
+    assert_eq!(failing.verdict, Verdict::Invalid);
+    assert!(
+        failing.explanation.contains(" s "),
+        "times in seconds: {}",
+        failing.explanation
+    );
+    assert_eq!(
+        raw_ns_figures(&failing.explanation),
+        Vec::<String>::new(),
+        "{}",
+        failing.explanation
+    );
+    // The detector has teeth.
+    assert_eq!(
+        raw_ns_figures("between 14626625438 ns and 15091172706 ns."),
+        ["14626625438 ns", "15091172706 ns."]
+    );
+    let timeline = std::fs::read_to_string(bad.join("timeline.html")).unwrap();
+    assert_eq!(raw_ns_figures(&timeline), Vec::<String>::new());
+}

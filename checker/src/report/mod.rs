@@ -8,16 +8,19 @@ pub mod timeline;
 
 use history::Operation;
 
-/// A time of the history's clock, exact: `1500 ms` when it is a whole number of
-/// milliseconds, `1500123 ns` otherwise.
+/// An instant of the history's clock as a person reads it: seconds since the run's start,
+/// to the millisecond (`14.627 s`), as Jepsen's and Maelstrom's reports give them. Every
+/// explanation, the timeline and the summary print instants through this one function; the
+/// raw `time_ns` stays in history.csv and results.json (issue 28: "between 14626625438 ns
+/// and 15091172706 ns" was the text a new user met). Rows, not times, are what a reader
+/// follows to the exact figures, so a sub-millisecond difference shows in the row numbers
+/// and in words ("while process 12 still held it"), not in the digits.
 pub fn fmt_ns(ns: u64) -> String {
     if ns == u64::MAX {
-        "never".to_string()
-    } else if ns % 1_000_000 == 0 {
-        format!("{} ms", ns / 1_000_000)
-    } else {
-        format!("{ns} ns")
+        return "never".to_string();
     }
+    let ms = ns.saturating_add(500_000) / 1_000_000;
+    format!("{}.{:03} s", ms / 1000, ms % 1000)
 }
 
 /// The rows of a paired operation, in words: `rows 3-4`, `rows 3-4, info`, `row 3, never
@@ -52,5 +55,22 @@ pub(crate) fn fault_span_text(
             )
         }
         None => format!("{} {} (row {}), {open}", start.f, start.value, start.index),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_ns;
+
+    #[test]
+    fn instants_read_as_seconds_to_the_millisecond() {
+        // Issue 28 item 2: seconds since the start, to the ms, rounded; never raw ns.
+        assert_eq!(fmt_ns(0), "0.000 s");
+        assert_eq!(fmt_ns(14_626_625_438), "14.627 s");
+        assert_eq!(fmt_ns(1_000_000), "0.001 s");
+        assert_eq!(fmt_ns(999_999_999), "1.000 s");
+        // The largest instants saturate instead of overflowing.
+        assert_eq!(fmt_ns(u64::MAX - 1), "18446744073.709 s");
+        assert_eq!(fmt_ns(u64::MAX), "never");
     }
 }
