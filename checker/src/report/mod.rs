@@ -1,8 +1,10 @@
 //! Reports: explanations in words ([`explain`]), a self-contained HTML timeline
-//! ([`timeline`]), SVG plots ([`plot`]) and JUnit XML ([`junit`]).
+//! ([`timeline`]), SVG plots ([`plot`]), the message-flow diagram of the nodes' traces
+//! ([`messages`]) and JUnit XML ([`junit`]).
 
 pub mod explain;
 pub mod junit;
+pub mod messages;
 pub mod plot;
 pub mod timeline;
 

@@ -464,7 +464,7 @@ fn run_page(store: &Path, dir: &Path) -> Reply {
     if let Err(reason) = &run.verdict {
         let _ = writeln!(body, "<p class=\"incomplete\">{}</p>", esc(reason));
     }
-    let mut names: Vec<String> = [RunDir::RESULTS, RunDir::TIMELINE]
+    let mut names: Vec<String> = [RunDir::RESULTS, RunDir::TIMELINE, RunDir::MESSAGES]
         .into_iter()
         .chain(PLOT_FILES)
         .chain([RunDir::HISTORY, RunDir::PLAN, RunDir::SEED, "junit.xml"])
@@ -507,7 +507,8 @@ fn run_page(store: &Path, dir: &Path) -> Reply {
             v = check.verdict.as_str(),
         );
     }
-    for plot in PLOT_FILES.iter().filter(|p| dir.join(p).is_file()) {
+    let pictures = std::iter::once(&RunDir::MESSAGES).chain(PLOT_FILES.iter());
+    for plot in pictures.filter(|p| dir.join(p).is_file()) {
         let _ = writeln!(
             body,
             "<div><img src=\"{}\" alt=\"{plot}\"></div>",
