@@ -131,14 +131,15 @@ impl Answer {
     }
 }
 
-/// The anchor a failing check gives: the earliest row named by the first invalid result,
-/// as an op of `paired`. `None` when no check failed or its rows name no client op.
+/// The anchor a failing check gives: the first row the first invalid result names (its
+/// explanation's subject: the op that cannot take effect, the second grant of a token), as
+/// an op of `paired`. `None` when no check failed or its rows name no client op.
 pub fn anchor_of_check(paired: &Paired, check: &Check) -> Option<Anchor> {
     let failing = check
         .results
         .iter()
         .find(|r| r.verdict == crate::Verdict::Invalid && !r.rows.is_empty())?;
-    let row = *failing.rows.iter().min()?;
+    let row = *failing.rows.first()?;
     let op = paired.operations.iter().find(|op| {
         op.invoke.index == row || op.completion.as_ref().is_some_and(|c| c.index == row)
     })?;
