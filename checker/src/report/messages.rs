@@ -194,8 +194,8 @@ struct Step<'a> {
     local_ms: u64,
     input: Option<&'a Input>,
     output: Option<&'a OutputDigest>,
-    /// A restart: (term, last log index) loaded.
-    restart: Option<(u64, u64)>,
+    /// A start or restart: (term, last log index) loaded, and whether the node ran before.
+    restart: Option<(u64, u64, bool)>,
 }
 
 /// The traces read into steps, with their sends matched to receives.
@@ -238,13 +238,15 @@ impl<'a> Flow<'a> {
                         .map_or(restart.snapshot.as_ref().map_or(0, |s| s.last_index), |e| {
                             e.index
                         });
-                    per_node.entry(*node).or_default().push(Step {
+                    let steps = per_node.entry(*node).or_default();
+                    let ran = !steps.is_empty();
+                    steps.push(Step {
                         node: *node,
                         seq: None,
                         local_ms: *now_ms,
                         input: None,
                         output: None,
-                        restart: Some((restart.hard_state.term, last)),
+                        restart: Some((restart.hard_state.term, last, ran)),
                     });
                 }
                 TraceLine::Step {
@@ -827,8 +829,12 @@ impl<'f, 'a> Diagram<'f, 'a> {
         }
         // The row's own step: what came in.
         match (step.restart, step.input) {
-            (Some((term, last)), _) => {
-                notes.push(format!("crashed; restarted (term {term}, log to {last})"));
+            (Some((term, last, ran)), _) => {
+                notes.push(if ran {
+                    format!("crashed; restarted (term {term}, log to {last})")
+                } else {
+                    format!("started (term {term}, log to {last})")
+                });
                 let _ = writeln!(
                     svg,
                     r##"<g class="restart"><line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000" stroke-width="2"/><line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000" stroke-width="2"/></g>"##,
