@@ -1149,3 +1149,131 @@ fn outcome_text(outcome: &Outcome) -> String {
         Outcome::Noop => "Noop".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockd::lock::Origin;
+    use lockd::raft::Envelope;
+
+    fn step(node: NodeId, seq: u64, input: Input, output: OutputDigest) -> TraceLine {
+        TraceLine::Step {
+            node,
+            seq,
+            input,
+            output: Some(output),
+        }
+    }
+
+    fn digest(sent: Vec<Envelope>, respond: Vec<(RequestId, Response)>) -> OutputDigest {
+        OutputDigest {
+            sent,
+            applied: Vec::new(),
+            respond,
+            persisted: false,
+        }
+    }
+
+    fn vote(term: u64) -> Message {
+        Message::RequestVote {
+            term,
+            last_log_index: 0,
+            last_log_term: 0,
+        }
+    }
+
+    /// n1 asks n2 for a vote; n2 answers a client's acquire with Granted 7.
+    fn trace() -> Vec<TraceLine> {
+        let envelope = Envelope {
+            source: 1,
+            target: 2,
+            msg: vote(1),
+        };
+        let acquire = ClientRequest::Acquire {
+            key: "a".into(),
+            lease_ms: 1000,
+            wait_ms: 0,
+            origin: Some(Origin {
+                client: 4,
+                request: 1,
+            }),
+        };
+        vec![
+            step(
+                1,
+                0,
+                Input::Tick { now_ms: 10 },
+                digest(vec![envelope], vec![]),
+            ),
+            step(
+                2,
+                0,
+                Input::Message {
+                    from: 1,
+                    msg: vote(1),
+                },
+                digest(vec![], vec![]),
+            ),
+            step(
+                2,
+                1,
+                Input::Request {
+                    id: RequestId(1),
+                    request: acquire,
+                },
+                digest(vec![], vec![(RequestId(1), Response::Granted { token: 7 })]),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_failing_op_is_found_by_client_key_and_answer_and_drawn_in_red() {
+        // Issue 28 item 1: lanes per node and client; the op a check names highlighted.
+        let anchor = Anchor::Op(OpAnchor {
+            process: 4,
+            f: "acquire".into(),
+            key: "a".into(),
+            answer: Answer::Granted(7),
+            node: Some(2),
+            time_ms: 12,
+            text: "process 4's acquire a".into(),
+        });
+        let svg = render("t", &trace(), &anchor);
+        for lane in ["n1", "n2", "client 4"] {
+            assert!(
+                svg.contains(&format!("data-lane=\"{lane}\"")),
+                "{lane}: {svg}"
+            );
+        }
+        assert_eq!(svg.matches("class=\"msg failing\"").count(), 2, "{svg}");
+        assert!(svg.contains("election: campaigns for term 1"), "{svg}");
+        // The vote request is matched to its receive: an arrow, not a lost message.
+        assert!(!svg.contains("(lost)"), "{svg}");
+        assert!(!svg.contains("not in the traces"), "{svg}");
+    }
+
+    #[test]
+    fn an_anchor_that_is_not_in_the_traces_is_said_and_nothing_panics() {
+        // Never panic on bad input: an empty trace, an op no request matches, a step that
+        // does not exist.
+        let missing = Anchor::Op(OpAnchor {
+            process: 9,
+            f: "release".into(),
+            key: "z".into(),
+            answer: Answer::Released,
+            node: None,
+            time_ms: 0,
+            text: "x".into(),
+        });
+        let svg = render("t", &trace(), &missing);
+        assert!(svg.contains("not in the traces"), "{svg}");
+        let step = Anchor::Step {
+            node: 7,
+            seq: 3,
+            reason: "r".into(),
+        };
+        assert!(render("t", &trace(), &step).contains("node 7's step 3 is not in the traces"));
+        assert!(render("t", &[], &step).contains("</svg>"));
+        assert!(render("t", &[], &missing).contains("</svg>"));
+    }
+}
