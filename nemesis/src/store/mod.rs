@@ -10,6 +10,7 @@
 //! | `plan.txt` | the options and the fault plan (`at_ms verb value`) |
 //! | `results.json` | [`results::Results`] |
 //! | `timeline.html`, `latency.svg`, `latency-quantiles.svg`, `rate.svg` | the reports |
+//! | `clock.svg` | a run with clock faults: each node's clock offset |
 //! | `messages.svg` | a failing run with traces: the nodes' and clients' messages around the failure (`checker::report::messages`) |
 //! | `node-logs/n<ID>.log` | each node's log (and `n<ID>.trace.jsonl` with traces on) |
 
