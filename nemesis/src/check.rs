@@ -306,7 +306,7 @@ fn write_text(
     for result in &check.results {
         writeln!(
             out,
-            "  {}: {} ({})",
+            "  {}: {} -- evaluates: {}",
             result.name,
             result.status(),
             result.name.evaluates()

@@ -580,7 +580,7 @@ fn a_valid_summary_lists_every_check_in_junit_order_and_a_failing_explanation_re
             .iter()
             .find(|l| l.starts_with(&format!("{name}: ")))
             .unwrap_or_else(|| panic!("no {name} in {lines:#?}"));
-        assert!(line.contains(": valid ("), "{line}");
+        assert!(line.contains(": valid -- evaluates: "), "{line}");
     }
 
     let failing = RunDir::at(&bad).read_results().unwrap();

@@ -298,6 +298,10 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
         "{}",
         nemesis::store::junit::open_hint(&outcome.dir, &args.store)
     );
+    let messages = outcome.dir.join(nemesis::store::RunDir::MESSAGES);
+    if messages.is_file() {
+        println!("messages: {}", messages.display());
+    }
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 

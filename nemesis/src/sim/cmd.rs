@@ -95,6 +95,10 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
         let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
         println!("store: {}", dir.display());
         println!("timeline: {}", dir.join(RunDir::TIMELINE).display());
+        let messages = dir.join(RunDir::MESSAGES);
+        if messages.is_file() {
+            println!("messages: {}", messages.display());
+        }
     }
     Ok(result.verdict().exit_code())
 }

@@ -196,7 +196,7 @@ pub fn summary_lines(suite: &Suite, results: &Results) -> Vec<String> {
                 .filter(|r| r.verdict.is_valid())
                 .and_then(|r| r.explanation.as_deref()?.lines().last())
                 .map_or(String::new(), |line| format!("; {line}"));
-            format!("{}: {verdict} ({what}{counted})", case.name)
+            format!("{}: {verdict} -- evaluates: {what}{counted}", case.name)
         })
         .collect()
 }

@@ -215,8 +215,11 @@ impl RunDir {
 /// store line; the store's results.json keeps the whole explanation.
 pub fn abridged(text: &str) -> String {
     const SHOWN: usize = 8;
-    let is_summary =
-        |l: &str| l.starts_with('(') || l.starts_with("store:") || l.starts_with("timeline:");
+    let is_summary = |l: &str| {
+        ["(", "store:", "timeline:", "messages:"]
+            .iter()
+            .any(|p| l.starts_with(p))
+    };
     let explanation: Vec<&str> = text.lines().filter(|l| !is_summary(l)).collect();
     let mut out: Vec<String> = explanation
         .iter()
