@@ -318,7 +318,7 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         println!("fault notes: {}", outcome.fault_notes.join("; "));
     }
     println!("nodes: {}", json(&r.nodes));
-    println!("recovery: {}", json(&r.recovery));
+    println!("recovery phase: {}", json(&r.recovery));
     // Every check, in the order of the JUnit report's testcases, valid or not.
     let suite = nemesis::store::junit::test_suite(&outcome.dir, r);
     for line in nemesis::store::junit::summary_lines(&suite, r) {
