@@ -37,26 +37,31 @@ pub fn rows_of(op: &Operation) -> String {
     }
 }
 
-/// A fault span in words, for the plots and the timeline: the starting row, and its ending
-/// row or `open` when the fault was never undone.
+/// A fault span in words, for the plots and the timeline: the starting row and its time,
+/// and its ending row or `open` when the fault was never undone (`kill n2 (row 4, 1.250 s)
+/// .. restart n2 (row 9, 3.000 s)`).
 pub(crate) fn fault_span_text(
     faults: &[history::Op],
     span: &history::FaultSpan,
     open: &str,
 ) -> String {
     let start = &faults[span.start];
+    let at = |op: &history::Op| format!("row {}, {}", op.index, fmt_ns(op.time_ns));
     match span.end {
-        Some(at) if at == span.start => {
-            format!("{} {} (row {})", start.f, start.value, start.index)
-        }
-        Some(at) => {
-            let stop = &faults[at];
+        Some(end) if end == span.start => format!("{} {} ({})", start.f, start.value, at(start)),
+        Some(end) => {
+            let stop = &faults[end];
             format!(
-                "{} {} (row {}) .. {} {} (row {})",
-                start.f, start.value, start.index, stop.f, stop.value, stop.index
+                "{} {} ({}) .. {} {} ({})",
+                start.f,
+                start.value,
+                at(start),
+                stop.f,
+                stop.value,
+                at(stop)
             )
         }
-        None => format!("{} {} (row {}), {open}", start.f, start.value, start.index),
+        None => format!("{} {} ({}), {open}", start.f, start.value, at(start)),
     }
 }
 

@@ -465,7 +465,7 @@ mod tests {
         for label in ["ok", "fail", "info", "acquire", "release", "kill"] {
             assert!(svg.contains(&format!("data-legend=\"{label}\"")), "{label}");
         }
-        assert!(svg.contains("kill n1 (row 2) .. restart n1 (row 5)"));
+        assert!(svg.contains("kill n1 (row 2, 0.004 s) .. restart n1 (row 5, 0.010 s)"));
         assert!(svg.contains("data-kind=\"kill\""));
     }
 
