@@ -212,7 +212,7 @@ impl<'a> Flow<'a> {
         let mut est = vec![0u64; self.steps.len()];
         let mut order = Vec::with_capacity(self.steps.len());
         let est_of = |lane: usize, step: usize, offset: &[i64]| -> i64 {
-            self.steps[step].local_ms as i64 + offset[lane]
+            wide(self.steps[step].local_ms).saturating_add(offset[lane])
         };
         while order.len() < self.steps.len() {
             let mut best: Option<(bool, i64, usize)> = None;
@@ -235,15 +235,15 @@ impl<'a> Flow<'a> {
             let s = &self.steps[step];
             if s.local_ms < last_local[lane] {
                 // A restarted process's clock starts over: keep the lane's time going.
-                offset[lane] += (last_local[lane] - s.local_ms) as i64;
+                offset[lane] = offset[lane].saturating_add(wide(last_local[lane] - s.local_ms));
             }
             last_local[lane] = s.local_ms;
             if let Some((send, _)) = self.send_of.get(&step)
                 && placed[*send]
             {
-                let sent = est[*send] as i64;
+                let sent = wide(est[*send]);
                 if est_of(lane, step, &offset) < sent {
-                    offset[lane] = sent - s.local_ms as i64;
+                    offset[lane] = sent.saturating_sub(wide(s.local_ms));
                 }
             }
             est[step] = est_of(lane, step, &offset).max(0) as u64;
@@ -295,4 +295,10 @@ impl<'a> Flow<'a> {
             && !self.leads.contains_key(&i)
             && (0..out.sent.len()).all(|k| self.heartbeat_sends.contains(&(i, k)))
     }
+}
+
+/// A clock reading as a signed number, saturating (a trace is input: its clocks may read
+/// anything).
+fn wide(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }

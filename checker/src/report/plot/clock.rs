@@ -27,6 +27,11 @@ const NODE_COLOURS: [&str; 8] = [
 ];
 /// Points per node line besides the fault instants.
 const SAMPLES: u64 = 600;
+/// Settings one strobe row may make (the harness's own strobes make at most 64); a row that
+/// asks for more is not read: its value is input, and a huge count would never finish.
+const STROBE_SETTINGS_MAX: f64 = 1000.0;
+/// Y axis ticks at most.
+const TICKS_MAX: usize = 40;
 
 /// lockd's clock: `anchor_ms + (t - anchor_t) * rate`, never reading less than before.
 #[derive(Clone, Copy, Debug)]
@@ -110,8 +115,9 @@ fn parse(op: &Op) -> Option<Vec<Setting>> {
         let w = words
             .iter()
             .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))?;
-        let number = w.trim_end_matches("ms").split('/').next()?;
-        number.parse().ok()
+        let number: f64 = w.trim_end_matches("ms").split('/').next()?.parse().ok()?;
+        // Only finite figures of a plausible size draw (no inf, NaN or 1e300 ms).
+        (number.is_finite() && number.abs() <= 1e12).then_some(number)
     };
     let t = op.time_ns as f64 / 1e6;
     let setting = |t: f64, rate: f64, jump_ms: f64| Setting {
@@ -123,6 +129,9 @@ fn parse(op: &Op) -> Option<Vec<Setting>> {
     match op.f.as_str() {
         "strobe" => {
             let (delta, period, count) = (param("delta")?, param("period")?, param("count")?);
+            if !(0.0..=STROBE_SETTINGS_MAX).contains(&count) {
+                return None;
+            }
             Some(
                 (0..count.max(0.0) as u64)
                     .map(|j| {
@@ -207,7 +216,7 @@ pub fn clock_svg(title: &str, faults: &[Op], spans: &[FaultSpan], end_ns: u64) -
     let y = |v: f64| canvas.bottom - (v - low) / (high - low) * (canvas.bottom - canvas.top);
     let mut ticks = Vec::new();
     let mut v = low;
-    while v <= high + step / 2.0 {
+    while v <= high + step / 2.0 && ticks.len() < TICKS_MAX {
         ticks.push((format!("{} ms", fmt_number(v)), y(v), true));
         v += step;
     }
@@ -291,13 +300,17 @@ mod tests {
             "0,1000000000,nemesis,info,strobe,,n3 n5 delta=64ms period=16ms count=6,,,\n\
              1,1100000000,nemesis,info,strobe,,n3 n5 delta=64ms period=16ms count=6,,,\n\
              2,2000000000,nemesis,info,skew,,n1 x1.5,,,\n\
-             3,2001000000,nemesis,info,skew,,n1 x1.5,,,\n",
+             3,2001000000,nemesis,info,skew,,n1 x1.5,,,\n\
+             4,2100000000,nemesis,info,strobe,,n2 delta=1ms period=1ms count=1e300,,,\n\
+             5,2200000000,nemesis,info,skew,,n4 rate=inf/1000 jump=0ms,,,\n",
         );
         let spans = super::super::faults::fault_spans(&f, 3_000_000_000);
         let svg = clock_svg("t", &f, &spans, 3_000_000_000).expect("clock faults");
         assert!(svg.contains("data-node=\"n3\"") && svg.contains("data-node=\"n5\""));
         assert!(!svg.contains("data-node=\"n1\""));
-        assert!(svg.contains("1 clock row(s) not read"), "{svg}");
+        // Bad values (no rate, a count past any strobe, an infinite rate) are counted, and
+        // drawing stays bounded.
+        assert!(svg.contains("3 clock row(s) not read"), "{svg}");
         assert!(clock_svg("t", &[], &[], 1).is_none());
     }
 }
