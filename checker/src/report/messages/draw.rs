@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use lockd::lock::{Command, Outcome};
-use lockd::raft::{ClientRequest, Input, Message, NodeId, Response};
+use lockd::raft::{ClientRequest, Input, Message, NodeId};
 use lockd::trace::OutputDigest;
 
 use super::flow::Flow;
@@ -336,7 +336,7 @@ impl<'f, 'a> Diagram<'f, 'a> {
                 svg,
                 (x, y),
                 (cx, y + ROW_H * 0.45),
-                &response_text(response),
+                &crate::model::explain::describe_response(response),
                 is_failing,
                 false,
             );
@@ -526,21 +526,6 @@ fn request_text(request: &ClientRequest) -> String {
             }
         }
         ClientRequest::Release { key, token, .. } => format!("Release {key} t{token}"),
-    }
-}
-
-fn response_text(response: &Response) -> String {
-    match response {
-        Response::Granted { token } => format!("Granted {token}"),
-        Response::Busy => "Busy".to_owned(),
-        Response::Released => "Released".to_owned(),
-        Response::NotHolder => "NotHolder".to_owned(),
-        Response::NotLeader { leader } => match leader {
-            Some(l) => format!("NotLeader (n{l})"),
-            None => "NotLeader".to_owned(),
-        },
-        Response::Unknown { reason } => format!("Unknown: {reason}"),
-        Response::Invalid { reason } => format!("Invalid: {reason}"),
     }
 }
 
