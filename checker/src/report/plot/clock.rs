@@ -252,13 +252,8 @@ pub fn clock_svg(title: &str, faults: &[Op], spans: &[FaultSpan], end_ns: u64) -
 
 #[cfg(test)]
 mod tests {
+    use super::super::faults::tests::faults;
     use super::*;
-
-    fn faults(rows: &str) -> Vec<Op> {
-        let csv = format!("{}\n{rows}", history::csv::HEADER);
-        let ops = history::csv::read_str(&csv).unwrap();
-        history::pair::pair_with_faults(&ops).unwrap().faults
-    }
 
     #[test]
     fn a_skew_slows_a_node_and_a_backward_jump_holds_its_clock_still() {
