@@ -242,8 +242,10 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
 
 /// Issue 28 item 1: a failing chaos run recorded with traces writes `messages.svg` with its
 /// store: a lane per node, the first failing op in red. `--bug stale-leader` under
-/// partitions, with the options `ci/mutants.sh` uses to catch it (keys idle long enough
-/// that a deposed leader has a free key to grant). Screenshot:
+/// partitions, with the options of `ci/mutants.sh`'s chaos-partition check at 15 s (keys
+/// idle long enough that a deposed leader has a free key to grant; seed 1 failed in each of
+/// four runs on 2026-12-04, by linearizability, fencing, lease safety and the trace replay).
+/// Screenshot:
 /// `target/screenshots/messages-chaos-stale-leader.png`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_traced_chaos_run_draws_the_messages_around_its_failing_op() {
