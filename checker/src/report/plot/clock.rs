@@ -3,8 +3,8 @@
 //!
 //! The offset is the node's lease clock minus the run's clock, as the clock nemesis set it,
 //! read from the history's nemesis rows alone (so any history in our schema can have one;
-//! the store's [`super::write_all`] writes it). A `skew` row (`n2 rate=500/1000 jump=-250ms`) sets the rate and
-//! jumps; a `strobe` row (`n3 delta=64ms period=16ms count=6`) alternates a backward jump
+//! the store's [`super::write_all`] writes it). A `skew` row
+//! (`n2 rate=500/1000 jump=-250ms`) sets the rate and jumps; a `strobe` row (`n3 delta=64ms period=16ms count=6`) alternates a backward jump
 //! of `delta` with half speed every `period`; `reset-clock` sets the rate back to 1 (no
 //! jump), whatever its value says. The
 //! clock is lockd's ([`NodeClock`], as `lockd::server::clock` runs it): it never reads less
