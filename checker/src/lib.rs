@@ -186,7 +186,7 @@ impl fmt::Display for ModelKind {
 }
 
 /// The model a history's ops call for: lock ops (`acquire`, `release`) give `lock` when
-/// a row shows our schema's signs ([`LockSigns`]: a token, a lease value, or one of lockd's
+/// a row shows our schema's signs (`LockSigns`: a token, a lease value, or one of lockd's
 /// lock error words), and `mutex` when none does (Jepsen's tokenless mutex histories). A
 /// lock history with both our signs and a word that only Jepsen writes is an error naming
 /// both rows: checked as a mutex, a `busy` on a free key would pass. `read`/`write`/`cas`

@@ -4,14 +4,14 @@
 //! The offset is the node's lease clock minus the run's clock, as the clock nemesis set it,
 //! read from the history's nemesis rows alone (so any history in our schema can have one;
 //! the store's [`super::write_all`] writes it). A `skew` row
-//! (`n2 rate=500/1000 jump=-250ms`) sets the rate and jumps; a `strobe` row (`n3 delta=64ms period=16ms count=6`) alternates a backward jump
-//! of `delta` with half speed every `period`; `reset-clock` sets the rate back to 1 (no
-//! jump), whatever its value says. The
-//! clock is lockd's ([`NodeClock`], as `lockd::server::clock` runs it): it never reads less
-//! than it has read, so after a backward jump it stands still until real time catches up.
-//! A node starts at offset 0 (its clock is taken to start with the run); the plot shows
-//! what the faults did to it, not a measured reading. A clock row this module cannot read
-//! is left out and counted in the subtitle.
+//! (`n2 rate=500/1000 jump=-250ms`) sets the rate and jumps; a `strobe` row
+//! (`n3 delta=64ms period=16ms count=6`) alternates a backward jump of `delta` with half
+//! speed every `period`; `reset-clock` sets the rate back to 1 (no jump), whatever its value
+//! says. The clock is lockd's (`NodeClock`, as `lockd::server::clock` runs it): it never
+//! reads less than it has read, so after a backward jump it stands still until real time
+//! catches up. A node starts at offset 0 (its clock is taken to start with the run); the
+//! plot shows what the faults did to it, not a measured reading. A clock row this module
+//! cannot read is left out and counted in the subtitle.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
