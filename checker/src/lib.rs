@@ -185,8 +185,11 @@ impl fmt::Display for ModelKind {
     }
 }
 
-/// The model a history's ops call for: lock ops (`acquire`, `release`) give `lock`, or
-/// `mutex` when no row carries a token (Jepsen's mutex histories); `read`/`write`/`cas`
+/// The model a history's ops call for: lock ops (`acquire`, `release`) give `lock` when
+/// a row shows our schema's signs (`LockSigns`: a token, a lease value, or one of lockd's
+/// lock error words), and `mutex` when none does (Jepsen's tokenless mutex histories). A
+/// lock history with both our signs and a word that only Jepsen writes is an error naming
+/// both rows: checked as a mutex, a `busy` on a free key would pass. `read`/`write`/`cas`
 /// give `register`; `get`/`put`/`append` give `kv`; `txn` gives `multi-register`. A
 /// history with no client op gives `lock` (whose checks then say "not checked").
 ///
@@ -197,7 +200,7 @@ impl fmt::Display for ModelKind {
 pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
     // The first row of each family, by family.
     let mut first: [Option<(u64, OpName)>; 4] = [None; 4];
-    let mut tokens = false;
+    let mut signs = LockSigns::default();
     for op in history {
         let Some(name) = OpName::parse(op.f.as_str()) else {
             return Err(CheckError::bad(
@@ -214,8 +217,9 @@ pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
             OpName::Get | OpName::Put | OpName::Append => 2,
             OpName::Txn => 3,
         };
-        tokens |=
-            op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some());
+        if family == 0 {
+            signs.read(op);
+        }
         first[family].get_or_insert((op.invoke.index, name));
     }
     if first[0].is_some() {
@@ -229,8 +233,7 @@ pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
         .collect();
     match present.as_slice() {
         [] => Ok(ModelKind::Lock),
-        [(0, _)] if !tokens => Ok(ModelKind::Mutex),
-        [(0, _)] => Ok(ModelKind::Lock),
+        [(0, _)] => signs.model(),
         [(1, _)] => Ok(ModelKind::Register),
         [(2, _)] => Ok(ModelKind::Kv),
         [(_, _)] => Ok(ModelKind::MultiRegister),
@@ -240,6 +243,67 @@ pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
                 "the history mixes ops of two models (`{f_a}` at row {row_a}, `{f_b}` at row {row_b}); choose one with --model"
             ),
         )),
+    }
+}
+
+/// The signs in a history's lock ops of which schema wrote it: the first row of each.
+#[derive(Clone, Copy, Debug, Default)]
+struct LockSigns {
+    /// A row of ours: a token, an acquire's lease value, or a lock error word of lockd's
+    /// (`busy`, `not-holder`, `stale-token`), with what it shows.
+    ours: Option<(u64, &'static str)>,
+    /// A row of Jepsen's: an error keyword that is no word of ours (`already-held`,
+    /// `not-held`).
+    jepsen: Option<u64>,
+}
+
+impl LockSigns {
+    fn read(&mut self, op: &Operation) {
+        let completion = op.completion.as_ref();
+        if let Some(row) = op
+            .invoke
+            .token
+            .map(|_| op.invoke.index)
+            .or(completion.and_then(|c| c.token.map(|_| c.index)))
+        {
+            self.ours.get_or_insert((row, "a token"));
+        }
+        if op.f.as_str() == OpName::Acquire.as_str()
+            && history::vocab::AcquireValue::parse(op.invoke.value.as_str()).is_some()
+        {
+            self.ours.get_or_insert((op.invoke.index, "a lease value"));
+        }
+        let Some(c) = completion.filter(|c| !c.error.as_str().is_empty()) else {
+            return;
+        };
+        match history::ErrorWord::parse(c.error.as_str()) {
+            Some(
+                history::ErrorWord::Busy
+                | history::ErrorWord::NotHolder
+                | history::ErrorWord::StaleToken,
+            ) => {
+                self.ours.get_or_insert((c.index, "a lockd error word"));
+            }
+            Some(_) => {}
+            None => {
+                self.jepsen.get_or_insert(c.index);
+            }
+        }
+    }
+
+    fn model(self) -> Result<ModelKind, CheckError> {
+        match (self.ours, self.jepsen) {
+            (Some((ours, sign)), Some(jepsen)) => Err(CheckError::bad(
+                ours.max(jepsen),
+                format!(
+                    "the lock ops' signs disagree: row {ours} has {sign} (locksmith's lock \
+                     schema), row {jepsen} an error word of Jepsen's mutex; choose one with \
+                     --model lock or --model mutex"
+                ),
+            )),
+            (Some(_), None) => Ok(ModelKind::Lock),
+            (None, _) => Ok(ModelKind::Mutex),
+        }
     }
 }
 

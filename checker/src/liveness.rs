@@ -219,7 +219,7 @@ pub fn check(paired: &Paired, options: &LivenessOptions, drift: f64) -> Liveness
 const MS: u64 = 1_000_000;
 
 fn ms(ns: u64) -> String {
-    format!("{:.3} s", ns as f64 / 1e9)
+    crate::report::fmt_ns(ns)
 }
 
 /// What the rules share: the operations by key, the fault intervals, the bounds.

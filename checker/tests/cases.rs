@@ -163,6 +163,28 @@ fn every_case_has_the_verdict_of_its_folder_and_its_golden_explanation() {
 }
 
 #[test]
+fn inference_reads_our_lock_schema_as_lock_and_jepsen_mutexes_as_mutex() {
+    // Issue 28 item 4: every lock/ case carries our schema's signs (lease values, tokens,
+    // lockd's error words) and infers `lock`, including the busy-only one that a tokenless
+    // reading would pass; every mutex/ case (Jepsen's shape) infers `mutex`.
+    for (area, want) in [("lock", ModelKind::Lock), ("mutex", ModelKind::Mutex)] {
+        for folder in ["valid", "invalid"] {
+            for path in csv_files(&cases_dir().join(area).join(folder)) {
+                let ops = history::csv::read_path(&path).unwrap();
+                let paired = history::pair(&ops).unwrap();
+                let got = checker::infer_model(&paired)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert_eq!(got, want, "{}", path.display());
+            }
+        }
+    }
+    let busy_only = cases_dir().join("lock/invalid/busy_only_on_a_free_key.csv");
+    let ops = history::csv::read_path(&busy_only).unwrap();
+    let check = checker::check(&ops, &Options::for_model(ModelKind::Auto)).unwrap();
+    assert_eq!(check.verdict, Verdict::Invalid, "{}", check.explanation());
+}
+
+#[test]
 fn every_malformed_case_fails_to_parse_with_its_message() {
     // STYLE practice 12: the reader rejects bad input with line:column: reason.
     let files = csv_files(&cases_dir().join("malformed"));

@@ -1,7 +1,9 @@
-//! Issue 16: the three plots of a run with kill, pause, partition and clock faults, rendered
+//! Issue 16: the plots of a run with kill, pause, partition and clock faults, rendered
 //! by headless Chromium. The test checks in the rendered DOM that every legend entry and
 //! every fault kind of the run is laid out inside its plot (a script measures their boxes),
-//! and saves screenshots (`target/screenshots/plot-*.png`).
+//! and saves screenshots (`target/screenshots/plot-*.png`). Issue 28: each plot spans the
+//! page's width with its legend inside the plot area's frame, and the run's skew and strobe
+//! get the clock plot (`plot-clock.png`).
 
 mod browser;
 
@@ -18,8 +20,20 @@ fn history_with_faults(seed: u64) -> String {
         ("kill", "restart", "n2", 5, 12),
         ("pause", "resume", "n3", 15, 20),
         ("partition", "heal", "n1 n2 | n3 n4 n5", 24, 33),
-        ("skew", "reset-clock", "n4 x1.5", 36, 42),
-        ("strobe", "reset-clock", "n5 200ms/50ms", 44, 48),
+        (
+            "skew",
+            "reset-clock",
+            "n4 rate=500/1000 jump=-250ms",
+            36,
+            42,
+        ),
+        (
+            "strobe",
+            "reset-clock",
+            "n5 delta=256ms period=32ms count=8",
+            44,
+            48,
+        ),
         ("pause-clients", "resume-clients", "c1 c4", 50, 55),
     ];
     let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
@@ -95,7 +109,15 @@ for (const svg of document.querySelectorAll('div.plot > svg')) {
   const shown = (sel, attr) => [...svg.querySelectorAll(sel)]
     .filter((g) => inside(g) && [...g.querySelectorAll('text')].some(inside))
     .map((g) => g.getAttribute(attr) + '=' + g.querySelector('text').textContent.trim());
+  // The plot area's frame: the y axis's line (left, top, bottom) and the x axis's (right).
+  const yLine = svg.querySelector('#y-axis line').getBoundingClientRect();
+  const xLine = svg.querySelector('#x-axis line').getBoundingClientRect();
+  const legend = svg.querySelector('#legend .legend-frame').getBoundingClientRect();
+  const legendInside = legend.left >= yLine.left && legend.right <= xLine.right + 1
+    && legend.top >= yLine.top - 1 && legend.bottom <= xLine.bottom + 1;
   report.push({ title: svg.querySelector('#title').textContent,
+    fills: box.width >= document.body.clientWidth - 2, legendInside,
+    clockLines: svg.querySelectorAll('.clock-line').length,
     legend: shown('#legend [data-legend]', 'data-legend'),
     lanes: shown('#faults [data-kind]', 'data-kind'),
     shades: svg.querySelectorAll('rect.fault-shade').length });
@@ -122,7 +144,7 @@ fn render_and_check(
     csv: &str,
     title: &PlotTitle,
     prefix: &str,
-    series: [&[&str]; 3],
+    series: [&[&str]; 4],
 ) -> BTreeSet<String> {
     let ops = history::csv::read_str(csv).expect("a valid CSV history");
     let paired = history::pair::pair_with_faults(&ops).expect("pairs");
@@ -158,7 +180,9 @@ fn render_and_check(
     let report: serde_json::Value =
         serde_json::from_str(&json.replace("&quot;", "\"").replace("&amp;", "&")).unwrap();
     let report = report.as_array().expect("one entry per plot");
-    assert_eq!(report.len(), 3);
+    // The clock plot comes with clock faults (issue 28 item 5).
+    let clock = kinds.contains("skew") || kinds.contains("strobe");
+    assert_eq!(report.len(), 3 + usize::from(clock));
     let strings = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -167,6 +191,13 @@ fn render_and_check(
             .collect()
     };
     for (plot, wanted) in report.iter().zip(series) {
+        // Issue 28 item 5: the plot uses the page's width, its legend inside the frame.
+        assert_eq!(plot["fills"], true, "{}: not page wide", plot["title"]);
+        assert_eq!(
+            plot["legendInside"], true,
+            "{}: legend outside",
+            plot["title"]
+        );
         let (legend, lanes) = (strings(&plot["legend"]), strings(&plot["lanes"]));
         for label in wanted
             .iter()
@@ -193,7 +224,16 @@ fn render_and_check(
         );
     }
     let shots = browser::screenshot_dir();
-    for (path, name) in paths.iter().zip(PLOT_FILES) {
+    if clock {
+        let lines = report[3]["clockLines"].as_u64().unwrap_or(0);
+        assert!(
+            lines >= 1,
+            "the clock plot draws a line per skewed node: {lines}"
+        );
+    }
+    for path in &paths {
+        let name = path.file_name().unwrap().to_string_lossy();
+        assert!(PLOT_FILES.contains(&name.as_ref()), "{name}");
         let png = shots.join(format!("{prefix}-{}", name.replace(".svg", ".png")));
         let height = 450 + 15 * kinds.len() as u32;
         browser::screenshot(
@@ -216,10 +256,11 @@ fn the_three_plots_show_their_legend_and_every_fault_kind_in_chromium() {
         seed: Some(seed),
         verdict: "valid".into(),
     };
-    let series: [&[&str]; 3] = [
+    let series: [&[&str]; 4] = [
         &["ok", "fail", "info", "acquire", "release", "write"],
         &["p50", "p95", "p99", "max", "acquire", "release", "write"],
         &["ok", "fail", "info"],
+        &["n4", "n5"],
     ];
     let kinds = render_and_check(&history_with_faults(seed), &title, "plot", series);
     assert_eq!(kinds.len(), 6, "{kinds:?}");
@@ -248,7 +289,7 @@ fn the_plots_of_a_recorded_run() {
         &csv,
         &title,
         "run",
-        [&["ok", "fail", "info"], &["p50", "max"], &["ok"]],
+        [&["ok", "fail", "info"], &["p50", "max"], &["ok"], &[]],
     );
     println!("fault kinds of the run: {kinds:?}");
 }

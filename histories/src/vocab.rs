@@ -306,6 +306,34 @@ words!(
     }
 );
 
+impl CheckName {
+    /// What the check evaluates, in one line: the summary's and `locksmith check`'s text
+    /// beside each verdict (issue 28: a valid run's summary listed only liveness, so a reader
+    /// could not tell which checks had run).
+    pub fn evaluates(self) -> &'static str {
+        match self {
+            CheckName::Linearizability => {
+                "every client op, per key, against the model's sequential spec (info ops may or may not take effect)"
+            }
+            CheckName::Fencing => {
+                "fencing tokens unique and increasing in real time; no write accepted under an older token"
+            }
+            CheckName::LeaseSafety => {
+                "no two holders of one key with overlapping leases, beyond the drift bound"
+            }
+            CheckName::Liveness => {
+                "after the final heal: every client recovers, a left client's key frees, waiters are answered"
+            }
+            CheckName::NodeHealth => "no node exited or panicked on its own during the run",
+            CheckName::TraceReplay => "the nodes' traces, step by step, through the model's checks",
+            CheckName::History => "the recorded history reads back and pairs",
+            CheckName::Recovery => "the run's recovery phase: every client slot succeeded again",
+            CheckName::Checks => "that the run produced check results at all",
+            CheckName::Teardown => "that the run left no process, rule or net behind",
+        }
+    }
+}
+
 /// The `value` of an acquire invoke: `LEASE_MS` for a try-acquire, `LEASE_MS WAIT_MS` (two
 /// integers, one space) for an acquire that waits up to `WAIT_MS` for a held key.
 ///

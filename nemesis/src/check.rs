@@ -304,7 +304,13 @@ fn write_text(
         model_name(check, asked)
     )?;
     for result in &check.results {
-        writeln!(out, "  {}: {}", result.name, result.status())?;
+        writeln!(
+            out,
+            "  {}: {} -- evaluates: {}",
+            result.name,
+            result.status(),
+            result.name.evaluates()
+        )?;
     }
     let explanation = &file.output.explanation;
     if !explanation.is_empty() {

@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use checker::model::replay::{Departure, ReplayReport, replay};
-use checker::{CheckResult, Verdict};
+use checker::report::messages::{self, Anchor};
+use checker::{Check, CheckResult, Verdict};
 use history::CheckName;
+use history::pair::Paired;
 use lockd::trace::read_trace;
 
 /// The trace files of a run: `RUN_DIR/trace.jsonl` (one file, as the model records), else
@@ -44,6 +46,81 @@ pub fn trace_files(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(nodes.into_iter().map(|(_, path)| path).collect())
 }
 
+/// Reads every trace file of `run_dir` ([`trace_files`]) into one list of records.
+fn read_traces(files: &[PathBuf]) -> anyhow::Result<(Vec<lockd::trace::TraceLine>, Vec<usize>)> {
+    let mut lines = Vec::new();
+    let mut starts = Vec::new();
+    for path in files {
+        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        starts.push(lines.len());
+        lines.extend(read_trace(BufReader::new(file)).with_context(|| path.display().to_string())?);
+    }
+    Ok((lines, starts))
+}
+
+/// The file the message-flow diagram goes to, in a run dir.
+pub const MESSAGES_FILE: &str = "messages.svg";
+
+/// Draws the message-flow diagram of `run_dir`'s traces around `anchor`
+/// (`checker::report::messages`) into `RUN_DIR/messages.svg`, and returns its path.
+pub fn write_messages(run_dir: &Path, title: &str, anchor: &Anchor) -> anyhow::Result<PathBuf> {
+    let (lines, _) = read_traces(&trace_files(run_dir)?)?;
+    let svg = messages::render(title, &lines, anchor);
+    let path = run_dir.join(MESSAGES_FILE);
+    std::fs::write(&path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok(path)
+}
+
+/// The diagram's anchor in a failing run: the first op a failing check of the history
+/// names, else the step the trace replay refuses (the replay runs again, up to its
+/// departure). `None` when neither names one.
+pub fn failing_anchor(run_dir: &Path, paired: &Paired, check: &Check) -> Option<Anchor> {
+    if let Some(anchor) = messages::anchor_of_check(paired, check) {
+        return Some(anchor);
+    }
+    let replayed = check.result(CheckName::TraceReplay)?;
+    if replayed.verdict != Verdict::Invalid {
+        return None;
+    }
+    let departure = replay_run(run_dir).ok()?.report.departure?;
+    Some(departure_anchor(&departure))
+}
+
+/// The diagram's anchor at a replay's departure.
+pub fn departure_anchor(d: &Departure) -> Anchor {
+    Anchor::Step {
+        node: d.node,
+        seq: d.seq,
+        reason: d.reason.clone(),
+    }
+}
+
+/// Whether `run_dir` holds traces of its nodes.
+pub fn has_traces(run_dir: &Path) -> bool {
+    run_dir.join("trace.jsonl").is_file()
+        || std::fs::read_dir(run_dir.join("node-logs")).is_ok_and(|d| {
+            d.filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().ends_with(".trace.jsonl"))
+        })
+}
+
+/// Copies the nodes' trace files of `from` (a folder holding `node-logs/`) into `to`'s
+/// `node-logs/`, so that a store holds what its diagram and `locksmith model replay` read.
+pub fn copy_traces(from: &Path, to: &Path) -> std::io::Result<()> {
+    let Ok(entries) = std::fs::read_dir(from.join("node-logs")) else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(to.join("node-logs"))?;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().ends_with(".trace.jsonl") {
+            std::fs::copy(entry.path(), to.join("node-logs").join(&name))?;
+        }
+    }
+    Ok(())
+}
+
 /// A replayed run.
 #[derive(Debug)]
 pub struct RunReplay {
@@ -62,13 +139,7 @@ pub struct RunReplay {
 /// interleaving. A core that panics is the departure; the panic hook still runs.
 pub fn replay_run(run_dir: &Path) -> anyhow::Result<RunReplay> {
     let files = trace_files(run_dir)?;
-    let mut lines = Vec::new();
-    let mut starts = Vec::new();
-    for path in &files {
-        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-        starts.push(lines.len());
-        lines.extend(read_trace(BufReader::new(file)).with_context(|| path.display().to_string())?);
-    }
+    let (lines, starts) = read_traces(&files)?;
     let report = replay(&lines);
     Ok(RunReplay {
         files,

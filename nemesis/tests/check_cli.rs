@@ -164,3 +164,38 @@ fn a_register_timeline_labels_values_and_links_the_first_error() {
     assert!(html.contains("\"order\":1"), "the order found is not drawn");
     assert!(out.contains("had finished at"), "{out}");
 }
+
+#[test]
+fn a_lock_history_whose_acquires_all_failed_busy_is_checked_as_a_lock_and_invalid() {
+    // Issue 28 item 4: lease values and lockd's error words are our schema's signs, so the
+    // inferred model is `lock`, under which a `busy` on a free key cannot take effect.
+    // (Read as Jepsen's tokenless mutex, `fail` is a no-op and the history would pass.)
+    let path = case("lock/invalid/busy_only_on_a_free_key.csv");
+    let (code, out, _) = check(&CheckArgs::new(path));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("lock model, inferred"), "{out}");
+    assert!(out.contains("fail busy"), "{out}");
+}
+
+#[test]
+fn lock_ops_whose_signs_disagree_exit_2_naming_the_rows() {
+    // Issue 28 item 4: a lease value (ours) and `already-held` (Jepsen's) in one history.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixed.csv");
+    std::fs::write(
+        &path,
+        "index,time_ns,process,type,f,key,value,token,node,error\n\
+         0,1000000,0,invoke,acquire,a,5000,,,\n\
+         1,2000000,0,ok,acquire,a,,,,\n\
+         2,3000000,1,invoke,acquire,a,,,,\n\
+         3,4000000,1,fail,acquire,a,,,,already-held\n",
+    )
+    .unwrap();
+    let (code, out, _) = check(&CheckArgs::new(path));
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("row 0 has a lease value"), "{out}");
+    assert!(
+        out.contains("row 3 an error word of Jepsen's mutex"),
+        "{out}"
+    );
+}

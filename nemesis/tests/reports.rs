@@ -523,3 +523,216 @@ fn model_check_junit_names_the_violated_property_and_fits_the_schema() {
         result.unwrap_or_else(|e| panic!("{e}\n{xml}"));
     }
 }
+
+/// A figure of raw nanoseconds: four digits or more before ` ns`.
+fn raw_ns_figures(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| {
+            w[1].trim_end_matches(|c: char| !c.is_alphanumeric()) == "ns"
+                && w[0].len() >= 4
+                && w[0].chars().all(|c| c.is_ascii_digit())
+        })
+        .map(|w| w.join(" "))
+        .collect()
+}
+
+#[test]
+fn a_valid_summary_lists_every_check_in_junit_order_and_a_failing_explanation_reads_seconds() {
+    // Issue 28 items 2 and 3.
+    let root = tempfile::tempdir().unwrap();
+    let (store, bad, _) = make_store(root.path());
+    let good = store.join("lockd-kill/20261203T090000.000Z");
+    let results = RunDir::at(&good).read_results().unwrap();
+    assert_eq!(results.verdict, Verdict::Valid);
+    let suite = nemesis::store::junit::test_suite(&good, &results);
+    let lines = nemesis::store::junit::summary_lines(&suite, &results);
+    assert_eq!(lines.len(), suite.cases.len(), "{lines:#?}");
+    for (line, case) in lines.iter().zip(&suite.cases) {
+        assert!(line.starts_with(&format!("{}: ", case.name)), "{line}");
+        // One line of what the check evaluated, beside its verdict.
+        let name = CheckName::parse(&case.name).expect("a check name");
+        assert!(line.contains(name.evaluates()), "{line}");
+    }
+    let checks = results.checks.as_ref().expect("checks");
+    for result in &checks.results {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("{}: ", result.name))),
+            "{} missing from {lines:#?}",
+            result.name
+        );
+    }
+    // This history has no recover marker: liveness is listed, as "not checked".
+    let liveness = lines.iter().find(|l| l.starts_with("liveness: "));
+    assert!(
+        liveness.is_some_and(|l| l.starts_with("liveness: not checked (")),
+        "{lines:#?}"
+    );
+    for name in [
+        CheckName::Linearizability,
+        CheckName::Fencing,
+        CheckName::LeaseSafety,
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} in {lines:#?}"));
+        assert!(line.contains(": valid -- evaluates: "), "{line}");
+    }
+
+    let failing = RunDir::at(&bad).read_results().unwrap();
+    assert_eq!(failing.verdict, Verdict::Invalid);
+    assert!(
+        failing.explanation.contains(" s "),
+        "times in seconds: {}",
+        failing.explanation
+    );
+    assert_eq!(
+        raw_ns_figures(&failing.explanation),
+        Vec::<String>::new(),
+        "{}",
+        failing.explanation
+    );
+    // The detector has teeth.
+    assert_eq!(
+        raw_ns_figures("between 14626625438 ns and 15091172706 ns."),
+        ["14626625438 ns", "15091172706 ns."]
+    );
+    let timeline = std::fs::read_to_string(bad.join("timeline.html")).unwrap();
+    assert_eq!(raw_ns_figures(&timeline), Vec::<String>::new());
+}
+
+/// Issue 28 item 1 (and 5): a failing simulated seed recorded with traces. Its store holds
+/// `messages.svg` (the nodes' and clients' messages around the first failing op, which is
+/// drawn in red) and, since the seed has skews and a strobe, `clock.svg`;
+/// `locksmith model replay` draws the diagram around the refused step; the serve page shows
+/// both. Screenshots: `messages-sim-follower-grants.png`, `messages-replay.png`,
+/// `clock-skew-strobe.png`, `serve-messages.png`.
+#[test]
+fn a_failing_traced_seed_draws_its_messages_and_clock_and_serve_shows_them() {
+    // Seed 2 with the clock nemesis: two skews and a strobe, and follower grants.
+    const SEED: u64 = 2;
+    println!("seed {SEED}");
+    let root = tempfile::tempdir().unwrap();
+    let (traces, store) = (root.path().join("traces"), root.path().join("store"));
+    let out = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args([
+            "sim",
+            "--seeds",
+            &SEED.to_string(),
+            "--bug",
+            "follower-grants",
+        ])
+        .args(["--nemesis", "clock", "--time-s", "10", "--no-shrink"])
+        .arg("--trace")
+        .arg(&traces)
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .expect("locksmith sim runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "seed {SEED}: {stdout}");
+    let run = std::fs::read_dir(store.join("sim"))
+        .unwrap()
+        .next()
+        .expect("a failing seed's store")
+        .unwrap()
+        .path();
+    let messages = run.join("messages.svg");
+    let svg = std::fs::read_to_string(&messages).expect("messages.svg in the failing store");
+    for node in 1..=5 {
+        assert!(
+            svg.contains(&format!("data-lane=\"n{node}\"")),
+            "lane n{node}"
+        );
+    }
+    assert!(svg.contains("failing op: linearizability"), "focus line");
+    let history = std::fs::read_to_string(run.join("history.csv")).unwrap();
+    for verb in [",skew,", ",strobe,"] {
+        assert!(history.contains(verb), "seed {SEED} has no {verb} row");
+    }
+    let clock = run.join("clock.svg");
+    let clock_svg = std::fs::read_to_string(&clock).expect("clock.svg with clock faults");
+    assert!(clock_svg.contains("class=\"clock-line\" data-node=\"n"));
+    // The replay of the same traces refuses a step and draws around it.
+    let replayed = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args(["model", "replay"])
+        .arg(traces.join(format!("seed-{SEED}")))
+        .output()
+        .expect("locksmith model replay runs");
+    let replay_out = String::from_utf8_lossy(&replayed.stdout);
+    assert_eq!(replayed.status.code(), Some(1), "{replay_out}");
+    let replay_svg = traces.join(format!("seed-{SEED}/messages.svg"));
+    assert!(
+        replay_out.contains(&format!("messages: {}", replay_svg.display())),
+        "{replay_out}"
+    );
+    let replay_text = std::fs::read_to_string(&replay_svg).unwrap();
+    assert!(replay_text.contains("the model refuses node"), "focus line");
+
+    let server = Server::start(store.clone());
+    let rel = run.strip_prefix(&store).unwrap();
+    let page_path = format!("/run/{}/", rel.display());
+    let (status, page) = get(server.addr, &page_path);
+    assert_eq!(status, 200);
+    for file in ["messages.svg", "clock.svg"] {
+        assert!(
+            page.contains(&format!("{}/{file}\"", rel.display())),
+            "the run page links {file}: {page}"
+        );
+    }
+    assert!(page.contains("<img id=\"messages\""), "{page}");
+
+    let Some(browser) = browser::chromium() else {
+        return;
+    };
+    for (svg, name) in [
+        (&messages, "messages-sim-follower-grants"),
+        (&replay_svg, "messages-replay"),
+    ] {
+        let layout = browser::messages_layout(browser, svg);
+        let lanes: Vec<&str> = layout["lanes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        for node in 1..=5 {
+            assert!(
+                lanes.contains(&format!("n{node}").as_str()),
+                "{name}: {lanes:?}"
+            );
+        }
+        assert!(
+            layout["failing"].as_u64().unwrap_or(0) >= 1,
+            "{name}: nothing highlighted: {layout}"
+        );
+        let shot = browser::screenshot_dir().join(format!("{name}.png"));
+        browser::screenshot(
+            browser,
+            &format!("file://{}", svg.display()),
+            &shot,
+            1700,
+            1700,
+        );
+    }
+    // The failing op: its request and answer arrows, in red.
+    let layout = browser::messages_layout(browser, &messages);
+    assert_eq!(layout["failing_op"], true, "{layout}");
+    let shot = browser::screenshot_dir().join("clock-skew-strobe.png");
+    browser::screenshot(
+        browser,
+        &format!("file://{}", clock.display()),
+        &shot,
+        1000,
+        560,
+    );
+    let url = format!("http://{}{page_path}", server.addr);
+    let shot = browser::screenshot_dir().join("serve-messages.png");
+    browser::screenshot(browser, &url, &shot, 1400, 2400);
+    let dom = browser::dump_dom(browser, &url);
+    assert!(dom.contains("id=\"messages\""), "{dom}");
+}

@@ -134,20 +134,24 @@ pub fn describe_msg(msg: &ModelMsg) -> String {
         ModelMsg::Cancel { id } => format!("Cancel request {}", id.0 & 0xFFFF_FFFF),
         ModelMsg::Response { id, response } => {
             let seq = id.0 & 0xFFFF_FFFF;
-            let answer = match &**response {
-                Response::Granted { token } => format!("Granted token {token}"),
-                Response::Busy => "Busy".to_owned(),
-                Response::Released => "Released".to_owned(),
-                Response::NotHolder => "NotHolder".to_owned(),
-                Response::NotLeader { leader } => match leader {
-                    Some(l) => format!("NotLeader (try n{l})"),
-                    None => "NotLeader (no leader known)".to_owned(),
-                },
-                Response::Unknown { reason } => format!("Unknown ({reason})"),
-                Response::Invalid { reason } => format!("Invalid ({reason})"),
-            };
-            format!("{answer} (request {seq})")
+            format!("{} (request {seq})", describe_response(response))
         }
+    }
+}
+
+/// A node's answer to a client, in words (also the message-flow diagram's answer arrows).
+pub(crate) fn describe_response(response: &Response) -> String {
+    match response {
+        Response::Granted { token } => format!("Granted token {token}"),
+        Response::Busy => "Busy".to_owned(),
+        Response::Released => "Released".to_owned(),
+        Response::NotHolder => "NotHolder".to_owned(),
+        Response::NotLeader { leader } => match leader {
+            Some(l) => format!("NotLeader (try n{l})"),
+            None => "NotLeader (no leader known)".to_owned(),
+        },
+        Response::Unknown { reason } => format!("Unknown ({reason})"),
+        Response::Invalid { reason } => format!("Invalid ({reason})"),
     }
 }
 

@@ -273,7 +273,7 @@ mod tests {
             !html.contains("/*DATA*/") && !html.contains("/*JS*/") && !html.contains("/*CSS*/")
         );
         assert!(html.contains("\"marked\":true"));
-        assert!(html.contains("partition n1 | n2 n3 (row 2) .. heal  (row 5)"));
+        assert!(html.contains("partition n1 | n2 n3 (row 2, 0.000 s) .. heal  (row 5, 0.000 s)"));
         assert!(
             !html.contains("http://") && !html.contains("https://"),
             "no network assets"
@@ -300,10 +300,12 @@ mod tests {
             assert_eq!((periods[0].start_ns, periods[0].end_ns), (1000, 9500));
             assert_eq!(
                 periods[0].text,
-                format!("{start} n1 (row 0) .. {end} n1 (row 3)")
+                format!("{start} n1 (row 0, 0.000 s) .. {end} n1 (row 3, 0.000 s)")
             );
             let svg = crate::report::plot::latency_svg("run", &paired.operations, &paired.faults);
-            assert!(svg.contains(&format!("{start} n1 (row 0) .. {end} n1 (row 3)")));
+            assert!(svg.contains(&format!(
+                "{start} n1 (row 0, 0.000 s) .. {end} n1 (row 3, 0.000 s)"
+            )));
         }
     }
 

@@ -126,3 +126,39 @@ pub fn screenshot(browser: &str, url: &str, path: &Path, width: u32, height: u32
     );
     println!("screenshot: {}", path.display());
 }
+
+/// What Chromium lays out of a message-flow diagram (`messages.svg`, issue 28), loaded
+/// inline in a page next to it: `lanes`, the `data-lane` of every lane drawn with a
+/// non-empty box; `failing`, how many `.failing` elements have one; `failing_op`, whether
+/// the failing op's arrow (`#failing-op`) is there; `focus`, the diagram's focus line.
+pub fn messages_layout(browser: &str, svg: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(svg).expect("messages.svg reads");
+    let page = svg.with_extension("check.html");
+    let html = format!(
+        r#"<!doctype html><html><body><div id="d">{text}</div><pre id="report"></pre><script>
+const laid = (el) => {{ const r = el.getBoundingClientRect(); return r.width > 0 || r.height > 0; }};
+const svg = document.querySelector('#d > svg');
+const report = {{
+  lanes: [...svg.querySelectorAll('g.lane')].filter(laid).map((g) => g.getAttribute('data-lane')),
+  failing: [...svg.querySelectorAll('.failing')].filter(laid).length,
+  failing_op: svg.querySelector('#failing-op') !== null,
+  focus: (svg.querySelector('.focus') || {{ textContent: '' }}).textContent,
+}};
+document.getElementById('report').textContent = JSON.stringify(report);
+</script></body></html>"#
+    );
+    std::fs::write(&page, html).expect("write the check page");
+    let dom = dump_dom(browser, &format!("file://{}", page.display()));
+    let _ = std::fs::remove_file(&page);
+    let json = dom
+        .split("<pre id=\"report\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no report in the DOM: {dom}"));
+    let json = json
+        .replace("&quot;", "\"")
+        .replace("&gt;", ">")
+        .replace("&lt;", "<")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}

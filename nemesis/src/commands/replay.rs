@@ -66,6 +66,14 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
             println!("DEPARTS at {place}: {}", d.reason);
+            if args.run_dir.is_dir() {
+                let title = args.run_dir.display().to_string();
+                let anchor = nemesis::replay::departure_anchor(d);
+                match nemesis::replay::write_messages(&args.run_dir, &title, &anchor) {
+                    Ok(path) => println!("messages: {}", path.display()),
+                    Err(e) => println!("messages: not drawn: {e:#}"),
+                }
+            }
             println!("result: the recorded run is not one the model allows");
             Ok(ExitCode::from(1))
         }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
-use history::CheckName;
 use nemesis::faults::FaultKind;
 use nemesis::harness::swarm::parse_range;
 use nemesis::harness::workload::WorkloadKind;
@@ -292,6 +291,10 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
         "{}",
         nemesis::store::junit::open_hint(&outcome.dir, &args.store)
     );
+    let messages = outcome.dir.join(nemesis::store::RunDir::MESSAGES);
+    if messages.is_file() {
+        println!("messages: {}", messages.display());
+    }
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 
@@ -308,29 +311,11 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         println!("fault notes: {}", outcome.fault_notes.join("; "));
     }
     println!("nodes: {}", json(&r.nodes));
-    if let Some(liveness) = check_named(r, CheckName::Liveness) {
-        let counts = liveness.explanation.as_deref().unwrap_or("");
-        let first = counts.lines().last().unwrap_or("");
-        println!(
-            "liveness: {}{} {first}",
-            liveness.verdict.as_str(),
-            if liveness.checked {
-                ""
-            } else {
-                " (not checked)"
-            }
-        );
-    }
-    println!("recovery: {}", json(&r.recovery));
-    if let Some(replayed) = check_named(r, CheckName::TraceReplay)
-        && replayed.verdict.is_valid()
-    {
-        // Shown when valid too: that the traces were replayed at all is worth knowing.
-        println!(
-            "{}: valid ({})",
-            CheckName::TraceReplay,
-            replayed.explanation.as_deref().unwrap_or("")
-        );
+    println!("recovery phase: {}", json(&r.recovery));
+    // Every check, in the order of the JUnit report's testcases, valid or not.
+    let suite = nemesis::store::junit::test_suite(&outcome.dir, r);
+    for line in nemesis::store::junit::summary_lines(&suite, r) {
+        println!("{line}");
     }
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());
@@ -357,14 +342,6 @@ mod erased {
             serde_json::to_string(self).unwrap_or_default()
         }
     }
-}
-
-/// The result of the check `name` in results.json, if it ran.
-fn check_named(
-    results: &nemesis::store::Results,
-    name: CheckName,
-) -> Option<&checker::CheckResult> {
-    results.checks.as_ref().and_then(|c| c.result(name))
 }
 
 /// The flags that differ from the defaults, so that the rerun line reproduces the run

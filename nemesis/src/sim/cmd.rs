@@ -92,6 +92,10 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
         let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
         println!("store: {}", dir.display());
         println!("timeline: {}", dir.join(RunDir::TIMELINE).display());
+        let messages = dir.join(RunDir::MESSAGES);
+        if messages.is_file() {
+            println!("messages: {}", messages.display());
+        }
     }
     Ok(result.verdict().exit_code())
 }
@@ -270,6 +274,11 @@ fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Erro
     let stamp = crate::run::timestamp(std::time::SystemTime::now());
     let seed = result.case.seed();
     let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
+    // The seed's traces go with its store, before the reports that draw them.
+    if let Some(traces) = result.case.trace_dir() {
+        crate::replay::copy_traces(&traces, run.path())
+            .map_err(|e| crate::Error::Io(format!("{}: {e}", traces.display())))?;
+    }
     let logs = result.logs.as_deref().unwrap_or_default();
     run.write_recorded(&result.case.options, &result.ops, &result.results, |node| {
         (super::world::node_lines(logs, node))

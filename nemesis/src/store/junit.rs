@@ -169,6 +169,38 @@ fn node_health_case(results: &Results, system: &str) -> Case {
     Case::failed(name, system, &text)
 }
 
+/// The summary's lines of a run: one per testcase of its JUnit report ([`test_suite`]),
+/// in the same order, each with its verdict and one line of what the check evaluated
+/// ([`CheckName::evaluates`]); a valid check that counted something (liveness, the trace
+/// replay) adds its count. Made from the suite so that the summary and CI's report cannot
+/// list different checks (issue 28: a valid run's summary showed only liveness).
+pub fn summary_lines(suite: &Suite, results: &Results) -> Vec<String> {
+    suite
+        .cases
+        .iter()
+        .map(|case| {
+            let name = CheckName::parse(&case.name);
+            let verdict = match &case.outcome {
+                junit::Outcome::Passed => "valid".to_owned(),
+                junit::Outcome::Failed { .. } => "invalid".to_owned(),
+                junit::Outcome::Error { message, .. } => format!("unknown: {message}"),
+                // `check_case` words a skipped check "not checked: " + its status, which
+                // says "not checked (why)" already.
+                junit::Outcome::Skipped { message } => {
+                    message.trim_start_matches("not checked: ").to_owned()
+                }
+            };
+            let what = name.map_or("", CheckName::evaluates);
+            let counted = name
+                .and_then(|n| results.checks.as_ref()?.result(n))
+                .filter(|r| r.verdict.is_valid())
+                .and_then(|r| r.explanation.as_deref()?.lines().last())
+                .map_or(String::new(), |line| format!("; {line}"));
+            format!("{}: {verdict} -- evaluates: {what}{counted}", case.name)
+        })
+        .collect()
+}
+
 /// Writes the JUnit report of the run in `dir` (its `results.json`) to `path`. When
 /// results.json does not read as [`Results`], the report written is [`unreadable_suite`]
 /// and the reason is returned as the error too.

@@ -10,6 +10,8 @@
 //! | `plan.txt` | the options and the fault plan (`at_ms verb value`) |
 //! | `results.json` | [`results::Results`] |
 //! | `timeline.html`, `latency.svg`, `latency-quantiles.svg`, `rate.svg` | the reports |
+//! | `clock.svg` | a run with clock faults: each node's clock offset |
+//! | `messages.svg` | a failing run with traces: the nodes' and clients' messages around the failure (`checker::report::messages`) |
 //! | `node-logs/n<ID>.log` | each node's log (and `n<ID>.trace.jsonl` with traces on) |
 
 pub mod junit;
@@ -47,6 +49,8 @@ impl RunDir {
     pub const RESULTS: &'static str = "results.json";
     /// The HTML timeline.
     pub const TIMELINE: &'static str = "timeline.html";
+    /// The message-flow diagram of a failing run with traces.
+    pub const MESSAGES: &'static str = crate::replay::MESSAGES_FILE;
     /// The nodes' logs.
     pub const NODE_LOGS: &'static str = "node-logs";
 
@@ -154,6 +158,14 @@ impl RunDir {
         {
             errors.push(format!("{}: {e}", self.path.display()));
         }
+        // A failing run with traces: what the nodes said around the failure.
+        if check.verdict == checker::Verdict::Invalid
+            && crate::replay::has_traces(&self.path)
+            && let Some(anchor) = crate::replay::failing_anchor(&self.path, paired, check)
+            && let Err(e) = crate::replay::write_messages(&self.path, title, &anchor)
+        {
+            errors.push(format!("{e:#}"));
+        }
         errors
     }
 
@@ -203,8 +215,11 @@ impl RunDir {
 /// store line; the store's results.json keeps the whole explanation.
 pub fn abridged(text: &str) -> String {
     const SHOWN: usize = 8;
-    let is_summary =
-        |l: &str| l.starts_with('(') || l.starts_with("store:") || l.starts_with("timeline:");
+    let is_summary = |l: &str| {
+        ["(", "store:", "timeline:", "messages:"]
+            .iter()
+            .any(|p| l.starts_with(p))
+    };
     let explanation: Vec<&str> = text.lines().filter(|l| !is_summary(l)).collect();
     let mut out: Vec<String> = explanation
         .iter()

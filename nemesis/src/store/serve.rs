@@ -392,7 +392,8 @@ const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#24292f}\
 table{border-collapse:collapse}td,th{padding:4px 10px;border-bottom:1px solid #d0d7de;text-align:left}\
 th{background:#f6f8fa}.valid{color:#1a7f37;font-weight:bold}.invalid{color:#cf222e;font-weight:bold}\
 .unknown{color:#9a6700;font-weight:bold}.incomplete{color:#6e7781}\
-pre{background:#f6f8fa;padding:8px;white-space:pre-wrap}img{max-width:100%;border:1px solid #d0d7de;margin:6px 0}";
+pre{background:#f6f8fa;padding:8px;white-space:pre-wrap}img{border:1px solid #d0d7de;margin:6px 0}\
+img.plot{width:100%}.messages{overflow-x:auto}";
 
 fn html(title: &str, body: &str) -> Reply {
     Reply::Page(
@@ -464,7 +465,7 @@ fn run_page(store: &Path, dir: &Path) -> Reply {
     if let Err(reason) = &run.verdict {
         let _ = writeln!(body, "<p class=\"incomplete\">{}</p>", esc(reason));
     }
-    let mut names: Vec<String> = [RunDir::RESULTS, RunDir::TIMELINE]
+    let mut names: Vec<String> = [RunDir::RESULTS, RunDir::TIMELINE, RunDir::MESSAGES]
         .into_iter()
         .chain(PLOT_FILES)
         .chain([RunDir::HISTORY, RunDir::PLAN, RunDir::SEED, "junit.xml"])
@@ -507,10 +508,20 @@ fn run_page(store: &Path, dir: &Path) -> Reply {
             v = check.verdict.as_str(),
         );
     }
+    // The message-flow diagram at its own size (it scrolls: shrunk to the page, a 5-node,
+    // 10-client diagram would be unreadable); the plots at the page's width.
+    if dir.join(RunDir::MESSAGES).is_file() {
+        let _ = writeln!(
+            body,
+            "<h3>messages around the failure</h3><div class=\"messages\"><img id=\"messages\" src=\"{}\" alt=\"{}\"></div>",
+            files(RunDir::MESSAGES),
+            RunDir::MESSAGES
+        );
+    }
     for plot in PLOT_FILES.iter().filter(|p| dir.join(p).is_file()) {
         let _ = writeln!(
             body,
-            "<div><img src=\"{}\" alt=\"{plot}\"></div>",
+            "<div><img class=\"plot\" src=\"{}\" alt=\"{plot}\"></div>",
             files(plot)
         );
     }

@@ -89,10 +89,11 @@ pub fn kind_colour(kind: &str) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn faults(csv_rows: &str) -> Vec<Op> {
+    /// The nemesis rows of a history of these CSV rows (no header); also the clock plot's.
+    pub(in crate::report::plot) fn faults(csv_rows: &str) -> Vec<Op> {
         let csv = format!("{}\n{csv_rows}", history::csv::HEADER);
         let ops = history::csv::read_str(&csv).unwrap();
         history::pair::pair_with_faults(&ops).unwrap().faults

@@ -1,11 +1,13 @@
 //! SVG plots of a run, after Jepsen's perf checker: latency of every op on a log scale
-//! ([`latency_raw_svg`]), latency quantiles over time windows ([`latency_quantiles_svg`])
-//! and throughput per second ([`rate_svg`]).
+//! ([`latency_raw_svg`]), latency quantiles over time windows ([`latency_quantiles_svg`]),
+//! throughput per second ([`rate_svg`]), and in a run with clock faults each node's clock
+//! offset ([`clock::clock_svg`], after Jepsen's clock plot).
 //!
 //! Each plot shades every fault span in its kind's colour and labels it in a lane above
 //! the plot, has a legend (outcomes, op kinds, fault kinds), takes the history's clock as
 //! seconds since the start on x, and is titled with the test, seed and verdict. Plain SVG,
-//! no scripts and no network: it opens from disk and embeds in a page.
+//! no scripts and no network: it opens from disk and embeds in a page, at the page's width,
+//! with its legend inside the plot area's frame.
 //!
 //! ```
 //! use checker::report::plot::{PlotTitle, render_all};
@@ -24,6 +26,7 @@
 //! assert!(plots.latency_raw.contains("data-fault=\"kill\""));
 //! ```
 
+pub mod clock;
 pub mod faults;
 pub mod svg;
 
@@ -38,8 +41,14 @@ use self::svg::{Canvas, Entry, LinearScale, LogScale, Swatch, marker, op_shape, 
 /// At most this many markers are drawn; longer histories are sampled evenly.
 pub const PLOT_POINTS_MAX: usize = 20_000;
 
-/// The file names [`write_all`] writes, in the order of [`Plots`]' fields.
-pub const PLOT_FILES: [&str; 3] = ["latency.svg", "latency-quantiles.svg", "rate.svg"];
+/// The file names [`write_all`] writes, in the order of [`Plots`]' fields (`clock.svg` only
+/// for a run with clock faults).
+pub const PLOT_FILES: [&str; 4] = [
+    "latency.svg",
+    "latency-quantiles.svg",
+    "rate.svg",
+    "clock.svg",
+];
 
 /// What a plot's title says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,7 +74,7 @@ impl fmt::Display for PlotTitle {
     }
 }
 
-/// The three plots of a history.
+/// The plots of a history.
 #[derive(Clone, Debug)]
 pub struct Plots {
     /// `latency.svg`.
@@ -74,19 +83,26 @@ pub struct Plots {
     pub latency_quantiles: String,
     /// `rate.svg`.
     pub rate: String,
+    /// `clock.svg`, for a run with clock faults.
+    pub clock: Option<String>,
 }
 
-/// Renders the three plots.
+/// Renders the plots (the clock plot only with clock faults).
 pub fn render_all(title: &PlotTitle, operations: &[Operation], faults: &[Op]) -> Plots {
     let title = title.to_string();
     Plots {
         latency_raw: latency_raw_svg(&title, operations, faults),
         latency_quantiles: latency_quantiles_svg(&title, operations, faults),
         rate: rate_svg(&title, operations, faults),
+        clock: {
+            let done = completed(operations);
+            let end = end_ns(&done, operations, faults);
+            clock::clock_svg(&title, faults, &fault_spans(faults, end), end)
+        },
     }
 }
 
-/// Renders the three plots and writes them into `dir` as [`PLOT_FILES`]; returns the paths.
+/// Renders the plots and writes them into `dir` as [`PLOT_FILES`]; returns the paths written.
 pub fn write_all(
     dir: &Path,
     title: &PlotTitle,
@@ -94,9 +110,19 @@ pub fn write_all(
     faults: &[Op],
 ) -> std::io::Result<Vec<PathBuf>> {
     let plots = render_all(title, operations, faults);
-    let texts = [&plots.latency_raw, &plots.latency_quantiles, &plots.rate];
+    let texts = [
+        Some(&plots.latency_raw),
+        Some(&plots.latency_quantiles),
+        Some(&plots.rate),
+        plots.clock.as_ref(),
+    ];
     let mut paths = Vec::new();
     for (name, text) in PLOT_FILES.iter().zip(texts) {
+        let Some(text) = text else {
+            // No clock faults: no clock plot, and none left from an earlier write.
+            let _ = std::fs::remove_file(dir.join(name));
+            continue;
+        };
         let path = dir.join(name);
         std::fs::write(&path, text)?;
         paths.push(path);
@@ -439,7 +465,7 @@ mod tests {
         for label in ["ok", "fail", "info", "acquire", "release", "kill"] {
             assert!(svg.contains(&format!("data-legend=\"{label}\"")), "{label}");
         }
-        assert!(svg.contains("kill n1 (row 2) .. restart n1 (row 5)"));
+        assert!(svg.contains("kill n1 (row 2, 0.004 s) .. restart n1 (row 5, 0.010 s)"));
         assert!(svg.contains("data-kind=\"kill\""));
     }
 

@@ -11,11 +11,15 @@ use history::OpName;
 
 use super::faults::{FaultSpan, kind_colour, kinds};
 
-/// The whole image's width, px.
+/// The whole image's width in its own units (the viewBox); the image itself is drawn at
+/// the width of its page (`width="100%"`), so a plot uses the whole page (issue 28: at a
+/// fixed 980 px it took half the page and left the rest empty).
 pub const WIDTH: f64 = 980.0;
 const PLOT_HEIGHT: f64 = 330.0;
 const LEFT: f64 = 100.0;
-const LEGEND_WIDTH: f64 = 170.0;
+/// Right of the plot area: room for the last x tick's label only. The legend sits inside
+/// the plot area's frame, in its top right corner.
+const RIGHT_MARGIN: f64 = 24.0;
 const TITLE_HEIGHT: f64 = 46.0;
 const LANE_HEIGHT: f64 = 15.0;
 const BOTTOM_MARGIN: f64 = 48.0;
@@ -149,8 +153,9 @@ impl Canvas {
         let top = TITLE_HEIGHT + lanes * LANE_HEIGHT + 8.0;
         let height = top + PLOT_HEIGHT + BOTTOM_MARGIN;
         let mut out = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
-             viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n\
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"100%\" \
+             viewBox=\"0 0 {WIDTH} {height}\" preserveAspectRatio=\"xMinYMin meet\" \
+             font-family=\"sans-serif\" font-size=\"11\">\n\
              <title>{t}: {w}</title>\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n\
              <text id=\"title\" x=\"{LEFT}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{t}</text>\n\
              <text x=\"{LEFT}\" y=\"37\" font-size=\"12\" fill=\"#444\">{w}</text>\n",
@@ -161,7 +166,7 @@ impl Canvas {
         let mut canvas = Canvas {
             out,
             left: LEFT,
-            right: WIDTH - LEGEND_WIDTH,
+            right: WIDTH - RIGHT_MARGIN,
             top,
             bottom: top + PLOT_HEIGHT,
             end_s: (end_ns as f64 / 1e9).max(1e-3),
@@ -279,11 +284,28 @@ impl Canvas {
         );
     }
 
-    /// The legend at the right: `entries`, then one box per fault kind of the run.
+    /// The legend inside the plot area's frame, in its top right corner on a white box:
+    /// `entries`, then one box per fault kind of the run.
     pub fn finish(mut self, entries: &[Entry]) -> String {
-        let x = self.right + 18.0;
-        let mut y = self.top + 4.0;
-        self.out.push_str("<g id=\"legend\">\n");
+        let kinds = kinds(&self.spans);
+        let labels = entries.iter().map(|e| e.label.as_str());
+        let longest = labels
+            .chain(kinds.iter().map(String::as_str))
+            .chain(["faults"])
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0);
+        let rows = entries.len() + if kinds.is_empty() { 0 } else { kinds.len() + 1 };
+        let width = 24.0 + 6.5 * longest as f64 + 14.0;
+        let height = 16.0 * rows as f64 + 10.0 + if kinds.is_empty() { 0.0 } else { 6.0 };
+        let x = self.right - width - 6.0;
+        let mut y = self.top + 14.0;
+        let _ = writeln!(
+            self.out,
+            "<g id=\"legend\"><rect class=\"legend-frame\" x=\"{:.1}\" y=\"{:.1}\" width=\"{width:.1}\" height=\"{height:.1}\" fill=\"#ffffff\" fill-opacity=\"0.88\" stroke=\"#d0d7de\"/>",
+            x - 6.0,
+            self.top + 4.0,
+        );
         for entry in entries {
             let _ = write!(
                 self.out,
@@ -305,7 +327,6 @@ impl Canvas {
             self.legend_text(x, y, &entry.label);
             y += 16.0;
         }
-        let kinds = kinds(&self.spans);
         if !kinds.is_empty() {
             y += 6.0;
             let _ = writeln!(
