@@ -292,6 +292,9 @@ words!(
         NodeHealth => "node health",
         /// The nodes' recorded traces replay through the model (the harness, `--trace`).
         TraceReplay => "trace replay",
+        /// The client adapters of `--system exec` kept the JSON-lines protocol (the harness:
+        /// a malformed line, an unknown id or an adapter that never answers is unknown).
+        ClientProtocol => "client protocol",
         /// The recorded history reads back (the simulator, when it does not).
         History => "history",
         /// The run's own recovery phase: every client slot succeeded again after the final

@@ -172,8 +172,12 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     };
     let first_leader = harness::await_cluster(&world).await?;
     eprintln!(
-        "locksmith test: {} nodes up (each answered a status call), leader n{first_leader} after {:?}",
+        "locksmith test: {} nodes up (each answered a status call), {} after {:?}",
         options.nodes,
+        first_leader.map_or_else(
+            || "no leader to ask for".to_owned(),
+            |l| format!("leader n{l}")
+        ),
         started.elapsed()
     );
     let recorder = Arc::new(Recorder::create(&run.file(RunDir::HISTORY))?);
@@ -197,6 +201,7 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     if system.traces() {
         extra.push(crate::replay::check_run(&dir));
     }
+    extra.extend(system.checks());
     let output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
     drop(ticker);
     let mut results = Results::of(
