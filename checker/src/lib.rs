@@ -584,6 +584,13 @@ pub fn check_operations(history: &[Operation], options: &Options) -> Check {
 /// not pass on every key runs again on the whole history, on a thread of its own, for
 /// its report. The results keep their order.
 fn check_lock(history: &[Operation], options: &Options) -> Check {
+    if !has_tokens(history)
+        && history
+            .iter()
+            .any(|op| op.f == OpName::Acquire && op.is_ok())
+    {
+        return check_lock_without_tokens(history, options);
+    }
     let clean = per_key::clean(history, options);
     std::thread::scope(|scope| {
         let fencing = (!clean.fencing).then(|| scope.spawn(|| check_fencing(history)));
@@ -610,6 +617,43 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
         };
         compose(vec![linear, fencing, lease])
     })
+}
+
+/// True when some row carries a token.
+fn has_tokens(history: &[Operation]) -> bool {
+    history.iter().any(|op| {
+        op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
+    })
+}
+
+/// The lock checks of a history whose grants carry no tokens (an exec adapter that said
+/// `"fencing":false`): the lock model and fencing read tokens, so they say "not checked",
+/// and lease safety judges what real time alone shows ([`lease::check_without_tokens`]).
+fn check_lock_without_tokens(history: &[Operation], options: &Options) -> Check {
+    const NAME: CheckName = CheckName::LeaseSafety;
+    let lease = guarded(NAME, || {
+        let violations = lease::check_without_tokens(history, options.drift);
+        Ok(match violations.first() {
+            None => CheckResult::new(NAME, Verdict::Valid),
+            Some(_) => {
+                let text = violations
+                    .iter()
+                    .map(|v| format!("no overlapping leases: violated: {}", v.message))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
+                CheckResult::invalid(NAME, text, rows)
+            }
+        })
+    });
+    compose(vec![
+        CheckResult::not_checked(
+            CheckName::Linearizability,
+            "no tokens: the lock model orders grants by their fencing tokens",
+        ),
+        CheckResult::not_checked(CheckName::Fencing, "no tokens"),
+        lease,
+    ])
 }
 
 /// Linearizability against `options.model` (`Auto` is inferred).
