@@ -183,7 +183,11 @@ fn violation(
 ///    process completed, and completed before g1's safe end (its lease·(1−2ρ) from its
 ///    invoke, or the invoke of its holder's next release of the key that may have taken
 ///    effect): two holders at once.
-/// 2. **No write from a non-holder**: an ok write by process P that lies wholly inside the
+/// 2. **No stale write**: an ok write by process P invoked after an ok write by process Q
+///    completed, where P's grant (its last acquire of the key before the write) completed
+///    before Q's grant was invoked. P wrote under a lock that Q had taken over: the tokenless
+///    form of fencing's "accepted writes are never stale".
+/// 3. **No write from a non-holder**: an ok write by process P that lies wholly inside the
 ///    time another process certainly held the key (from its grant's completion to its safe
 ///    end). Without tokens the resource cannot refuse a holder whose lease ran out, so a
 ///    paused or slow holder's late write lands while the next holder works: mutual
@@ -225,6 +229,9 @@ fn tokenless_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViola
             })
         })
         .collect();
+    if let Some(stale) = stale_write_without_tokens(key, ops) {
+        return Some(stale);
+    }
     for h in &held {
         for op in ops {
             if op.process == h.grant.process || !op.is_ok() || op.call_ns() < h.held_from {
@@ -237,6 +244,75 @@ fn tokenless_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViola
             if op.f == OpName::Acquire || op.f == OpName::Write {
                 return Some(tokenless_violation(key, drift, h, op));
             }
+        }
+    }
+    None
+}
+
+/// Rule 2 of [`check_without_tokens`] on one key's ops (history order).
+fn stale_write_without_tokens(key: &str, ops: &[&Operation]) -> Option<LeaseViolation> {
+    // Each ok write with the grant it was made under: its process's last ok acquire of the
+    // key that completed before the write was invoked.
+    let mut last_grant: HashMap<u64, &Operation, FastBuildHasher> = HashMap::default();
+    let mut writes: Vec<(&Operation, &Operation)> = Vec::new();
+    for op in ops {
+        if op.f == OpName::Acquire && op.is_ok() {
+            last_grant.insert(op.process, op);
+        } else if op.f == OpName::Write
+            && op.is_ok()
+            && let Some(grant) = last_grant.get(&op.process)
+            && grant.return_ns().is_some_and(|done| done <= op.call_ns())
+        {
+            writes.push((op, grant));
+        }
+    }
+    let mut by_completion: Vec<&(&Operation, &Operation)> = writes.iter().collect();
+    by_completion.sort_by_key(|(w, _)| w.return_ns().unwrap_or(u64::MAX));
+    let mut by_invoke: Vec<&(&Operation, &Operation)> = writes.iter().collect();
+    by_invoke.sort_by_key(|(w, _)| w.call_ns());
+    // The write completed so far whose grant was invoked latest.
+    let mut latest: Option<&(&Operation, &Operation)> = None;
+    let mut next = 0;
+    for later in by_invoke {
+        while next < by_completion.len()
+            && by_completion[next].0.return_ns().unwrap_or(u64::MAX) < later.0.call_ns()
+        {
+            let candidate = by_completion[next];
+            if latest.is_none_or(|(_, g)| candidate.1.call_ns() > g.call_ns()) {
+                latest = Some(candidate);
+            }
+            next += 1;
+        }
+        let (write, grant) = *later;
+        if let Some(&(newer_write, newer_grant)) = latest
+            && grant
+                .return_ns()
+                .is_some_and(|done| done < newer_grant.call_ns())
+        {
+            let message = format!(
+                "key {key} (no tokens): process {p} wrote ({wrows}, invoked at {winv}) under its grant ({grows}, completed at {gdone}); but process {q} had acquired the key after that ({qgrows}, invoked at {qginv}) and its write ({qwrows}) was accepted first, completing at {qwdone}: process {p}'s write is stale, and without fencing tokens the resource cannot tell and accepted it",
+                p = write.process,
+                wrows = rows_of(write),
+                winv = fmt_ns(write.call_ns()),
+                grows = rows_of(grant),
+                gdone = fmt_ns(grant.return_ns().unwrap_or(u64::MAX)),
+                q = newer_write.process,
+                qgrows = rows_of(newer_grant),
+                qginv = fmt_ns(newer_grant.call_ns()),
+                qwrows = rows_of(newer_write),
+                qwdone = fmt_ns(newer_write.return_ns().unwrap_or(u64::MAX)),
+            );
+            return Some(LeaseViolation {
+                key: key.to_string(),
+                message,
+                rows: [
+                    crate::fencing::row_pair(grant),
+                    crate::fencing::row_pair(newer_grant),
+                    crate::fencing::row_pair(newer_write),
+                    crate::fencing::row_pair(write),
+                ]
+                .concat(),
+            });
         }
     }
     None
@@ -320,6 +396,33 @@ mod tests {
             let result = check.result(name).expect("listed");
             assert!(!result.checked, "{name} cannot apply without tokens");
         }
+    }
+
+    #[test]
+    fn a_stale_write_without_tokens_is_found_after_the_next_holder_left() {
+        // Process 1 took the key after process 0's lease, wrote and released; process 0,
+        // stalled, writes afterwards: nobody holds the key then, but the write is stale.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,1000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,1500000000,1,invoke,acquire,a,1000,,,
+3,1501000000,1,ok,acquire,a,,,,
+4,1510000000,1,invoke,write,a,1.1,,,
+5,1511000000,1,ok,write,a,,,,
+6,1520000000,1,invoke,release,a,,,,
+7,1521000000,1,ok,release,a,,,,
+8,1600000000,0,invoke,write,a,0.1,,,
+9,1601000000,0,ok,write,a,,,,
+";
+        let check = check(csv);
+        assert_eq!(check.verdict, Verdict::Invalid, "{}", check.explanation());
+        assert!(
+            check
+                .explanation()
+                .contains("process 0's write is stale, and without fencing tokens"),
+            "{}",
+            check.explanation()
+        );
     }
 
     #[test]

@@ -201,8 +201,23 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     if system.traces() {
         extra.push(crate::replay::check_run(&dir));
     }
-    extra.extend(system.checks());
-    let output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
+    // The system's own checks vouch for the history (exec: the adapters kept the protocol).
+    // When one of them is unknown, so is the run, whatever the checks of that history say.
+    let vouching = system.checks();
+    let distrust = vouching
+        .iter()
+        .find(|c| c.checked && matches!(c.verdict, Verdict::Unknown { .. }))
+        .map(|c| {
+            format!(
+                "{}: the history is not trusted, so neither is any verdict on it",
+                c.name
+            )
+        });
+    extra.extend(vouching);
+    let mut output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
+    if let Some(reason) = distrust {
+        output.verdict = Verdict::unknown(reason);
+    }
     drop(ticker);
     let mut results = Results::of(
         options,

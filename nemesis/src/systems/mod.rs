@@ -131,7 +131,9 @@ pub trait System: Send + Sync {
     }
 
     /// The system's own checks of the run, merged into the verdict after the run (exec: the
-    /// client protocol). None by default.
+    /// client protocol). They vouch for the history: when one is unknown, the run is unknown
+    /// whatever the history's checks say (an adapter that broke the protocol may have made
+    /// up the anomaly too). None by default.
     fn checks(&self) -> Vec<CheckResult> {
         Vec::new()
     }

@@ -3,9 +3,8 @@
 //! (`nemesis/PROTOCOL.md`).
 //!
 //! - **Nodes** ([`template`]): `--node-cmd 'my-lockd --id {id} --listen {addr} --peers
-//!   {peers} --data {dir}'` runs under `sh -c 'exec ...'` in a process group of the
-//!   cluster's, like lockd's and etcd's nodes, so kill, pause and restart are the same
-//!   signals, and the node's stdout and stderr go to `node-logs/n<ID>.log`. `{peer_addrs}`
+//!   {peers} --data {dir}'` runs under `sh -c` in a process group of the cluster's, like
+//!   lockd's and etcd's nodes, so kill, pause and restart are the same signals, and the node's stdout and stderr go to `node-logs/n<ID>.log`. `{peer_addrs}`
 //!   gives each node the per-link proxy's address for each peer, so partitions cut links as
 //!   they do for lockd; a template without it cannot be partitioned on the proxy
 //!   ([`Exec::dials_through_harness`]).

@@ -2,9 +2,9 @@
 //! `--client-cmd 'python3 my_client.py {addr}'`, their placeholders filled per node or per
 //! client process.
 //!
-//! A filled template runs as `sh -c 'exec LINE'`: the user's quoting, `$VARIABLES` and
-//! `~` work as in a shell, and `exec` keeps the pid, so the process group the harness
-//! signals is the command's own. Every value put in for a placeholder is shell-quoted, so an
+//! A filled template runs as `sh -c LINE`: the user's quoting, `$VARIABLES`, `~`, `;` and
+//! pipes work as in a shell. The shell leads a process group of its own, and the harness
+//! signals that group, so a kill or a pause reaches every process the line started. Every value put in for a placeholder is shell-quoted, so an
 //! address or a path with a space stays one word. `{{` and `}}` stand for literal braces. A
 //! placeholder the template's kind does not know is an error when the options are read,
 //! before anything starts.
@@ -143,10 +143,10 @@ impl Template {
             .collect()
     }
 
-    /// The command that runs the filled line: `sh -c 'exec LINE'`.
+    /// The command that runs the filled line: `sh -c LINE`.
     pub fn command(&self, values: &BTreeMap<&str, String>) -> Command {
         let mut command = Command::new("sh");
-        command.arg("-c").arg(format!("exec {}", self.fill(values)));
+        command.arg("-c").arg(self.fill(values));
         command
     }
 }

@@ -1,0 +1,285 @@
+//! `locksmith test --system exec` (issue 26) through the binary, as a user runs it: nodes
+//! from `--node-cmd`, client adapters from `--client-cmd` speaking JSON lines
+//! (nemesis/PROTOCOL.md).
+//!
+//! - adapters that print garbage, never answer, or answer twice make the run unknown (exit
+//!   2), and the output names the line or the op;
+//! - the toy lock service of `examples/` (one process, wall-clock leases, no fencing) is
+//!   invalid under `--nemesis pause` within 30 s, with an explanation in words;
+//! - lockd through the Python adapter `examples/lockd_client.py` is valid on a clean run.
+//!
+//! Each run's locksmith process leads a process group of its own, killed by a guard on drop
+//! (its nodes and adapters are its children, in groups it kills itself). Seeds are fixed and
+//! printed with every failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::os::unix::process::CommandExt as _;
+
+/// The longest a test run may take before the guard kills it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn example(name: &str) -> String {
+    root().join("examples").join(name).display().to_string()
+}
+
+/// A child locksmith process, killed with its process group when dropped.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = killpg(Pid::from_raw(self.0.id() as i32), Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// One run at a time: runs are timed (the toy must be caught within 30 s), and on 2 cores
+/// five parallel runs would time each other.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `locksmith test --system exec` with these arguments and a store of its own.
+fn locksmith_test(store: &Path, args: &[&str]) -> Ran {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let started = Instant::now();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_locksmith"));
+    command
+        .arg("test")
+        .arg("--system")
+        .arg("exec")
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = command.spawn().expect("locksmith starts");
+    let mut guard = Guard(child);
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let out = guard.0.stdout.take();
+    let err = guard.0.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut err) = err {
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        }
+        text
+    });
+    if let Some(mut out) = out {
+        let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
+    }
+    let deadline = started + RUN_TIMEOUT;
+    let code = loop {
+        if let Some(status) = guard.0.try_wait().expect("wait") {
+            break status.code().unwrap_or(-1);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "locksmith ran past {RUN_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stderr.push_str(&reader.join().unwrap_or_default());
+    Ran {
+        code,
+        stdout,
+        stderr,
+        took: started.elapsed(),
+    }
+}
+
+/// The toy service as the node: one process on `{addr}`.
+fn toy_node() -> String {
+    format!(
+        "python3 {} --listen {{addr}}",
+        example("toy_lock_service.py")
+    )
+}
+
+/// A short run of one toy node with `client_cmd` as the adapter.
+fn short_run(store: &Path, client_cmd: &str, seed: &str) -> Ran {
+    locksmith_test(
+        store,
+        &[
+            "--nodes",
+            "1",
+            "--nemesis",
+            "none",
+            "--time-s",
+            "2",
+            "--recovery-s",
+            "1",
+            "--concurrency",
+            "2",
+            "--seed",
+            seed,
+            "--node-cmd",
+            &toy_node(),
+            "--client-cmd",
+            client_cmd,
+        ],
+    )
+}
+
+#[test]
+fn an_adapter_that_prints_garbage_makes_the_run_unknown_naming_the_line() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ran = short_run(
+        store.path(),
+        "printf 'hello from a confused adapter\\n'; cat >/dev/null",
+        "11",
+    );
+    assert_eq!(
+        ran.code, 2,
+        "seed 11: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(
+        ran.stdout
+            .contains("\"hello from a confused adapter\": not a JSON object"),
+        "the line is quoted:\n{}",
+        ran.stdout
+    );
+    assert!(ran.stdout.contains("client protocol"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("verdict: valid"), "{}", ran.stdout);
+}
+
+#[test]
+fn an_adapter_that_never_answers_makes_the_run_unknown_naming_the_op() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ran = short_run(store.path(), "cat >/dev/null", "12");
+    assert_eq!(
+        ran.code, 2,
+        "seed 12: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(
+        ran.stdout
+            .contains("answered none of its requests: `acquire k"),
+        "the op is named:\n{}",
+        ran.stdout
+    );
+    assert!(ran.stdout.contains("no answer within"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("verdict: unknown"), "{}", ran.stdout);
+}
+
+#[test]
+fn unknown_ids_and_second_answers_make_the_run_unknown() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let adapter = root().join("nemesis/tests/adapters/duplicate.py");
+    let ran = short_run(
+        store.path(),
+        &format!("python3 {}", adapter.display()),
+        "13",
+    );
+    assert_eq!(
+        ran.code, 2,
+        "seed 13: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(
+        ran.stdout
+            .contains("an answer to an id no request had (id 1001)"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains("a second answer to a request"),
+        "{}",
+        ran.stdout
+    );
+}
+
+#[test]
+fn the_toy_lock_service_is_invalid_under_pause_within_30_s_in_words() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ran = locksmith_test(
+        store.path(),
+        &[
+            "--nodes",
+            "1",
+            "--nemesis",
+            "pause",
+            "--time-s",
+            "15",
+            "--recovery-s",
+            "5",
+            "--seed",
+            "1",
+            "--node-cmd",
+            &toy_node(),
+            "--client-cmd",
+            &format!("python3 {} {{addr}} {{process}}", example("toy_client.py")),
+        ],
+    );
+    assert_eq!(
+        ran.code, 1,
+        "seed 1: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(ran.took < Duration::from_secs(30), "took {:?}", ran.took);
+    assert!(
+        ran.stdout
+            .contains("no overlapping leases: violated: key k")
+            && ran
+                .stdout
+                .contains("without fencing tokens the resource cannot tell"),
+        "an explanation in words:\n{}",
+        ran.stdout
+    );
+    // The summary says which checks could not apply, and why.
+    for line in [
+        "not checked: linearizability: not checked (no tokens",
+        "not checked: fencing: not checked (no tokens)",
+    ] {
+        assert!(ran.stdout.contains(line), "{line}:\n{}", ran.stdout);
+    }
+}
+
+#[test]
+fn lockd_through_the_python_adapter_is_valid_on_a_clean_run() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ran = locksmith_test(
+        store.path(),
+        &[
+            "--nodes",
+            "3",
+            "--nemesis",
+            "kill,partition",
+            "--time-s",
+            "10",
+            "--recovery-s",
+            "10",
+            "--seed",
+            "2",
+            "--node-cmd",
+            "\"$LOCKSMITH_BIN\" node --id {id} --peers {peers} --dial {peer_addrs} --client-listen {addr} --data-dir {dir}",
+            "--client-cmd",
+            &format!(
+                "python3 {} {{client_addrs}} {{process}}",
+                example("lockd_client.py")
+            ),
+        ],
+    );
+    assert_eq!(
+        ran.code, 0,
+        "seed 2: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(ran.stdout.contains("\"partition\":"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("not checked: "), "{}", ran.stdout);
+}
