@@ -5,7 +5,10 @@
 //! - adapters that print garbage, never answer, or answer twice make the run unknown (exit
 //!   2), and the output names the line or the op;
 //! - the toy lock service of `examples/` (one process, wall-clock leases, no fencing) is
-//!   invalid under `--nemesis pause` within 30 s, with an explanation in words;
+//!   invalid under `--nemesis pause` within 30 s, with an explanation in words. Whether a
+//!   run catches it depends on real timing, not only on the seed: with 15 s runs, seeds
+//!   2-5 were caught and seed 1 was not (its plan has no `pause-clients`); seed 4 was caught
+//!   in 5 runs of 5 (2026-12-04, debug build, 2 busy cores);
 //! - lockd through the Python adapter `examples/lockd_client.py` is valid on a clean run.
 //!
 //! Each run's locksmith process leads a process group of its own, killed by a guard on drop
@@ -219,7 +222,7 @@ fn the_toy_lock_service_is_invalid_under_pause_within_30_s_in_words() {
             "--recovery-s",
             "5",
             "--seed",
-            "1",
+            "4",
             "--node-cmd",
             &toy_node(),
             "--client-cmd",
@@ -228,7 +231,7 @@ fn the_toy_lock_service_is_invalid_under_pause_within_30_s_in_words() {
     );
     assert_eq!(
         ran.code, 1,
-        "seed 1: exit {}:\n{}\n{}",
+        "seed 4: exit {}:\n{}\n{}",
         ran.code, ran.stdout, ran.stderr
     );
     assert!(ran.took < Duration::from_secs(30), "took {:?}", ran.took);
