@@ -326,23 +326,21 @@ fn tokenless_violation(
 ) -> LeaseViolation {
     let g = held.grant;
     let lease = lease_ms(g).map_or("no lease".to_string(), |ms| format!("lease {ms} ms"));
-    let what = if other.f == OpName::Acquire {
-        format!(
-            "process {} acquired it too ({}), invoked at {} and completed at {}",
-            other.process,
-            rows_of(other),
-            fmt_ns(other.call_ns()),
-            fmt_ns(other.return_ns().unwrap_or(u64::MAX)),
-        )
+    let (verb, after) = if other.f == OpName::Acquire {
+        ("acquired it too", String::new())
     } else {
-        format!(
-            "the resource accepted a write from process {} ({}), invoked at {} and completed at {}: a holder whose lease had run out, or one that never held it; without fencing tokens the resource cannot tell",
-            other.process,
-            rows_of(other),
-            fmt_ns(other.call_ns()),
-            fmt_ns(other.return_ns().unwrap_or(u64::MAX)),
+        (
+            "got a write accepted by the resource",
+            ": a holder whose lease had run out, or one that never held it; without fencing tokens the resource cannot tell".to_owned(),
         )
     };
+    let what = format!(
+        "process {} {verb} ({}), invoked at {} and completed at {}{after}",
+        other.process,
+        rows_of(other),
+        fmt_ns(other.call_ns()),
+        fmt_ns(other.return_ns().unwrap_or(u64::MAX)),
+    );
     let message = format!(
         "key {key} (no tokens): process {p} acquired it ({rows}), invoked at {invoked} with {lease} and granted by {from}, so it certainly held the key until {until} (its lease·(1−2·{drift}), or its next release); meanwhile {what}",
         p = g.process,
@@ -389,7 +387,8 @@ mod tests {
             .expect("lease safety ran");
         let text = lease.explanation.as_deref().unwrap_or("");
         assert!(
-            text.contains("accepted a write from process 0") && text.contains("process 1"),
+            text.contains("process 0 got a write accepted by the resource")
+                && text.contains("process 1"),
             "{text}"
         );
         for name in [CheckName::Linearizability, CheckName::Fencing] {

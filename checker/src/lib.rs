@@ -632,19 +632,10 @@ fn has_tokens(history: &[Operation]) -> bool {
 fn check_lock_without_tokens(history: &[Operation], options: &Options) -> Check {
     const NAME: CheckName = CheckName::LeaseSafety;
     let lease = guarded(NAME, || {
-        let violations = lease::check_without_tokens(history, options.drift);
-        Ok(match violations.first() {
-            None => CheckResult::new(NAME, Verdict::Valid),
-            Some(_) => {
-                let text = violations
-                    .iter()
-                    .map(|v| format!("no overlapping leases: violated: {}", v.message))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
-                CheckResult::invalid(NAME, text, rows)
-            }
-        })
+        Ok(lease_violations(lease::check_without_tokens(
+            history,
+            options.drift,
+        )))
     });
     compose(vec![
         CheckResult::not_checked(
@@ -799,6 +790,21 @@ pub fn check_lease(history: &[Operation], drift: f64) -> CheckResult {
     lease_result(history, || lease::check(history, drift))
 }
 
+/// The lease-safety result of these violations: valid when there are none.
+fn lease_violations(violations: Vec<lease::LeaseViolation>) -> CheckResult {
+    const NAME: CheckName = CheckName::LeaseSafety;
+    if violations.is_empty() {
+        return CheckResult::new(NAME, Verdict::Valid);
+    }
+    let text = violations
+        .iter()
+        .map(|v| format!("no overlapping leases: violated: {}", v.message))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
+    CheckResult::invalid(NAME, text, rows)
+}
+
 /// The lease result, given the violations (computed only when the history has a leased
 /// grant).
 fn lease_result(
@@ -815,21 +821,7 @@ fn lease_result(
     if !leased_grant {
         return CheckResult::not_checked(NAME, "no granted acquire with a token and a lease");
     }
-    guarded(NAME, || {
-        let violations = violations();
-        Ok(match violations.first() {
-            None => CheckResult::new(NAME, Verdict::Valid),
-            Some(_) => {
-                let text = violations
-                    .iter()
-                    .map(|v| format!("no overlapping leases: violated: {}", v.message))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
-                CheckResult::invalid(NAME, text, rows)
-            }
-        })
-    })
+    guarded(NAME, || Ok(lease_violations(violations())))
 }
 
 /// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.

@@ -138,46 +138,45 @@ fn short_run(store: &Path, client_cmd: &str, seed: &str) -> Ran {
     )
 }
 
+/// Asserts the exit code and that stdout holds each of `needles`, showing the seed and the
+/// whole output on failure.
+fn expect(ran: &Ran, seed: &str, code: i32, needles: &[&str]) {
+    let shown = format!(
+        "seed {seed}: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert_eq!(ran.code, code, "{shown}");
+    for needle in needles {
+        assert!(ran.stdout.contains(needle), "missing {needle:?}: {shown}");
+    }
+}
+
 #[test]
 fn an_adapter_that_prints_garbage_makes_the_run_unknown_naming_the_line() {
     let store = tempfile::tempdir().expect("tempdir");
-    let ran = short_run(
-        store.path(),
-        "printf 'hello from a confused adapter\\n'; cat >/dev/null",
+    let garbage = "printf 'hello from a confused adapter\\n'; cat >/dev/null";
+    let ran = short_run(store.path(), garbage, "11");
+    // The line is quoted, and the run is unknown, never valid.
+    let quoted = "\"hello from a confused adapter\": not a JSON object";
+    expect(
+        &ran,
         "11",
+        2,
+        &[quoted, "client protocol", "verdict: unknown"],
     );
-    assert_eq!(
-        ran.code, 2,
-        "seed 11: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
-    );
-    assert!(
-        ran.stdout
-            .contains("\"hello from a confused adapter\": not a JSON object"),
-        "the line is quoted:\n{}",
-        ran.stdout
-    );
-    assert!(ran.stdout.contains("client protocol"), "{}", ran.stdout);
-    assert!(!ran.stdout.contains("verdict: valid"), "{}", ran.stdout);
 }
 
 #[test]
 fn an_adapter_that_never_answers_makes_the_run_unknown_naming_the_op() {
     let store = tempfile::tempdir().expect("tempdir");
     let ran = short_run(store.path(), "cat >/dev/null", "12");
-    assert_eq!(
-        ran.code, 2,
-        "seed 12: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
+    let named = "answered none of its requests: `acquire k";
+    expect(
+        &ran,
+        "12",
+        2,
+        &[named, "no answer within", "verdict: unknown"],
     );
-    assert!(
-        ran.stdout
-            .contains("answered none of its requests: `acquire k"),
-        "the op is named:\n{}",
-        ran.stdout
-    );
-    assert!(ran.stdout.contains("no answer within"), "{}", ran.stdout);
-    assert!(ran.stdout.contains("verdict: unknown"), "{}", ran.stdout);
 }
 
 #[test]
@@ -189,22 +188,9 @@ fn unknown_ids_and_second_answers_make_the_run_unknown() {
         &format!("python3 {}", adapter.display()),
         "13",
     );
-    assert_eq!(
-        ran.code, 2,
-        "seed 13: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
-    );
-    assert!(
-        ran.stdout
-            .contains("an answer to an id no request had (id 1001)"),
-        "{}",
-        ran.stdout
-    );
-    assert!(
-        ran.stdout.contains("a second answer to a request"),
-        "{}",
-        ran.stdout
-    );
+    let unknown = "an answer to an id no request had (id 1001)";
+    let second = "a second answer to a request";
+    expect(&ran, "13", 2, &[unknown, second, "verdict: unknown"]);
 }
 
 #[test]
@@ -229,28 +215,19 @@ fn the_toy_lock_service_is_invalid_under_pause_within_30_s_in_words() {
             &format!("python3 {} {{addr}} {{process}}", example("toy_client.py")),
         ],
     );
-    assert_eq!(
-        ran.code, 1,
-        "seed 4: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
+    expect(
+        &ran,
+        "4",
+        1,
+        &[
+            "no overlapping leases: violated: key k",
+            "without fencing tokens the resource cannot tell",
+            // The summary says which checks could not apply, and why.
+            "not checked: linearizability: not checked (no tokens",
+            "not checked: fencing: not checked (no tokens)",
+        ],
     );
     assert!(ran.took < Duration::from_secs(30), "took {:?}", ran.took);
-    assert!(
-        ran.stdout
-            .contains("no overlapping leases: violated: key k")
-            && ran
-                .stdout
-                .contains("without fencing tokens the resource cannot tell"),
-        "an explanation in words:\n{}",
-        ran.stdout
-    );
-    // The summary says which checks could not apply, and why.
-    for line in [
-        "not checked: linearizability: not checked (no tokens",
-        "not checked: fencing: not checked (no tokens)",
-    ] {
-        assert!(ran.stdout.contains(line), "{line}:\n{}", ran.stdout);
-    }
 }
 
 #[test]
@@ -278,11 +255,6 @@ fn lockd_through_the_python_adapter_is_valid_on_a_clean_run() {
             ),
         ],
     );
-    assert_eq!(
-        ran.code, 0,
-        "seed 2: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
-    );
-    assert!(ran.stdout.contains("\"partition\":"), "{}", ran.stdout);
+    expect(&ran, "2", 0, &["\"partition\":", "verdict: valid"]);
     assert!(!ran.stdout.contains("not checked: "), "{}", ran.stdout);
 }

@@ -146,13 +146,23 @@ pub trait System: Send + Sync {
     fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>>;
 
     /// Sets node `id`'s lease clock: rate per mille of real time, after a jump of `jump_ms`.
+    /// By default the system has no lease-clock control (etcd, exec): `Unsupported`, which
+    /// the clock nemesis reports.
     fn set_clock<'a>(
         &'a self,
-        layout: &'a Layout,
+        _layout: &'a Layout,
         id: NodeId,
-        rate_permille: u32,
-        jump_ms: i64,
-    ) -> BoxFuture<'a, Result<(), Error>>;
+        _rate_permille: u32,
+        _jump_ms: i64,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let name = self.name();
+        async move {
+            Err(Error::Unsupported(format!(
+                "n{id}: {name} has no lease-clock control (the clock nemesis needs lockd)"
+            )))
+        }
+        .boxed()
+    }
 }
 
 /// The leader most nodes agree on among nodes that say they lead (highest term wins).

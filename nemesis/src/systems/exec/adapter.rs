@@ -294,6 +294,12 @@ impl Exchange {
         let outcome = match protocol::outcome_of(&pending.op, &answer, self.init(), line) {
             Ok(outcome) => {
                 self.answers.fetch_add(1, Ordering::SeqCst);
+                if let crate::systems::Outcome::Ok {
+                    node: Some(node), ..
+                } = outcome
+                {
+                    state.saw_ok_from(node);
+                }
                 outcome
             }
             Err(e) => {

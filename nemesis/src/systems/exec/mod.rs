@@ -13,7 +13,8 @@
 //!   op's deadline, and replaces an adapter after an `info` or an exit.
 //! - **What it cannot know**: the nodes' roles (no status call), so the harness waits for
 //!   every node to accept a TCP connection on its `{addr}` before the workload starts, and a
-//!   leader-targeted fault picks a random node; and the lease clock, so the clock nemesis
+//!   leader-targeted fault aims at the node the latest `ok` answer named (its `node`
+//!   field), or a random node before any did; and the lease clock, so the clock nemesis
 //!   does not apply. An adapter whose init line says `"fencing":false` issues no tokens:
 //!   the checks that read tokens (linearizability of the lock model, fencing) say "not
 //!   checked" and the summary lists them.
@@ -56,6 +57,8 @@ pub struct ExecState {
     lines: AtomicU64,
     adapters_tokenless: AtomicU64,
     adapters_fencing: AtomicU64,
+    /// The node named by the latest `ok` answer that named one (0: none yet).
+    last_ok_node: AtomicU64,
 }
 
 impl ExecState {
@@ -66,6 +69,15 @@ impl ExecState {
         if errors.len() < ERRORS_KEPT_MAX {
             errors.push(text);
         }
+    }
+
+    fn saw_ok_from(&self, node: NodeId) {
+        self.last_ok_node.store(node, Ordering::SeqCst);
+    }
+
+    /// The node the latest `ok` answer named, the harness's best guess of a leader.
+    pub fn last_ok_node(&self) -> Option<NodeId> {
+        Some(self.last_ok_node.load(Ordering::SeqCst)).filter(|n| *n != 0)
     }
 
     fn count_line(&self) {
@@ -249,8 +261,10 @@ impl System for Exec {
         ))
     }
 
-    /// A node "answers" when it accepts a TCP connection on its client address; its role is
-    /// unknown (`up`).
+    /// A node "answers" when it accepts a TCP connection on its client address. Its role is
+    /// unknown (`up`), except that the node named by the latest `ok` answer (the `node`
+    /// field) counts as the leader, so that leader-targeted faults aim where the grants come
+    /// from; before any answer names a node they pick a random one.
     fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>> {
         async move {
             let probes = layout.nodes.iter().map(|node| async move {
@@ -259,9 +273,14 @@ impl System for Exec {
                 let up = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
                     .await
                     .is_ok_and(|c| c.is_ok());
+                let role = if self.state.last_ok_node() == Some(*node) {
+                    "leader"
+                } else {
+                    "up"
+                };
                 up.then(|| NodeView {
                     node: *node,
-                    role: "up".to_owned(),
+                    role: role.to_owned(),
                     term: 0,
                     leader: None,
                     commit_index: 0,
@@ -272,21 +291,6 @@ impl System for Exec {
                 .into_iter()
                 .flatten()
                 .collect()
-        }
-        .boxed()
-    }
-
-    fn set_clock<'a>(
-        &'a self,
-        _layout: &'a Layout,
-        id: NodeId,
-        _rate_permille: u32,
-        _jump_ms: i64,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        async move {
-            Err(Error::Unsupported(format!(
-                "n{id}: --system exec has no lease-clock control (the clock nemesis needs lockd)"
-            )))
         }
         .boxed()
     }
