@@ -3,7 +3,8 @@
 //! appended to `node-logs/client<SLOT>.log`.
 //!
 //! The harness keeps each op's deadline itself: an answer not back by the request's
-//! `timeout_ms` plus [`ANSWER_GRACE_MS`] is recorded `info timeout`. After any `info` the
+//! `timeout_ms` plus [`ANSWER_GRACE_MS`] ([`FIRST_ANSWER_GRACE_MS`] for an adapter's first
+//! request, which also waits for it to start) is recorded `info timeout`. After any `info` the
 //! workload moves the slot to a new process id and asks for a new client, so this adapter
 //! is dropped, which kills its process group; the next process id gets a new adapter. An
 //! adapter that exits is the same: its op is `info`, and the next op starts a new one.
@@ -38,6 +39,11 @@ use crate::systems::{LockClient, Outcome};
 /// How long past a request's `timeout_ms` the harness waits before it records `info`, ms:
 /// room for the adapter's own timeout answer to arrive.
 pub const ANSWER_GRACE_MS: u64 = 1_000;
+/// The grace of an adapter's first request, ms: it also waits for the adapter to start (an
+/// interpreter, a JVM, a shim of its own). Waiting longer is always sound (an answer that
+/// comes is true, only later); too short a wait made a loaded machine's lockd adapters look
+/// like adapters that never answer (two of ten in a 5-node run on 2 busy cores).
+pub const FIRST_ANSWER_GRACE_MS: u64 = 5_000;
 
 /// What starts one adapter.
 pub struct AdapterSpec {
@@ -198,7 +204,12 @@ impl AdapterClient {
             self.never_answered(run, &described, &format!("its stdin is closed ({e})"));
             return Outcome::Info(ErrorWord::Indeterminate);
         }
-        let until = deadline + Duration::from_millis(ANSWER_GRACE_MS);
+        let grace_ms = if id == 1 {
+            FIRST_ANSWER_GRACE_MS
+        } else {
+            ANSWER_GRACE_MS
+        };
+        let until = deadline + Duration::from_millis(grace_ms);
         match tokio::time::timeout_at(until, receiver).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => {
@@ -210,7 +221,7 @@ impl AdapterClient {
             Err(_) => {
                 run.exchange.lock_pending().remove(&id);
                 run.exchange.lock_closed().insert(id);
-                let waited = request.timeout_ms + ANSWER_GRACE_MS;
+                let waited = request.timeout_ms + grace_ms;
                 self.never_answered(run, &described, &format!("no answer within {waited} ms"));
                 Outcome::Info(ErrorWord::Timeout)
             }
