@@ -181,8 +181,8 @@ fn violation(
 ///
 /// 1. **No overlapping leases**: an ok grant g2 invoked after an ok grant g1 of another
 ///    process completed, and completed before g1's safe end (its lease·(1−2ρ) from its
-///    invoke, or the invoke of its holder's next release of the key that may have taken
-///    effect): two holders at once.
+///    invoke, or the invoke of the next release of the key, by any process, that may have
+///    taken effect): two holders at once.
 /// 2. **No stale write**: an ok write by process P invoked after an ok write by process Q
 ///    completed, where P's grant (its last acquire of the key before the write) completed
 ///    before Q's grant was invoked. P wrote under a lock that Q had taken over: the tokenless
@@ -213,14 +213,12 @@ fn tokenless_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViola
         .filter(|(_, op)| op.f == OpName::Acquire && op.is_ok())
         .filter_map(|(i, grant)| {
             let held_from = grant.return_ns()?;
-            // The holder's next release of the key that may have freed it.
+            // The next release of the key that may have freed it. Without tokens a release
+            // does not say whose lock it frees, so any process's counts (an owner-blind
+            // service, Jepsen's mutex, frees the holder's lock on anyone's release).
             let release = ops[i + 1..]
                 .iter()
-                .find(|op| {
-                    op.f == OpName::Release
-                        && op.process == grant.process
-                        && (op.is_ok() || op.is_indeterminate())
-                })
+                .find(|op| op.f == OpName::Release && (op.is_ok() || op.is_indeterminate()))
                 .map_or(u64::MAX, |r| r.call_ns().saturating_add(1));
             Some(HeldWithoutToken {
                 grant,
