@@ -217,13 +217,22 @@ pub fn read_line(line: &str, first: bool) -> Result<Line, LineError> {
                 .ok_or_else(|| bad(line, "\"node\" is not a node id"))?,
         ),
     };
-    let error = || -> Result<ErrorWord, LineError> {
+    // The `error` word, which must be one of `allowed` (`rule` says why, in the message).
+    let error = |allowed: &[ErrorWord], rule: &str| -> Result<ErrorWord, LineError> {
         let word = object
             .get("error")
             .and_then(Value::as_str)
             .ok_or_else(|| bad(line, format!("a {kind} without an \"error\" word")))?;
-        word.parse::<ErrorWord>()
-            .map_err(|_| bad(line, format!("unknown error word {word:?}")))
+        let error = word
+            .parse::<ErrorWord>()
+            .map_err(|_| bad(line, format!("unknown error word {word:?}")))?;
+        if !allowed.contains(&error) {
+            return Err(bad(
+                line,
+                format!("{rule} one of {}, not {error}", words(allowed)),
+            ));
+        }
+        Ok(error)
     };
     let answer = match kind {
         "ok" => Answer::Ok {
@@ -237,32 +246,14 @@ pub fn read_line(line: &str, first: bool) -> Result<Line, LineError> {
             },
             node,
         },
-        "fail" => {
-            let error = error()?;
-            if !FAIL_WORDS.contains(&error) {
-                return Err(bad(
-                    line,
-                    format!(
-                        "fail means certainly not applied; its error is one of {}, not {error}",
-                        words(&FAIL_WORDS)
-                    ),
-                ));
-            }
-            Answer::Fail { error, node }
-        }
-        "info" => {
-            let error = error()?;
-            if !INFO_WORDS.contains(&error) {
-                return Err(bad(
-                    line,
-                    format!(
-                        "an info's error is one of {}, not {error}",
-                        words(&INFO_WORDS)
-                    ),
-                ));
-            }
-            Answer::Info(error)
-        }
+        "fail" => Answer::Fail {
+            error: error(
+                &FAIL_WORDS,
+                "fail means certainly not applied; its error is",
+            )?,
+            node,
+        },
+        "info" => Answer::Info(error(&INFO_WORDS, "an info's error is")?),
         other => {
             return Err(bad(
                 line,
