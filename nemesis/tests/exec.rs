@@ -258,3 +258,42 @@ fn lockd_through_the_python_adapter_is_valid_on_a_clean_run() {
     expect(&ran, "2", 0, &["\"partition\":", "verdict: valid"]);
     assert!(!ran.stdout.contains("not checked: "), "{}", ran.stdout);
 }
+
+#[test]
+fn an_adapter_that_dies_is_replaced_by_a_new_process_id() {
+    // Issue 26: "one that dies is restarted as a new process id". This adapter exits after
+    // its init line and one answer (`head -n 2` closes the pipe); the op it was given next is
+    // `info`, and the slot goes on as a new process with a new adapter. Dying after answering
+    // is no protocol error: the run is judged (here the toy, valid or invalid), not unknown.
+    let store = tempfile::tempdir().expect("tempdir");
+    let client = format!(
+        "python3 {} {{addr}} {{process}} | head -n 2",
+        example("toy_client.py")
+    );
+    let ran = short_run(store.path(), &client, "14");
+    let shown = format!(
+        "seed 14: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(ran.code == 0 || ran.code == 1, "{shown}");
+    assert!(!ran.stdout.contains("client protocol"), "{shown}");
+    let run = std::fs::read_dir(store.path().join("exec-none"))
+        .expect("the test's dir")
+        .flatten()
+        .next()
+        .expect("one run")
+        .path();
+    let history = std::fs::read_to_string(run.join("history.csv")).expect("history");
+    assert!(history.contains(",info,"), "no info op:\n{history}");
+    // Slots 0 and 1 of 2: process ids 2 and up are restarted adapters.
+    let restarted = history
+        .lines()
+        .filter_map(|l| l.split(',').nth(2)?.parse::<u64>().ok())
+        .any(|process| process >= 2);
+    assert!(restarted, "no process id past the 2 slots:\n{history}");
+    let log = std::fs::read_to_string(run.join("node-logs/client0.log")).expect("stderr log");
+    assert!(
+        log.matches("--- process ").count() >= 2,
+        "one adapter per process of slot 0:\n{log}"
+    );
+}
