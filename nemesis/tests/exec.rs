@@ -3,7 +3,8 @@
 //! (nemesis/PROTOCOL.md).
 //!
 //! - adapters that print garbage, never answer, or answer twice make the run unknown (exit
-//!   2), and the output names the line or the op;
+//!   2), and the output names the line or the op; one that dies after an answer is replaced
+//!   by a new process id, with no protocol error;
 //! - the toy lock service of `examples/` (one process, wall-clock leases, no fencing) is
 //!   invalid under `--nemesis pause` within 30 s, with an explanation in words. Whether a
 //!   run catches it depends on real timing, not only on the seed: with 15 s runs, seeds

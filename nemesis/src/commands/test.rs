@@ -132,10 +132,8 @@ fn exec_default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
     if exec_partitions(args) {
         kinds.push(FaultKind::Partition);
     } else {
-        left_out.push(
-            "partition (--node-cmd has no {peer_addrs}, so the per-link proxy cannot cut links)"
-                .to_owned(),
-        );
+        left_out
+            .push("partition (--node-cmd has no {peer_addrs}, so no link can be cut)".to_owned());
     }
     eprintln!(
         "locksmith test: --system exec: faults {}; left out: {}",
@@ -145,10 +143,11 @@ fn exec_default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
     kinds
 }
 
-/// Whether partitions can cut an exec system's links: its nodes dial through `{peer_addrs}`,
-/// or the kernel net cuts the nodes' ports.
+/// Whether partitions can cut an exec system's links: its nodes dial each peer on the
+/// per-link address of `{peer_addrs}` (the proxy's, or the kernel net's port per link), or
+/// each node runs in a namespace of its own (`--net netns`, which cuts by address).
 fn exec_partitions(args: &TestArgs) -> bool {
-    args.net != "proxy"
+    args.net == "netns"
         || args
             .node_cmd
             .as_deref()
@@ -167,7 +166,7 @@ fn exec_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<()> {
     }
     if nemesis.contains(&FaultKind::Partition) && !exec_partitions(args) {
         anyhow::bail!(
-            "--system exec --nemesis partition: --node-cmd must give the nodes {{peer_addrs}} (the per-link proxy's address of each peer), or use --net kernel as root"
+            "--system exec --nemesis partition: --node-cmd must give the nodes {{peer_addrs}} (the per-link address of each peer, through which partitions cut links)"
         );
     }
     if args.bug.is_some() {
