@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The exec client adapter of examples/toy_lock_service.py (nemesis/PROTOCOL.md).
 
-    --client-cmd 'python3 examples/toy_client.py {addr} {process}'
+    --client-cmd 'python3 examples/toy_client.py {addr} {process} [--resource]'
+
+With --resource the init line also says "resource":true, and the harness sends its writes
+here, to the toy's own resource, instead of writing to the harness's.
 
 The toy issues no fencing tokens, so the first line says {"type":"init","fencing":false}:
 the harness then sends releases without a token, and its summary says which checks could
@@ -53,11 +56,12 @@ class Connection:
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: toy_client.py ADDR PROCESS")
+    if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["--resource"]):
+        sys.exit("usage: toy_client.py ADDR PROCESS [--resource]")
     connection = Connection(sys.argv[1])
     owner = "p" + sys.argv[2]
-    send({"type": "init", "fencing": False})
+    resource = sys.argv[3:] == ["--resource"]
+    send({"type": "init", "fencing": False, "resource": resource})
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -68,6 +72,8 @@ def main():
             wire = f"ACQUIRE {key} {request['lease_ms']} {request['wait_ms']} {owner}"
         elif op == "release":
             wire = f"RELEASE {key} {owner}"
+        elif op == "write" and resource:
+            wire = f"WRITE {key} {request['value']} {owner}"
         else:
             send({"id": rid, "type": "fail", "error": "invalid"})
             continue

@@ -7,6 +7,7 @@ Its wire protocol is one text line a request over TCP:
 
     ACQUIRE KEY LEASE_MS WAIT_MS OWNER  ->  OK | BUSY
     RELEASE KEY OWNER                    ->  OK | NOTHOLDER
+    WRITE KEY VALUE OWNER                ->  OK      (its own resource: every write lands)
 
 A key is free when nobody holds it or its holder's lease ran out by `time.time()`. That is
 all: no fencing token, so a holder that stalls past its lease (a GC pause, a stopped
@@ -23,6 +24,7 @@ import threading
 import time
 
 locks = {}  # key -> (owner, expires_at wall-clock seconds)
+resource = {}  # key -> the last value written
 mutex = threading.Lock()
 
 
@@ -59,6 +61,12 @@ class Handler(socketserver.StreamRequestHandler):
                 reply = "OK" if granted else "BUSY"
             elif len(words) == 3 and words[0] == "RELEASE":
                 reply = "OK" if release(words[1], words[2]) else "NOTHOLDER"
+            elif len(words) == 4 and words[0] == "WRITE":
+                # No token to check: the resource takes whatever comes.
+                with mutex:
+                    resource[words[1]] = words[2]
+                print(f"write {words[1]} {words[2]} by {words[3]}", flush=True)
+                reply = "OK"
             else:
                 reply = "ERROR"
             self.wfile.write((reply + "\n").encode())

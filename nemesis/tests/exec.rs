@@ -298,3 +298,35 @@ fn an_adapter_that_dies_is_replaced_by_a_new_process_id() {
         "one adapter per process of slot 0:\n{log}"
     );
 }
+
+#[test]
+fn an_adapter_with_a_resource_of_its_own_takes_the_writes() {
+    // PROTOCOL.md, the init line's "resource": the harness sends writes to the adapter, and
+    // the service's resource takes them (the toy prints each to its log).
+    let store = tempfile::tempdir().expect("tempdir");
+    let client = format!(
+        "python3 {} {{addr}} {{process}} --resource",
+        example("toy_client.py")
+    );
+    let ran = short_run(store.path(), &client, "15");
+    let shown = format!(
+        "seed 15: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    assert!(ran.code == 0 || ran.code == 1, "{shown}");
+    let run = std::fs::read_dir(store.path().join("exec-none"))
+        .expect("the test's dir")
+        .flatten()
+        .next()
+        .expect("one run")
+        .path();
+    let history = std::fs::read_to_string(run.join("history.csv")).expect("history");
+    let writes = history.lines().filter(|l| l.contains(",ok,write,")).count();
+    let log = std::fs::read_to_string(run.join("node-logs/n1.log")).expect("node log");
+    let landed = log.lines().filter(|l| l.starts_with("write ")).count();
+    assert!(writes > 0, "no write ok: {shown}");
+    assert_eq!(
+        landed, writes,
+        "every ok write reached the toy's resource:\n{log}"
+    );
+}

@@ -440,11 +440,7 @@ impl LockClient for AdapterClient {
         deadline: Instant,
     ) -> BoxFuture<'a, Option<Outcome>> {
         async move {
-            let resource = {
-                let running = self.running.lock().await;
-                running.as_ref().is_some_and(|r| r.exchange.init().resource)
-            };
-            if !resource {
+            if !self.state.resource() {
                 return None;
             }
             let op = RequestOp::Write {

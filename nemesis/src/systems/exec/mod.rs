@@ -59,6 +59,8 @@ pub struct ExecState {
     adapters_fencing: AtomicU64,
     /// The node named by the latest `ok` answer that named one (0: none yet).
     last_ok_node: AtomicU64,
+    /// Adapters whose init line said `"resource":true`.
+    adapters_resource: AtomicU64,
 }
 
 impl ExecState {
@@ -91,6 +93,16 @@ impl ExecState {
             &self.adapters_tokenless
         };
         counter.fetch_add(1, Ordering::SeqCst);
+        if init.resource {
+            self.adapters_resource.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// True once some adapter's init line said `"resource":true`: from then on every write
+    /// goes to the adapters (a new adapter's init line may not have been read yet when a
+    /// write under a grant of its slot's earlier process comes).
+    pub fn resource(&self) -> bool {
+        self.adapters_resource.load(Ordering::SeqCst) > 0
     }
 
     /// The protocol errors kept, and how many there were in all.
