@@ -10,7 +10,8 @@
 //!   run catches it depends on real timing, not only on the seed: with 15 s runs, seeds
 //!   2-5 were caught and seed 1 was not (its plan has no `pause-clients`); seed 4 was caught
 //!   in 5 runs of 5 (2026-12-04, debug build, 2 busy cores);
-//! - lockd through the Python adapter `examples/lockd_client.py` is valid on a clean run.
+//! - lockd through the Python adapter `examples/lockd_client.py` is valid on a clean run;
+//! - an adapter whose init line says `"resource":true` gets the writes.
 //!
 //! Each run's locksmith process leads a process group of its own, killed by a guard on drop
 //! (its nodes and adapters are its children, in groups it kills itself). Seeds are fixed and
@@ -126,7 +127,7 @@ fn short_run(store: &Path, client_cmd: &str, seed: &str) -> Ran {
             "--time-s",
             "2",
             "--recovery-s",
-            "1",
+            "5",
             "--concurrency",
             "2",
             "--seed",
@@ -276,7 +277,13 @@ fn an_adapter_that_dies_is_replaced_by_a_new_process_id() {
         "seed 14: exit {}:\n{}\n{}",
         ran.code, ran.stdout, ran.stderr
     );
-    assert!(ran.code == 0 || ran.code == 1, "{shown}");
+    // Judged (the toy may be valid or invalid), or unknown only because a slot did not get
+    // its key back in the short recovery phase: never for the protocol.
+    let judged = ran.code == 0 || ran.code == 1;
+    assert!(
+        judged || ran.stdout.contains("client slots recovered"),
+        "{shown}"
+    );
     assert!(!ran.stdout.contains("client protocol"), "{shown}");
     let run = std::fs::read_dir(store.path().join("exec-none"))
         .expect("the test's dir")
@@ -313,7 +320,13 @@ fn an_adapter_with_a_resource_of_its_own_takes_the_writes() {
         "seed 15: exit {}:\n{}\n{}",
         ran.code, ran.stdout, ran.stderr
     );
-    assert!(ran.code == 0 || ran.code == 1, "{shown}");
+    // Judged (the toy may be valid or invalid), or unknown only because a slot did not get
+    // its key back in the short recovery phase: never for the protocol.
+    let judged = ran.code == 0 || ran.code == 1;
+    assert!(
+        judged || ran.stdout.contains("client slots recovered"),
+        "{shown}"
+    );
     let run = std::fs::read_dir(store.path().join("exec-none"))
         .expect("the test's dir")
         .flatten()
@@ -325,8 +338,9 @@ fn an_adapter_with_a_resource_of_its_own_takes_the_writes() {
     let log = std::fs::read_to_string(run.join("node-logs/n1.log")).expect("node log");
     let landed = log.lines().filter(|l| l.starts_with("write ")).count();
     assert!(writes > 0, "no write ok: {shown}");
-    assert_eq!(
-        landed, writes,
-        "every ok write reached the toy's resource:\n{log}"
+    // Every ok write reached the toy (one whose answer was lost may have landed too).
+    assert!(
+        landed >= writes,
+        "{landed} writes landed, {writes} ok:\n{log}"
     );
 }
