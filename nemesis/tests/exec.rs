@@ -327,6 +327,7 @@ fn an_adapter_with_a_resource_of_its_own_takes_the_writes() {
         judged || ran.stdout.contains("client slots recovered"),
         "{shown}"
     );
+    assert!(!ran.stdout.contains("client protocol"), "{shown}");
     let run = std::fs::read_dir(store.path().join("exec-none"))
         .expect("the test's dir")
         .flatten()
