@@ -261,6 +261,30 @@ fn lockd_through_the_python_adapter_is_valid_on_a_clean_run() {
     assert!(!ran.stdout.contains("not checked: "), "{}", ran.stdout);
 }
 
+/// A short toy run that must break no protocol rule: judged (the toy may be valid or
+/// invalid), or unknown only because a slot did not get its key back in the short recovery
+/// phase. Returns the run's directory and the output for messages.
+fn judged_run(store: &Path, client_cmd: &str, seed: &str) -> (PathBuf, String) {
+    let ran = short_run(store, client_cmd, seed);
+    let shown = format!(
+        "seed {seed}: exit {}:\n{}\n{}",
+        ran.code, ran.stdout, ran.stderr
+    );
+    let judged = ran.code == 0 || ran.code == 1;
+    assert!(
+        judged || ran.stdout.contains("client slots recovered"),
+        "{shown}"
+    );
+    assert!(!ran.stdout.contains("client protocol"), "{shown}");
+    let run = std::fs::read_dir(store.join("exec-none"))
+        .expect("the test's dir")
+        .flatten()
+        .next()
+        .expect("one run")
+        .path();
+    (run, shown)
+}
+
 #[test]
 fn an_adapter_that_dies_is_replaced_by_a_new_process_id() {
     // Issue 26: "one that dies is restarted as a new process id". This adapter exits after
@@ -272,25 +296,7 @@ fn an_adapter_that_dies_is_replaced_by_a_new_process_id() {
         "python3 {} {{addr}} {{process}} | head -n 2",
         example("toy_client.py")
     );
-    let ran = short_run(store.path(), &client, "14");
-    let shown = format!(
-        "seed 14: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
-    );
-    // Judged (the toy may be valid or invalid), or unknown only because a slot did not get
-    // its key back in the short recovery phase: never for the protocol.
-    let judged = ran.code == 0 || ran.code == 1;
-    assert!(
-        judged || ran.stdout.contains("client slots recovered"),
-        "{shown}"
-    );
-    assert!(!ran.stdout.contains("client protocol"), "{shown}");
-    let run = std::fs::read_dir(store.path().join("exec-none"))
-        .expect("the test's dir")
-        .flatten()
-        .next()
-        .expect("one run")
-        .path();
+    let (run, _) = judged_run(store.path(), &client, "14");
     let history = std::fs::read_to_string(run.join("history.csv")).expect("history");
     assert!(history.contains(",info,"), "no info op:\n{history}");
     // Slots 0 and 1 of 2: process ids 2 and up are restarted adapters.
@@ -315,25 +321,7 @@ fn an_adapter_with_a_resource_of_its_own_takes_the_writes() {
         "python3 {} {{addr}} {{process}} --resource",
         example("toy_client.py")
     );
-    let ran = short_run(store.path(), &client, "15");
-    let shown = format!(
-        "seed 15: exit {}:\n{}\n{}",
-        ran.code, ran.stdout, ran.stderr
-    );
-    // Judged (the toy may be valid or invalid), or unknown only because a slot did not get
-    // its key back in the short recovery phase: never for the protocol.
-    let judged = ran.code == 0 || ran.code == 1;
-    assert!(
-        judged || ran.stdout.contains("client slots recovered"),
-        "{shown}"
-    );
-    assert!(!ran.stdout.contains("client protocol"), "{shown}");
-    let run = std::fs::read_dir(store.path().join("exec-none"))
-        .expect("the test's dir")
-        .flatten()
-        .next()
-        .expect("one run")
-        .path();
+    let (run, shown) = judged_run(store.path(), &client, "15");
     let history = std::fs::read_to_string(run.join("history.csv")).expect("history");
     let writes = history.lines().filter(|l| l.contains(",ok,write,")).count();
     let log = std::fs::read_to_string(run.join("node-logs/n1.log")).expect("node log");
