@@ -173,3 +173,285 @@ fn violation(
         rows: [crate::fencing::row_pair(g1), crate::fencing::row_pair(g2)].concat(),
     }
 }
+
+/// Lease safety of a history **without tokens** (an exec adapter whose init line said
+/// `"fencing":false`): the grants of one key are ordered only where real time orders them,
+/// and a release belongs to its grant by process. Two rules, both sound for any service
+/// whose clocks stay within ρ:
+///
+/// 1. **No overlapping leases**: an ok grant g2 invoked after an ok grant g1 of another
+///    process completed, and completed before g1's safe end (its lease·(1−2ρ) from its
+///    invoke, or the invoke of the next release of the key, by any process, that may have
+///    taken effect): two holders at once.
+/// 2. **No stale write**: an ok write by process P invoked after an ok write by process Q
+///    completed, where P's grant (its last acquire of the key before the write) completed
+///    before Q's grant was invoked. P wrote under a lock that Q had taken over: the tokenless
+///    form of fencing's "accepted writes are never stale".
+/// 3. **No write from a non-holder**: an ok write by process P that lies wholly inside the
+///    time another process certainly held the key (from its grant's completion to its safe
+///    end). Without tokens the resource cannot refuse a holder whose lease ran out, so a
+///    paused or slow holder's late write lands while the next holder works: mutual
+///    exclusion is gone where it matters. (With tokens the fencing check judges writes.)
+pub fn check_without_tokens(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
+    crate::per_key::by_key(history)
+        .iter()
+        .filter_map(|(key, ops)| tokenless_key(key, ops, drift))
+        .collect()
+}
+
+/// A grant of one key without a token: the op, and until when it certainly held the key.
+struct HeldWithoutToken<'o> {
+    grant: &'o Operation,
+    held_from: u64,
+    held_until: u64,
+}
+
+fn tokenless_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViolation> {
+    let held: Vec<HeldWithoutToken<'_>> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| op.f == OpName::Acquire && op.is_ok())
+        .filter_map(|(i, grant)| {
+            let held_from = grant.return_ns()?;
+            // The next release of the key that may have freed it. Without tokens a release
+            // does not say whose lock it frees, so any process's counts (an owner-blind
+            // service, Jepsen's mutex, frees the holder's lock on anyone's release).
+            let release = ops[i + 1..]
+                .iter()
+                .find(|op| op.f == OpName::Release && (op.is_ok() || op.is_indeterminate()))
+                .map_or(u64::MAX, |r| r.call_ns().saturating_add(1));
+            Some(HeldWithoutToken {
+                grant,
+                held_from,
+                held_until: safe_end(*grant, drift).min(release),
+            })
+        })
+        .collect();
+    if let Some(stale) = stale_write_without_tokens(key, ops) {
+        return Some(stale);
+    }
+    for h in &held {
+        for op in ops {
+            if op.process == h.grant.process || !op.is_ok() || op.call_ns() < h.held_from {
+                continue;
+            }
+            let Some(done) = op.return_ns() else { continue };
+            if done >= h.held_until {
+                continue;
+            }
+            if op.f == OpName::Acquire || op.f == OpName::Write {
+                return Some(tokenless_violation(key, drift, h, op));
+            }
+        }
+    }
+    None
+}
+
+/// Rule 2 of [`check_without_tokens`] on one key's ops (history order).
+fn stale_write_without_tokens(key: &str, ops: &[&Operation]) -> Option<LeaseViolation> {
+    // Each ok write with the grant it was made under: its process's last ok acquire of the
+    // key that completed before the write was invoked.
+    let mut last_grant: HashMap<u64, &Operation, FastBuildHasher> = HashMap::default();
+    let mut writes: Vec<(&Operation, &Operation)> = Vec::new();
+    for op in ops {
+        if op.f == OpName::Acquire && op.is_ok() {
+            last_grant.insert(op.process, op);
+        } else if op.f == OpName::Write
+            && op.is_ok()
+            && let Some(grant) = last_grant.get(&op.process)
+            && grant.return_ns().is_some_and(|done| done <= op.call_ns())
+        {
+            writes.push((op, grant));
+        }
+    }
+    let mut by_completion: Vec<&(&Operation, &Operation)> = writes.iter().collect();
+    by_completion.sort_by_key(|(w, _)| w.return_ns().unwrap_or(u64::MAX));
+    let mut by_invoke: Vec<&(&Operation, &Operation)> = writes.iter().collect();
+    by_invoke.sort_by_key(|(w, _)| w.call_ns());
+    // The write completed so far whose grant was invoked latest.
+    let mut latest: Option<&(&Operation, &Operation)> = None;
+    let mut next = 0;
+    for later in by_invoke {
+        while next < by_completion.len()
+            && by_completion[next].0.return_ns().unwrap_or(u64::MAX) < later.0.call_ns()
+        {
+            let candidate = by_completion[next];
+            if latest.is_none_or(|(_, g)| candidate.1.call_ns() > g.call_ns()) {
+                latest = Some(candidate);
+            }
+            next += 1;
+        }
+        let (write, grant) = *later;
+        if let Some(&(newer_write, newer_grant)) = latest
+            && grant
+                .return_ns()
+                .is_some_and(|done| done < newer_grant.call_ns())
+        {
+            let message = format!(
+                "key {key} (no tokens): process {p} wrote ({wrows}, invoked at {winv}) under its grant ({grows}, completed at {gdone}); but process {q} had acquired the key after that ({qgrows}, invoked at {qginv}) and its write ({qwrows}) was accepted first, completing at {qwdone}: process {p}'s write is stale, and without fencing tokens the resource cannot tell and accepted it",
+                p = write.process,
+                wrows = rows_of(write),
+                winv = fmt_ns(write.call_ns()),
+                grows = rows_of(grant),
+                gdone = fmt_ns(grant.return_ns().unwrap_or(u64::MAX)),
+                q = newer_write.process,
+                qgrows = rows_of(newer_grant),
+                qginv = fmt_ns(newer_grant.call_ns()),
+                qwrows = rows_of(newer_write),
+                qwdone = fmt_ns(newer_write.return_ns().unwrap_or(u64::MAX)),
+            );
+            return Some(LeaseViolation {
+                key: key.to_string(),
+                message,
+                rows: [
+                    crate::fencing::row_pair(grant),
+                    crate::fencing::row_pair(newer_grant),
+                    crate::fencing::row_pair(newer_write),
+                    crate::fencing::row_pair(write),
+                ]
+                .concat(),
+            });
+        }
+    }
+    None
+}
+
+fn tokenless_violation(
+    key: &str,
+    drift: f64,
+    held: &HeldWithoutToken<'_>,
+    other: &Operation,
+) -> LeaseViolation {
+    let g = held.grant;
+    let lease = lease_ms(g).map_or("no lease".to_string(), |ms| format!("lease {ms} ms"));
+    let (verb, after) = if other.f == OpName::Acquire {
+        ("acquired it too", String::new())
+    } else {
+        (
+            "got a write accepted by the resource",
+            ": a holder whose lease had run out, or one that never held it; without fencing tokens the resource cannot tell".to_owned(),
+        )
+    };
+    let what = format!(
+        "process {} {verb} ({}), invoked at {} and completed at {}{after}",
+        other.process,
+        rows_of(other),
+        fmt_ns(other.call_ns()),
+        fmt_ns(other.return_ns().unwrap_or(u64::MAX)),
+    );
+    let message = format!(
+        "key {key} (no tokens): process {p} acquired it ({rows}), invoked at {invoked} with {lease} and granted by {from}, so it certainly held the key until {until} (its lease·(1−2·{drift}), or its next release); meanwhile {what}",
+        p = g.process,
+        rows = rows_of(g),
+        invoked = fmt_ns(g.call_ns()),
+        from = fmt_ns(held.held_from),
+        until = fmt_ns(held.held_until),
+    );
+    LeaseViolation {
+        key: key.to_string(),
+        message,
+        rows: [crate::fencing::row_pair(g), crate::fencing::row_pair(other)].concat(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CheckName, ModelKind, Options, Verdict};
+
+    /// Process 0 holds `a` (lease 1000 ms), stalls past its lease, process 1 takes `a`, and
+    /// process 0 then writes: no tokens anywhere.
+    const LATE_WRITE: &str = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,1000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,1500000000,1,invoke,acquire,a,1000,,,
+3,1501000000,1,ok,acquire,a,,,,
+4,1600000000,0,invoke,write,a,0.1,,,
+5,1601000000,0,ok,write,a,,,,
+6,1700000000,1,invoke,release,a,,,,
+7,1701000000,1,ok,release,a,,,,
+";
+
+    fn check(csv: &str) -> crate::Check {
+        let ops = history::csv::read_str(csv).expect("reads");
+        crate::check(&ops, &Options::for_model(ModelKind::Lock)).expect("pairs")
+    }
+
+    #[test]
+    fn a_late_write_without_tokens_breaks_lease_safety_and_says_what_was_not_checked() {
+        let check = check(LATE_WRITE);
+        assert_eq!(check.verdict, Verdict::Invalid, "{}", check.explanation());
+        let lease = check
+            .result(CheckName::LeaseSafety)
+            .expect("lease safety ran");
+        let text = lease.explanation.as_deref().unwrap_or("");
+        assert!(
+            text.contains("process 0 got a write accepted by the resource")
+                && text.contains("process 1"),
+            "{text}"
+        );
+        for name in [CheckName::Linearizability, CheckName::Fencing] {
+            let result = check.result(name).expect("listed");
+            assert!(!result.checked, "{name} cannot apply without tokens");
+        }
+    }
+
+    #[test]
+    fn a_stale_write_without_tokens_is_found_after_the_next_holder_left() {
+        // Process 1 took the key after process 0's lease, wrote and released; process 0,
+        // stalled, writes afterwards: nobody holds the key then, but the write is stale.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,1000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,1500000000,1,invoke,acquire,a,1000,,,
+3,1501000000,1,ok,acquire,a,,,,
+4,1510000000,1,invoke,write,a,1.1,,,
+5,1511000000,1,ok,write,a,,,,
+6,1520000000,1,invoke,release,a,,,,
+7,1521000000,1,ok,release,a,,,,
+8,1600000000,0,invoke,write,a,0.1,,,
+9,1601000000,0,ok,write,a,,,,
+";
+        let check = check(csv);
+        assert_eq!(check.verdict, Verdict::Invalid, "{}", check.explanation());
+        assert!(
+            check
+                .explanation()
+                .contains("process 0's write is stale, and without fencing tokens"),
+            "{}",
+            check.explanation()
+        );
+    }
+
+    #[test]
+    fn the_same_history_with_the_write_inside_the_first_lease_is_valid() {
+        // Process 1 acquires only after process 0 released: nothing overlaps.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,1000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,100000000,0,invoke,write,a,0.1,,,
+3,101000000,0,ok,write,a,,,,
+4,200000000,0,invoke,release,a,,,,
+5,201000000,0,ok,release,a,,,,
+6,300000000,1,invoke,acquire,a,1000,,,
+7,301000000,1,ok,acquire,a,,,,
+8,400000000,0,invoke,acquire,a,1000,,,
+9,401000000,0,fail,acquire,a,,,,busy
+";
+        let check = check(csv);
+        assert_eq!(check.verdict, Verdict::Valid, "{}", check.explanation());
+        // A second grant inside the first one's lease, with no release: two holders.
+        let overlap = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,1000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,300000000,1,invoke,acquire,a,1000,,,
+3,301000000,1,ok,acquire,a,,,,
+";
+        let check = self::check(overlap);
+        assert_eq!(check.verdict, Verdict::Invalid, "{}", check.explanation());
+        assert!(
+            check.explanation().contains("process 1 acquired it too"),
+            "{}",
+            check.explanation()
+        );
+    }
+}

@@ -648,6 +648,15 @@ pub fn check_operations(history: &[Operation], options: &Options) -> Check {
 /// not pass on every key runs again on the whole history, on a thread of its own, for
 /// its report. The results keep their order.
 fn check_lock(history: &[Operation], options: &Options) -> Check {
+    // Leased grants without tokens (a history without leases either is Jepsen's mutex,
+    // which `mutex` reads, and stays unknown under the lock model).
+    if !has_tokens(history)
+        && history
+            .iter()
+            .any(|op| op.f == OpName::Acquire && op.is_ok() && !op.invoke.value.trim().is_empty())
+    {
+        return check_lock_without_tokens(history, options);
+    }
     let clean = per_key::clean(history, options);
     std::thread::scope(|scope| {
         let fencing = (!clean.fencing).then(|| scope.spawn(|| check_fencing(history)));
@@ -674,6 +683,34 @@ fn check_lock(history: &[Operation], options: &Options) -> Check {
         };
         compose(vec![linear, fencing, lease])
     })
+}
+
+/// True when some row carries a token.
+fn has_tokens(history: &[Operation]) -> bool {
+    history.iter().any(|op| {
+        op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
+    })
+}
+
+/// The lock checks of a history whose grants carry no tokens (an exec adapter that said
+/// `"fencing":false`): the lock model and fencing read tokens, so they say "not checked",
+/// and lease safety judges what real time alone shows ([`lease::check_without_tokens`]).
+fn check_lock_without_tokens(history: &[Operation], options: &Options) -> Check {
+    const NAME: CheckName = CheckName::LeaseSafety;
+    let lease = guarded(NAME, || {
+        Ok(lease_violations(lease::check_without_tokens(
+            history,
+            options.drift,
+        )))
+    });
+    compose(vec![
+        CheckResult::not_checked(
+            CheckName::Linearizability,
+            "no tokens: the lock model orders grants by their fencing tokens",
+        ),
+        CheckResult::not_checked(CheckName::Fencing, "no tokens"),
+        lease,
+    ])
 }
 
 /// Linearizability against `options.model` (`Auto` is inferred).
@@ -819,6 +856,21 @@ pub fn check_lease(history: &[Operation], drift: f64) -> CheckResult {
     lease_result(history, || lease::check(history, drift))
 }
 
+/// The lease-safety result of these violations: valid when there are none.
+fn lease_violations(violations: Vec<lease::LeaseViolation>) -> CheckResult {
+    const NAME: CheckName = CheckName::LeaseSafety;
+    if violations.is_empty() {
+        return CheckResult::new(NAME, Verdict::Valid);
+    }
+    let text = violations
+        .iter()
+        .map(|v| format!("no overlapping leases: violated: {}", v.message))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
+    CheckResult::invalid(NAME, text, rows)
+}
+
 /// The lease result, given the violations (computed only when the history has a leased
 /// grant).
 fn lease_result(
@@ -835,21 +887,7 @@ fn lease_result(
     if !leased_grant {
         return CheckResult::not_checked(NAME, "no granted acquire with a token and a lease");
     }
-    guarded(NAME, || {
-        let violations = violations();
-        Ok(match violations.first() {
-            None => CheckResult::new(NAME, Verdict::Valid),
-            Some(_) => {
-                let text = violations
-                    .iter()
-                    .map(|v| format!("no overlapping leases: violated: {}", v.message))
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let rows = violations.iter().flat_map(|v| v.rows.clone()).collect();
-                CheckResult::invalid(NAME, text, rows)
-            }
-        })
-    })
+    guarded(NAME, || Ok(lease_violations(violations())))
 }
 
 /// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.

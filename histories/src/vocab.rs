@@ -292,6 +292,9 @@ words!(
         NodeHealth => "node health",
         /// The nodes' recorded traces replay through the model (the harness, `--trace`).
         TraceReplay => "trace replay",
+        /// The client adapters of `--system exec` kept the JSON-lines protocol (the harness:
+        /// a malformed line, an unknown id or an adapter that never answers is unknown).
+        ClientProtocol => "client protocol",
         /// The recorded history reads back (the simulator, when it does not).
         History => "history",
         /// The run's own recovery phase: every client slot succeeded again after the final
@@ -326,6 +329,9 @@ impl CheckName {
             }
             CheckName::NodeHealth => "no node exited or panicked on its own during the run",
             CheckName::TraceReplay => "the nodes' traces, step by step, through the model's checks",
+            CheckName::ClientProtocol => {
+                "every adapter line parsed, answered a known request once, within its deadline"
+            }
             CheckName::History => "the recorded history reads back and pairs",
             CheckName::Recovery => "the run's recovery phase: every client slot succeeded again",
             CheckName::Checks => "that the run produced check results at all",

@@ -26,6 +26,9 @@ const PROBE_ATTEMPTS_MAX: u64 = 100_000;
 const FAILURE_BACKOFF: Duration = Duration::from_millis(10);
 /// The deadline of each acquire or release of a cycle.
 const CYCLE_OP_DEADLINE: Duration = Duration::from_secs(5);
+/// The client id of the warm-up cycles of a system without a leader to wait for; far above
+/// the measured clients' ids.
+const WARM_UP_CLIENT_ID: u64 = 1 << 30;
 /// How long one status round may take.
 const STATUS_DEADLINE: Duration = Duration::from_millis(1500);
 
@@ -50,7 +53,14 @@ impl BenchCluster {
             .tempdir()
             .map_err(|e| Error::Io(format!("bench dir: {e}")))?;
         let layout = Layout::new(nodes, dir.path())?;
-        let launcher = system.launcher(&layout, BTreeMap::new())?;
+        // No net between the nodes: each dials its peers' own addresses.
+        let mut dial = BTreeMap::new();
+        for source in &layout.nodes {
+            for target in layout.nodes.iter().filter(|t| *t != source) {
+                dial.insert((*source, *target), layout.peer[target]);
+            }
+        }
+        let launcher = system.launcher(&layout, dial)?;
         let cluster = Cluster::start(launcher, &layout.nodes, &layout.log_dir)?;
         let bench = Self {
             system,
@@ -58,8 +68,33 @@ impl BenchCluster {
             cluster,
             _dir: dir,
         };
-        bench.wait_for_leader(timeout).await?;
+        if bench.system.elects_leader() {
+            bench.wait_for_leader(timeout).await?;
+        } else {
+            bench.wait_for_a_cycle(timeout).await?;
+        }
         Ok(bench)
+    }
+
+    /// For a system whose leader the harness cannot ask (`exec`): waits until one
+    /// acquire+release cycle succeeds, on a client of its own.
+    async fn wait_for_a_cycle(&self, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        let client = self.client(WARM_UP_CLIENT_ID);
+        loop {
+            let last = match cycle(client.as_ref(), "warm-up", 1_000).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!(
+                    "{}: no acquire+release cycle succeeded within {} ms (last: {last})",
+                    self.name(),
+                    timeout.as_millis()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Nodes that exited on their own since the last call, with their exit status (the

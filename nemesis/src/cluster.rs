@@ -49,6 +49,19 @@ pub fn kill_registered() -> usize {
     pids.len()
 }
 
+/// Registers the process group `pgid` of a child started elsewhere (an exec client adapter),
+/// so that the Ctrl-C path ([`kill_registered`]) ends it too.
+pub fn register_group(pgid: i32) {
+    if pgid > 0 {
+        registry().insert(pgid);
+    }
+}
+
+/// Forgets a process group registered with [`register_group`] once it was killed.
+pub fn forget_group(pgid: i32) {
+    registry().remove(&pgid);
+}
+
 /// Options that change how a node is started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchOptions {

@@ -172,8 +172,12 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
     };
     let first_leader = harness::await_cluster(&world).await?;
     eprintln!(
-        "locksmith test: {} nodes up (each answered a status call), leader n{first_leader} after {:?}",
+        "locksmith test: {} nodes up (each answered a status call), {} after {:?}",
         options.nodes,
+        first_leader.map_or_else(
+            || "no leader to ask for".to_owned(),
+            |l| format!("leader n{l}")
+        ),
         started.elapsed()
     );
     let recorder = Arc::new(Recorder::create(&run.file(RunDir::HISTORY))?);
@@ -193,8 +197,24 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
         .then(|| crate::progress::Ticker::start("test", "checking the history"));
     // With traces, the nodes' traces through the model: catches what no client saw (a
     // restart that lost acknowledged writes, a grant without the log behind it).
-    let extra = harness::run_checks(&execution, None, system.traces().then_some(&*dir));
-    let output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
+    let mut extra = harness::run_checks(&execution, None, system.traces().then_some(&*dir));
+    // The system's own checks vouch for the history (exec: the adapters kept the protocol).
+    // When one of them is unknown, so is the run, whatever the checks of that history say.
+    let vouching = system.checks();
+    let distrust = vouching
+        .iter()
+        .find(|c| c.checked && matches!(c.verdict, Verdict::Unknown { .. }))
+        .map(|c| {
+            format!(
+                "{}: the history is not trusted, so neither is any verdict on it",
+                c.name
+            )
+        });
+    extra.extend(vouching);
+    let mut output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
+    if let Some(reason) = distrust {
+        output.verdict = Verdict::unknown(reason);
+    }
     drop(ticker);
     let mut results = Results::of(
         options,

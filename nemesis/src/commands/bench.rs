@@ -1,4 +1,6 @@
-//! `locksmith bench [--system lockd|etcd] [--time-s 20]`: the performance table of issue 8.
+//! `locksmith bench [--system lockd|etcd|exec,...] [--time-s 20]`: the performance table of
+//! issue 8; with `exec` (`--node-cmd`, `--client-cmd`) the cost of the client protocol of
+//! issue 26 (lockd through `examples/lockd_client.py` against the native client).
 //!
 //! For each system: acquire+release cycles per second and p50/p99 cycle latency at each
 //! client count of `--clients` (each client on its own key, clients bound round-robin to the
@@ -32,14 +34,24 @@ pub enum System {
     Lockd,
     /// etcd 3.4 (Debian's etcd-server), through the lease + Txn lock recipe.
     Etcd,
+    /// Any service: `--node-cmd` and `--client-cmd` (nemesis/PROTOCOL.md). No failover
+    /// measurement: the harness cannot ask an exec system who leads.
+    Exec,
 }
 
 /// Arguments of `locksmith bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which system to measure; both, side by side, when absent.
-    #[arg(long, value_enum)]
-    system: Option<System>,
+    /// Which systems to measure, comma-separated, side by side (with two, the table shows
+    /// first/second ratios); lockd and etcd when absent.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    system: Vec<System>,
+    /// --system exec: the command that starts one node (placeholders as for `locksmith test`).
+    #[arg(long)]
+    node_cmd: Option<String>,
+    /// --system exec: the command that starts one client adapter.
+    #[arg(long)]
+    client_cmd: Option<String>,
     /// Seconds of each cycles measurement (one per client count).
     #[arg(long, default_value_t = 20)]
     time_s: u64,
@@ -87,9 +99,10 @@ impl Figures {
 }
 
 pub fn run(args: BenchArgs) -> ExitCode {
-    let systems = match args.system {
-        Some(system) => vec![system],
-        None => vec![System::Lockd, System::Etcd],
+    let systems = if args.system.is_empty() {
+        vec![System::Lockd, System::Etcd]
+    } else {
+        args.system.clone()
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -134,8 +147,20 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
             };
             Arc::new(Etcd::new(config, ClientOptions::default()))
         }
+        System::Exec => {
+            let (Some(node_cmd), Some(client_cmd)) = (&args.node_cmd, &args.client_cmd) else {
+                anyhow::bail!("--system exec needs --node-cmd and --client-cmd");
+            };
+            // Slots: every measured client id is its own slot.
+            Arc::new(nemesis::systems::exec::Exec::new(
+                node_cmd,
+                client_cmd,
+                u64::MAX,
+            )?)
+        }
     };
     let name = system.name();
+    let handle = system.clone();
     let mut cluster = BenchCluster::start(system, args.nodes, START_TIMEOUT)
         .await
         .with_context(|| format!("start {name}"))?;
@@ -156,7 +181,7 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         drop(ticker);
         crashes.extend(restart_exited(name, &cluster, START_TIMEOUT).await);
     }
-    let failover = if args.failover_rounds > 0 {
+    let failover = if args.failover_rounds > 0 && handle.elects_leader() {
         let message = format!("killing the leader {} times", args.failover_rounds);
         let _ticker = Ticker::start(name, &message);
         let config = FailoverConfig {
@@ -173,6 +198,12 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
             "{name}: cluster directory kept: {}",
             cluster.keep_dir().display()
         );
+    }
+    // An exec adapter that broke the protocol makes its figures meaningless.
+    for check in handle.checks() {
+        if let checker::Verdict::Unknown { reason } = &check.verdict {
+            anyhow::bail!("{}: {reason}", check.name);
+        }
     }
     Ok(Figures {
         cycles,
@@ -217,7 +248,11 @@ fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {
         "{:<32}{}{}",
         "measure",
         header.join(""),
-        if ratio { "  lockd/etcd" } else { "" }
+        if ratio {
+            format!("  {:>10}", names.join("/"))
+        } else {
+            String::new()
+        }
     );
     for (index, clients) in args.clients.iter().enumerate() {
         let cycle = |figures: &Figures| figures.cycles.get(index).cloned();
@@ -235,6 +270,7 @@ fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {
         });
     }
     if args.failover_rounds > 0 {
+        // n/a for exec: the harness cannot ask it who leads.
         row("failover median ms", results, ratio, |f| {
             f.failover.as_ref().and_then(FailoverReport::median_ms)
         });
@@ -288,8 +324,8 @@ fn row(
         })
         .collect();
     let ratio_cell = match (ratio, values.first(), values.get(1)) {
-        (true, Some(Some(lockd)), Some(Some(etcd))) if *etcd > 0.0 => {
-            format!("  {:>10.2}", lockd / etcd)
+        (true, Some(Some(first)), Some(Some(second))) if *second > 0.0 => {
+            format!("  {:>10.2}", first / second)
         }
         (true, _, _) => format!("  {:>10}", "n/a"),
         _ => String::new(),

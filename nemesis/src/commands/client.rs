@@ -57,6 +57,10 @@ enum ClientOp {
     },
     /// Print each node's role, term and commit index.
     Status,
+    /// Serve the exec client protocol (nemesis/PROTOCOL.md): one JSON request a line on
+    /// stdin, its answer on stdout, through the harness's own lockd client. What an exec
+    /// adapter for lockd (examples/lockd_client.py) talks to.
+    Lines,
 }
 
 /// Runs `locksmith client`.
@@ -108,6 +112,12 @@ async fn run_op(args: ClientArgs) -> ExitCode {
             }
             Err(e) => refusal(&e),
         },
+        ClientOp::Lines => {
+            let code =
+                nemesis::systems::exec::lines::serve(args.cluster.clone(), client.client_id())
+                    .await;
+            ExitCode::from(code)
+        }
         ClientOp::Status => {
             let statuses = client.status_all().await;
             print!("{}", status_table(&args.cluster, &statuses));

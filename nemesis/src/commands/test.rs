@@ -50,9 +50,18 @@ pub struct TestArgs {
     /// (root: each node in a network namespace on a bridge; allows --nemesis netem).
     #[arg(long, default_value = "proxy")]
     net: String,
-    /// The system under test: lockd, or etcd (kill, pause; partition with --net kernel as root).
+    /// The system under test: lockd, etcd (kill, pause; partition with --net kernel as root),
+    /// or exec (any service: --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
     #[arg(long, default_value = "lockd")]
     system: String,
+    /// --system exec: the command that starts one node, with placeholders {id} {addr}
+    /// {peer_addr} {peers} {peer_addrs} {client_addrs} {dir} {nodes} (run by `sh -c`).
+    #[arg(long)]
+    node_cmd: Option<String>,
+    /// --system exec: the command that starts one client adapter, with placeholders {addr}
+    /// {client_addrs} {node} {process} {slot}; it speaks JSON lines on stdin and stdout.
+    #[arg(long)]
+    client_cmd: Option<String>,
     /// fenced (default) or unfenced (the control workload, expected to fail).
     #[arg(long, default_value = "fenced")]
     workload: String,
@@ -96,6 +105,9 @@ pub struct TestArgs {
 /// The fault kinds a system applies when `--nemesis` is not given, and what it leaves out
 /// (said on stderr).
 fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
+    if args.system == "exec" {
+        return exec_default_nemesis(args);
+    }
     if args.system != "etcd" {
         return FaultKind::ALL.to_vec();
     }
@@ -116,6 +128,62 @@ fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
         left_out.join("; ")
     );
     kinds
+}
+
+/// `--system exec`'s faults when `--nemesis` is not given: kill and pause, and partition
+/// when the nodes dial their peers on `{peer_addrs}` (or the net is the kernel's).
+fn exec_default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
+    let mut kinds = vec![FaultKind::Kill, FaultKind::Pause];
+    let mut left_out = vec!["clock (no lease-clock control)".to_owned()];
+    if exec_partitions(args) {
+        kinds.push(FaultKind::Partition);
+    } else {
+        left_out
+            .push("partition (--node-cmd has no {peer_addrs}, so no link can be cut)".to_owned());
+    }
+    eprintln!(
+        "locksmith test: --system exec: faults {}; left out: {}",
+        kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(","),
+        left_out.join("; ")
+    );
+    kinds
+}
+
+/// Whether partitions can cut an exec system's links: its nodes dial each peer on the
+/// per-link address of `{peer_addrs}` (the proxy's, or the kernel net's port per link), or
+/// each node runs in a namespace of its own (`--net netns`, which cuts by address).
+fn exec_partitions(args: &TestArgs) -> bool {
+    args.net == "netns"
+        || args
+            .node_cmd
+            .as_deref()
+            .is_some_and(|c| c.contains("{peer_addrs}"))
+}
+
+/// The checks of `--system exec`'s options (see `nemesis::systems::exec`).
+fn exec_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<()> {
+    if args.node_cmd.is_none() || args.client_cmd.is_none() {
+        anyhow::bail!("--system exec needs --node-cmd and --client-cmd (nemesis/PROTOCOL.md)");
+    }
+    if nemesis.contains(&FaultKind::Clock) {
+        anyhow::bail!(
+            "--system exec: the clock nemesis does not apply (no lease-clock control); use --nemesis kill,pause,partition"
+        );
+    }
+    if nemesis.contains(&FaultKind::Partition) && !exec_partitions(args) {
+        anyhow::bail!(
+            "--system exec --nemesis partition: --node-cmd must give the nodes {{peer_addrs}} (the per-link address of each peer, through which partitions cut links)"
+        );
+    }
+    if args.bug.is_some() {
+        anyhow::bail!(
+            "--system exec: --bug names a lockd mutant; put it in --node-cmd (e.g. `... node --bug stale-leader`)"
+        );
+    }
+    if args.trace {
+        anyhow::bail!("--system exec: --trace records lockd's core");
+    }
+    Ok(())
 }
 
 fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
@@ -152,8 +220,12 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     if nodes == 0 || args.concurrency == 0 || args.keys == 0 {
         anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
     }
+    if args.system != "exec" && (args.node_cmd.is_some() || args.client_cmd.is_some()) {
+        anyhow::bail!("--node-cmd and --client-cmd go with --system exec");
+    }
     match args.system.as_str() {
         "lockd" => {}
+        "exec" => exec_options(args, &nemesis)?,
         "etcd" => {
             // nemesis::systems::etcd::Etcd: etcd has no lease-clock control, and cannot dial its peers
             // through per-link addresses, so partitions need the owner net (--net kernel, as
@@ -180,7 +252,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
                 anyhow::bail!("--system etcd: --trace records lockd's core");
             }
         }
-        other => anyhow::bail!("--system {other:?}: lockd or etcd"),
+        other => anyhow::bail!("--system {other:?}: lockd, etcd or exec"),
     }
     if let Some(bug) = &args.bug {
         bug.parse::<lockd::bugs::Bug>()?;
@@ -216,6 +288,19 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     })
 }
 
+/// The `--system` value of a rerun line: exec's with its two templates.
+fn system_flag(args: &TestArgs) -> String {
+    let quote = nemesis::systems::exec::template::shell_quote;
+    match (&args.node_cmd, &args.client_cmd) {
+        (Some(node), Some(client)) if args.system == "exec" => format!(
+            "exec --node-cmd {} --client-cmd {}",
+            quote(node),
+            quote(client)
+        ),
+        _ => args.system.clone(),
+    }
+}
+
 /// Runs the test and maps its verdict to the exit code.
 pub fn run(args: TestArgs) -> ExitCode {
     match try_run(&args) {
@@ -234,7 +319,13 @@ pub fn run(args: TestArgs) -> ExitCode {
 fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     let options = options(args)?;
     eprintln!("locksmith test: seed {}", options.seed);
-    let system: Arc<dyn nemesis::systems::System> = if args.system == "etcd" {
+    let system: Arc<dyn nemesis::systems::System> = if args.system == "exec" {
+        Arc::new(nemesis::systems::exec::Exec::new(
+            args.node_cmd.as_deref().unwrap_or_default(),
+            args.client_cmd.as_deref().unwrap_or_default(),
+            options.concurrency,
+        )?)
+    } else if args.system == "etcd" {
         let config = EtcdClusterConfig {
             binary: find_etcd()?,
             ..EtcdClusterConfig::default()
@@ -277,13 +368,13 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             eprintln!(
                 "rerun: locksmith test --seed {}{}",
                 options.seed,
-                rerun_flags(&options, &args.system, args.trace)
+                rerun_flags(&options, &system_flag(args), args.trace)
             );
             return Err(e);
         }
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-    print_summary(&options, &args.system, args.trace, &outcome);
+    print_summary(&options, &system_flag(args), args.trace, &outcome);
     if let Some(path) = &args.junit {
         nemesis::store::junit::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
     }
@@ -316,6 +407,13 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
     let suite = nemesis::store::junit::test_suite(&outcome.dir, r);
     for line in nemesis::store::junit::summary_lines(&suite, r) {
         println!("{line}");
+    }
+    // Checks that could not apply (an exec adapter without tokens, a history without
+    // leases), each with why: a verdict never hides what it did not check.
+    if let Some(checks) = &r.checks {
+        for result in checks.results.iter().filter(|c| !c.checked) {
+            println!("not checked: {}: {}", result.name, result.status());
+        }
     }
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());

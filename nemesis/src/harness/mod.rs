@@ -291,8 +291,14 @@ pub async fn execute(options: &TestOptions, world: World, recorder: Arc<Recorder
 pub const START_TIMEOUT_MS: u64 = 20_000;
 
 /// Waits until some node says it leads and every node answers a status call; the leader.
-pub async fn await_cluster(world: &World) -> Result<NodeId, Error> {
-    let leader = wait_for_leader(world.system.as_ref(), &world.layout).await?;
+/// For a system that elects no leader it knows of (`exec`), only the answers are waited for,
+/// and the leader is `None`.
+pub async fn await_cluster(world: &World) -> Result<Option<NodeId>, Error> {
+    let leader = if world.system.elects_leader() {
+        Some(wait_for_leader(world.system.as_ref(), &world.layout).await?)
+    } else {
+        None
+    };
     all_nodes_answer(world.system.as_ref(), &world.layout, world.nodes.as_ref()).await?;
     Ok(leader)
 }

@@ -28,6 +28,17 @@ const DISCONNECTING_CLIENT_ID_BASE: u64 = 1 << 40;
 /// An op's RPC deadline beyond its wait, ms. An answer not back by then is `info`.
 pub const OP_TIMEOUT_MS: u64 = 2_000;
 
+/// The token the workload holds for a grant that came without one (an exec adapter whose
+/// init line said `"fencing":false`). Real tokens are positive (the client protocol refuses
+/// a token 0), so this one is never confused with them; it is never recorded in a history
+/// row ([`real_token`]) and never fences a write.
+pub const NO_TOKEN: u64 = 0;
+
+/// The token to record or send: `None` for [`NO_TOKEN`].
+pub fn real_token(token: u64) -> Option<u64> {
+    (token != NO_TOKEN).then_some(token)
+}
+
 /// Which resource the clients write to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -323,9 +334,11 @@ impl Worker {
                 None,
             ),
             ClientOp::Write { key, value, token } => {
-                (OpName::Write, key, value.clone(), Some(*token))
+                (OpName::Write, key, value.clone(), real_token(*token))
             }
-            ClientOp::Release { key, token } => (OpName::Release, key, String::new(), Some(*token)),
+            ClientOp::Release { key, token } => {
+                (OpName::Release, key, String::new(), real_token(*token))
+            }
         };
         let invoke = Row {
             f: f.as_str().into(),
@@ -359,16 +372,22 @@ impl Worker {
                 let deadline = Instant::now() + Duration::from_millis(OP_TIMEOUT_MS);
                 self.client.release(key, *token, deadline).await
             }
-            ClientOp::Write { key, value, token } => match self.store.write(key, value, *token) {
-                Ok(()) => Outcome::Ok {
-                    token: None,
-                    node: None,
-                },
-                Err(_) => Outcome::Fail {
-                    error: ErrorWord::StaleToken,
-                    node: None,
-                },
-            },
+            ClientOp::Write { key, value, token } => {
+                let deadline = Instant::now() + Duration::from_millis(OP_TIMEOUT_MS);
+                match self.client.write(key, value, *token, deadline).await {
+                    Some(outcome) => outcome,
+                    None => match self.store.write(key, value, *token) {
+                        Ok(()) => Outcome::Ok {
+                            token: None,
+                            node: None,
+                        },
+                        Err(_) => Outcome::Fail {
+                            error: ErrorWord::StaleToken,
+                            node: None,
+                        },
+                    },
+                }
+            }
         };
         let (op_type, row_token, node, error) = match &outcome {
             Outcome::Ok { token, node } => (
@@ -400,8 +419,8 @@ impl Worker {
             self.client = (self.factory)(self.process);
         }
         let completion = match (op, &outcome) {
-            (ClientOp::Acquire { .. }, Outcome::Ok { token: Some(t), .. }) => {
-                Completion::Acquired(*t)
+            (ClientOp::Acquire { .. }, Outcome::Ok { token, .. }) => {
+                Completion::Acquired(token.unwrap_or(NO_TOKEN))
             }
             (ClientOp::Acquire { .. }, _) => Completion::NotAcquired,
             _ => Completion::Done,

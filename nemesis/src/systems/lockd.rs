@@ -177,6 +177,15 @@ struct LockdClient {
     client: Client,
 }
 
+/// The harness's lockd client of `cluster` (the i-th address is node i+1) under
+/// `client_id`: the same client and outcome mapping for the native workload and for
+/// `locksmith client ... lines`, the Rust side of the exec protocol.
+pub fn lock_client(cluster: Vec<SocketAddr>, client_id: u64) -> Box<dyn LockClient> {
+    Box::new(LockdClient {
+        client: Client::new(cluster, client_id),
+    })
+}
+
 /// Maps a client result to the history's outcome; `node` is the node whose answer decided
 /// it (lockd's `*_traced` calls), recorded for ok and definite failures.
 fn outcome<T>(
@@ -284,9 +293,7 @@ impl System for Lockd {
     }
 
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient> {
-        Box::new(LockdClient {
-            client: Client::new(layout.client_addrs(), client_id),
-        })
+        lock_client(layout.client_addrs(), client_id)
     }
 
     fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>> {

@@ -6,11 +6,14 @@
 //! same for every system; a system only says how a node is started ([`Launcher`]).
 
 pub mod etcd;
+pub mod exec;
 pub mod lockd;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use checker::CheckResult;
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use history::ErrorWord;
 use tokio::time::Instant;
@@ -54,6 +57,19 @@ pub trait LockClient: Send + Sync {
     /// Release `key` held under `token`, giving up at `deadline`.
     fn release<'a>(&'a self, key: &'a str, token: u64, deadline: Instant)
     -> BoxFuture<'a, Outcome>;
+
+    /// Write `value` to the system's own fenced resource `key` under `token`. `None` (the
+    /// default): the system has none, and the harness's resource
+    /// ([`crate::harness::workload::FencedStore`]) takes the write.
+    fn write<'a>(
+        &'a self,
+        _key: &'a str,
+        _value: &'a str,
+        _token: u64,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Option<Outcome>> {
+        futures::future::ready(None).boxed()
+    }
 }
 
 /// One node's answer to a status query.
@@ -107,6 +123,21 @@ pub trait System: Send + Sync {
         false
     }
 
+    /// True when the system's nodes elect a leader that `status` names (lockd, etcd). False
+    /// (`exec`): the harness waits only for every node to answer `status`, and a
+    /// leader-targeted fault picks a random node.
+    fn elects_leader(&self) -> bool {
+        true
+    }
+
+    /// The system's own checks of the run, merged into the verdict after the run (exec: the
+    /// client protocol). They vouch for the history: when one is unknown, the run is unknown
+    /// whatever the history's checks say (an adapter that broke the protocol may have made
+    /// up the anomaly too). None by default.
+    fn checks(&self) -> Vec<CheckResult> {
+        Vec::new()
+    }
+
     /// A client for client process `client_id`.
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient>;
 
@@ -115,13 +146,23 @@ pub trait System: Send + Sync {
     fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>>;
 
     /// Sets node `id`'s lease clock: rate per mille of real time, after a jump of `jump_ms`.
+    /// By default the system has no lease-clock control (etcd, exec): `Unsupported`, which
+    /// the clock nemesis reports.
     fn set_clock<'a>(
         &'a self,
-        layout: &'a Layout,
+        _layout: &'a Layout,
         id: NodeId,
-        rate_permille: u32,
-        jump_ms: i64,
-    ) -> BoxFuture<'a, Result<(), Error>>;
+        _rate_permille: u32,
+        _jump_ms: i64,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let name = self.name();
+        async move {
+            Err(Error::Unsupported(format!(
+                "n{id}: {name} has no lease-clock control (the clock nemesis needs lockd)"
+            )))
+        }
+        .boxed()
+    }
 }
 
 /// The leader most nodes agree on among nodes that say they lead (highest term wins).

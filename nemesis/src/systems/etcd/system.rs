@@ -241,21 +241,6 @@ impl System for Etcd {
         }
         .boxed()
     }
-
-    fn set_clock<'a>(
-        &'a self,
-        _layout: &'a Layout,
-        id: NodeId,
-        _rate_permille: u32,
-        _jump_ms: i64,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        async move {
-            Err(Error::Unsupported(format!(
-                "n{id}: etcd has no lease-clock control (the clock nemesis needs lockd)"
-            )))
-        }
-        .boxed()
-    }
 }
 
 fn node_view(
