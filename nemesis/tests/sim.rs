@@ -313,3 +313,23 @@ fn the_command_runs_each_swarm_seed_with_its_own_draw() {
         "seeds 1..=8 draw different shapes: {shapes:?}"
     );
 }
+
+/// Issue 28: every failing seed's store has the message diagram, also without `--trace`: the
+/// seed runs quietly first and, having failed, again with logs and traces for its store.
+#[test]
+fn a_failing_seed_without_trace_gets_its_message_diagram() {
+    let store = tempfile::tempdir().expect("a temporary folder");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args(["sim", "--seeds", "1", "--time-s", "5", "--no-shrink"])
+        .args(["--bug", "follower-grants", "--store"])
+        .arg(store.path())
+        .output()
+        .expect("locksmith runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "seed 1, follower-grants:\n{stdout}");
+    let messages = (stdout.lines())
+        .find_map(|l| l.strip_prefix("messages: "))
+        .unwrap_or_else(|| panic!("seed 1: a messages line:\n{stdout}"));
+    let svg = std::fs::read_to_string(messages).expect("messages.svg reads");
+    assert!(svg.contains("<svg") && svg.contains("n1"), "seed 1: a diagram with lanes");
+}

@@ -408,13 +408,6 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
     for line in nemesis::store::junit::summary_lines(&suite, r) {
         println!("{line}");
     }
-    // Checks that could not apply (an exec adapter without tokens, a history without
-    // leases), each with why: a verdict never hides what it did not check.
-    if let Some(checks) = &r.checks {
-        for result in checks.results.iter().filter(|c| !c.checked) {
-            println!("not checked: {}: {}", result.name, result.status());
-        }
-    }
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());
     }

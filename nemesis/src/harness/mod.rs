@@ -137,6 +137,12 @@ impl TestOptions {
         name
     }
 
+    /// The run's shape in words: `N nodes, C clients, K keys`.
+    pub fn shape(&self) -> String {
+        let (nodes, clients, keys) = (self.nodes, self.concurrency, self.keys);
+        format!("{nodes} nodes, {clients} clients, {keys} keys")
+    }
+
     /// The fault plan of these options, whole (plan.txt shows it so).
     pub fn plan(&self) -> Vec<Planned> {
         schedule::fault_plan(&FaultPlanConfig {

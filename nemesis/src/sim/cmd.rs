@@ -60,10 +60,9 @@ impl SeedReport {
     }
 }
 
-/// One process per seed: a seed replays exactly only as the first simulation of its process
-/// (state of the process, suspected tokio's task ids, changes how a crashed host's tasks are
-/// dropped; README "Deterministic simulation"). The child runs the seed once, with the nodes'
-/// logs on unless quiet, and writes the store of a seed that did not pass.
+/// One process per seed: a seed replays exactly only as its process's first simulation
+/// (README "Deterministic simulation"). The child runs the seed once, with the nodes' logs
+/// unless quiet, and writes the store of a seed that did not pass unless quiet.
 fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     let [seed] = run.seeds[..] else {
         return Err("--child takes exactly one seed".to_owned());
@@ -78,11 +77,7 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     let result = run_case(&case);
     if std::env::var_os("LOCKSMITH_SIM_DIGESTS").is_some() {
         let (ops, digest) = (result.ops.len(), history::csv::digest(&result.ops));
-        let o = &case.options;
-        let shape = format!(
-            "{} nodes, {} clients, {} keys",
-            o.nodes, o.concurrency, o.keys
-        );
+        let shape = case.options.shape();
         eprintln!("seed {seed}: {shape}: {ops} ops, history digest {digest:016x}");
     }
     // The first line is the seed's results.json, which the parent reads as the struct.
@@ -90,9 +85,9 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     println!("{json}");
     if !result.verdict().is_valid() && !quiet {
         let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
-        println!("store: {}", dir.display());
-        println!("timeline: {}", dir.join(RunDir::TIMELINE).display());
-        let messages = dir.join(RunDir::MESSAGES);
+        println!("store: {}", dir.path().display());
+        println!("timeline: {}", dir.file(RunDir::TIMELINE).display());
+        let messages = dir.file(RunDir::MESSAGES);
         if messages.is_file() {
             println!("messages: {}", messages.display());
         }
@@ -163,7 +158,7 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
     let (seeds, jobs, time_s) = (run.seeds.len(), run.jobs, options.time_s);
     let shape = match run.template.draw.swarm {
         true => "swarm: each seed draws its nodes, clients, keys and faults".to_owned(),
-        false => format!("{} nodes, {} clients", options.nodes, options.concurrency),
+        false => options.shape(),
     };
     eprintln!(
         "locksmith sim: {seeds} seeds ({first}..), {time_s} simulated s each, {shape}, {jobs} jobs{bug}"
@@ -245,6 +240,24 @@ fn report_failure(report: &SeedReport, run: &SimRun) {
     println!("rerun (shrunk): {}", shrunk.case.rerun_command());
 }
 
+/// Runs a seed quietly; one that did not pass runs again with logs and traces for its store
+/// (messages.svg). It is the same run: a verdict that turns valid is nondeterminism, unknown.
+fn run_seed(run: &SimRun, seed: u64) -> Result<SeedReport, String> {
+    let case = run.template.with_seed(seed);
+    let first = spawn_child(&case, &run.store, true)?;
+    if first.verdict.is_valid() {
+        return Ok(first);
+    }
+    let mut again = case.clone();
+    (again.trace_root).get_or_insert_with(|| run.store.join("sim").join("traces"));
+    let again = spawn_child(&again, &run.store, false)?;
+    if again.verdict.is_valid() {
+        let why = format!("seed {seed} did not replay: {}, then valid", first.verdict);
+        return Ok(SeedReport::unknown(seed, format!("{why}\n{}", first.text)));
+    }
+    Ok(again)
+}
+
 fn run_seeds(run: &SimRun) -> Result<Vec<SeedReport>, String> {
     let total = run.seeds.len();
     let progress = crate::progress::Progress::new("sim", Some(total as u64));
@@ -252,7 +265,7 @@ fn run_seeds(run: &SimRun) -> Result<Vec<SeedReport>, String> {
     let reports = crate::subprocess::run_parallel(
         &run.seeds,
         run.jobs,
-        |&seed| spawn_child(&run.template.with_seed(seed), &run.store, false),
+        |&seed| run_seed(run, seed),
         |report| report.verdict.is_invalid() && !run.keep_going,
         |report| {
             let done = done.fetch_add(1, Ordering::Relaxed) + 1;
@@ -270,20 +283,13 @@ fn run_seeds(run: &SimRun) -> Result<Vec<SeedReport>, String> {
 
 /// Writes the store of a seed, `STORE/sim/<time>-seed<S>/`, with the files of a chaos run's
 /// ([`RunDir::write_recorded`]).
-fn write_store(store: &Path, result: &CaseResult) -> Result<PathBuf, crate::Error> {
-    let stamp = crate::run::timestamp(std::time::SystemTime::now());
-    let seed = result.case.seed();
-    let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
-    // The seed's traces go with its store, before the reports that draw them.
-    if let Some(traces) = result.case.trace_dir() {
-        crate::replay::copy_traces(&traces, run.path())
-            .map_err(|e| crate::Error::Io(format!("{}: {e}", traces.display())))?;
-    }
-    let logs = result.logs.as_deref().unwrap_or_default();
-    run.write_recorded(&result.case.options, &result.ops, &result.results, |node| {
-        (super::world::node_lines(logs, node))
-            .map(|line| format!("{line}\n"))
-            .collect()
-    })?;
-    Ok(run.path().to_path_buf())
+fn write_store(store: &Path, result: &CaseResult) -> Result<RunDir, crate::Error> {
+    let (case, logs) = (&result.case, result.logs.as_deref().unwrap_or_default());
+    let node_log = |node| {
+        let lines = super::world::node_lines(logs, node);
+        lines.map(|line| format!("{line}\n")).collect()
+    };
+    let traces = case.trace_dir();
+    let (options, ops, results) = (&case.options, &result.ops, &result.results);
+    RunDir::write_seed(store, options, ops, results, traces.as_deref(), node_log)
 }

@@ -195,6 +195,28 @@ impl RunDir {
         Ok(())
     }
 
+    /// The store of a simulated seed, `STORE/sim/<time>-seed<S>/`, with the files of a chaos
+    /// run's: the nodes' traces from `traces` (before the reports that draw them), then what
+    /// [`RunDir::write_recorded`] writes.
+    pub fn write_seed(
+        store: &Path,
+        options: &TestOptions,
+        ops: &[Op],
+        results: &Results,
+        traces: Option<&Path>,
+        node_log: impl Fn(u64) -> String,
+    ) -> Result<RunDir, Error> {
+        let stamp = crate::run::timestamp(std::time::SystemTime::now());
+        let seed = options.seed;
+        let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
+        if let Some(traces) = traces {
+            crate::replay::copy_traces(traces, run.path())
+                .map_err(|e| Error::Io(format!("{}: {e}", traces.display())))?;
+        }
+        run.write_recorded(options, ops, results, node_log)?;
+        Ok(run)
+    }
+
     /// The seed of `seed.txt`, if it reads.
     pub fn seed(&self) -> Option<u64> {
         std::fs::read_to_string(self.file(Self::SEED))
