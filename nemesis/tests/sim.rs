@@ -326,10 +326,17 @@ fn a_failing_seed_without_trace_gets_its_message_diagram() {
         .output()
         .expect("locksmith runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "seed 1, follower-grants:\n{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "seed 1, follower-grants:\n{stdout}"
+    );
     let messages = (stdout.lines())
         .find_map(|l| l.strip_prefix("messages: "))
         .unwrap_or_else(|| panic!("seed 1: a messages line:\n{stdout}"));
     let svg = std::fs::read_to_string(messages).expect("messages.svg reads");
-    assert!(svg.contains("<svg") && svg.contains("n1"), "seed 1: a diagram with lanes");
+    assert!(
+        svg.contains("<svg") && svg.contains("n1"),
+        "seed 1: a diagram with lanes"
+    );
 }
