@@ -37,7 +37,7 @@ const NO_FAULTS_ONE_IN: u64 = 16;
 /// not drawn (the fault phase's length, the bug, the store, the world's own knobs) stays.
 /// Fault families are drawn from `base.nemesis`, each on with probability 2/3, with none on
 /// one seed in [`NO_FAULTS_ONE_IN`]. (Measured 2026-12-04, seeds from 1: every bug of
-/// `lockd::bugs` is caught within 12 swarm seeds, as within 14 fixed-case seeds; a variant
+/// `lockd::bugs` is caught within 6 swarm seeds, as within 14 fixed-case seeds; a variant
 /// that ran the fixed case on half the seeds was no faster.)
 pub fn draw(seed: u64, base: &TestOptions) -> TestOptions {
     let mut rng = Rng::derive(seed, SWARM_STREAM, 0);

@@ -11,9 +11,8 @@ use super::{CaseResult, SimCase, run_case};
 use crate::store::RunDir;
 use checker::Verdict;
 
-/// The longest a seed's child may run, wall seconds: a simulated run is bounded in simulated
-/// time, but a task that spins without letting the clock move would hang it. A child killed
-/// at the bound makes its seed unknown.
+/// The longest a seed's child may run, wall seconds (a task that spins without letting the
+/// simulated clock move would hang it); a child killed at the bound makes its seed unknown.
 pub const SEED_WALL_TIMEOUT_S: u64 = 600;
 
 /// One `locksmith sim` command.
@@ -248,8 +247,9 @@ fn run_seed(run: &SimRun, seed: u64) -> Result<SeedReport, String> {
     if first.verdict.is_valid() {
         return Ok(first);
     }
+    let traces = tempfile::tempdir().map_err(|e| format!("a folder for traces: {e}"))?;
     let mut again = case.clone();
-    (again.trace_root).get_or_insert_with(|| run.store.join("sim").join("traces"));
+    (again.trace_root).get_or_insert_with(|| traces.path().to_path_buf());
     let again = spawn_child(&again, &run.store, false)?;
     if again.verdict.is_valid() {
         let why = format!("seed {seed} did not replay: {}, then valid", first.verdict);
