@@ -378,6 +378,7 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         SyncMode::Fsync
     };
     let (data_dir, durable) = DataDir::open(&config.data_dir, sync)?;
+    data_dir.claim(id, &config.raft.members)?;
     if !data_dir.recovered().is_clean() {
         warn!(recovered = ?data_dir.recovered(), "the data dir was repaired on open");
     }

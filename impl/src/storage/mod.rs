@@ -158,6 +158,8 @@ const SNAPSHOT_FILE: &str = "snapshot";
 const LOG_DIR: &str = "log";
 const SEGMENT_SUFFIX: &str = ".seg";
 const TMP_SUFFIX: &str = ".tmp";
+/// Names the node and the cluster a data dir belongs to (written on the node's first start).
+const IDENTITY_FILE: &str = "identity";
 
 /// How [`DataDir::persist`] makes writes durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -242,6 +244,15 @@ pub enum StorageError {
         /// The directory.
         path: PathBuf,
         /// Why not.
+        reason: String,
+    },
+    /// The data dir belongs to another node or cluster: a node started on it could vote a
+    /// second time in a term the owner already voted in.
+    #[error("{path}: {reason}", path = path.display())]
+    Identity {
+        /// The identity file.
+        path: PathBuf,
+        /// Whose it is and who asked.
         reason: String,
     },
     /// The persist was refused before anything was written; the data dir is unchanged.
@@ -413,6 +424,37 @@ impl DataDir {
     /// shutdown loads).
     pub fn durable(&self) -> &Durable {
         &self.durable
+    }
+
+    /// Claims the data dir for node `node` of the cluster of `members`: the first start
+    /// writes both into `identity`, every later start must match it. A data dir started
+    /// under another `--id` kept the other node's term and vote, so it could vote twice in
+    /// one term (review finding, issue 27); it is refused with both identities named.
+    pub fn claim(&self, node: u64, members: &[u64]) -> Result<(), StorageError> {
+        let mut members = members.to_vec();
+        members.sort_unstable();
+        let list: Vec<String> = members.iter().map(u64::to_string).collect();
+        let ours = format!("node {node}, members {}", list.join(","));
+        let path = self.path.join(IDENTITY_FILE);
+        if !exists(&path)? {
+            let text = format!("{ours}\n");
+            return write_file_atomic(
+                &self.path,
+                IDENTITY_FILE,
+                text.as_bytes(),
+                self.options.sync,
+            );
+        }
+        let found = fs::read(&path).map_err(io_error(&path, "read"))?;
+        let found = String::from_utf8_lossy(&found);
+        if found.trim_end() != ours {
+            let reason = format!(
+                "this data dir belongs to {:?}, and this is {ours:?}: refusing to start on it",
+                found.trim_end()
+            );
+            return Err(StorageError::Identity { path, reason });
+        }
+        Ok(())
     }
 
     /// What [`DataDir::open`] repaired.
@@ -600,6 +642,32 @@ mod tests {
     use super::test_support::{entry, snapshot};
     use super::*;
     use crate::raft::HardState;
+
+    #[test]
+    fn a_data_dir_under_another_id_is_refused_naming_both() {
+        // Review finding (issue 27): node 2 voted in term 3; restarted by mistake as node 3
+        // on the same dir, it would carry node 2's vote into node 3's ballots and could vote
+        // twice in term 3. The first start claims the dir; another id or cluster is refused.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        dir.claim(2, &[3, 1, 2])
+            .expect("the first start claims the dir");
+        drop(dir);
+        let (dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+        dir.claim(2, &[1, 2, 3])
+            .expect("the same node and members, in any order");
+        let err = dir.claim(3, &[1, 2, 3]).expect_err("another node id");
+        let text = err.to_string();
+        assert!(
+            text.contains("node 2, members 1,2,3") && text.contains("node 3, members 1,2,3"),
+            "both identities named: {text}"
+        );
+        let err = dir.claim(2, &[1, 2, 3, 4, 5]).expect_err("another cluster");
+        assert!(matches!(err, StorageError::Identity { .. }), "{err}");
+        drop(dir);
+        let (_, durable) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("still opens");
+        assert_eq!(durable, Durable::default(), "a refusal writes nothing");
+    }
 
     /// A small seeded generator (splitmix64), so that a failing seed replays exactly.
     struct Rng(u64);
