@@ -38,11 +38,26 @@ pub enum Bug {
     /// `skip-phantom-release`: no Release for a client that left mid-acquire; the lock stays
     /// held until its lease runs out. Caught by the phantom-release test and model property.
     SkipPhantomRelease,
+    /// `granted-before-commit`: the leader answers `Granted` when it appends the Grant, before
+    /// the entry commits (issue 24's blind spot: a `Granted` not backed by an applied Grant).
+    /// A leader deposed before the commit leaves a client holding a lock nobody granted.
+    /// Caught by the trace replay's "every Granted answer is backed by an applied Grant".
+    GrantedBeforeCommit,
+    /// `snapshot-loses-state`: a follower installing a snapshot keeps its locks but drops the
+    /// dedupe table that travels with them (issue 24's blind spot: nothing compared snapshot
+    /// state across nodes). A retry then applies twice. Caught by the trace replay's "nodes at
+    /// the same applied index hold the same table, dedupe entries included".
+    SnapshotLosesState,
+    /// `new-leader-expires`: a new leader, once its Noop commits, proposes an Expire for every
+    /// lock it inherited, not only for those whose lease ran out on its own clock (issue 24's
+    /// blind spot: an Expire no timer fired for). Caught by lease safety, and by the trace
+    /// replay's "an Expire is proposed only for a lease whose timer fired on that node".
+    NewLeaderExpires,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 11] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -51,6 +66,9 @@ impl Bug {
         Bug::TokenFromLocalCounter,
         Bug::StaleLeader,
         Bug::SkipPhantomRelease,
+        Bug::GrantedBeforeCommit,
+        Bug::SnapshotLosesState,
+        Bug::NewLeaderExpires,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -64,6 +82,9 @@ impl Bug {
             Bug::TokenFromLocalCounter => "token-from-local-counter",
             Bug::StaleLeader => "stale-leader",
             Bug::SkipPhantomRelease => "skip-phantom-release",
+            Bug::GrantedBeforeCommit => "granted-before-commit",
+            Bug::SnapshotLosesState => "snapshot-loses-state",
+            Bug::NewLeaderExpires => "new-leader-expires",
         }
     }
 

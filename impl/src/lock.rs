@@ -37,6 +37,7 @@
 //!   request was applied is applied as new. Clients run one request at a time per id.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 
 use serde::{Deserialize, Serialize};
 
@@ -269,6 +270,31 @@ impl LockTable {
             bugs: self.bugs,
             local_counter: self.local_counter,
         }
+    }
+
+    /// A digest of the replicated state: the locks, the dedupe table, the last applied index
+    /// and token, the bugs; not the node-local counter. Nodes that applied the same prefix of
+    /// the log, one entry at a time or through a snapshot, have the same digest (the trace
+    /// replay compares them at every applied index).
+    pub fn replicated_digest(&self) -> u64 {
+        // Named field by field, so that a new field is a compile error here until it is
+        // sorted into replicated or node-local.
+        let LockTable {
+            locks,
+            last_applied,
+            last_token,
+            dedupe,
+            bugs,
+            local_counter: _,
+        } = self;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (locks, last_applied, last_token, dedupe, bugs).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Forgets every remembered request (only the `snapshot-loses-state` mutant does this).
+    pub fn forget_retries(&mut self) {
+        self.dedupe.clear();
     }
 
     /// Forgets node-local state after a restart (only the `token-from-local-counter` mutant

@@ -148,6 +148,19 @@ pub fn replay_run(run_dir: &Path) -> anyhow::Result<RunReplay> {
     })
 }
 
+/// A trace file as the run's store names it: `node-logs/nI.trace.jsonl` (a simulated seed's
+/// traces lie in a temporary folder that is gone when its verdict is printed; the store
+/// keeps the copy), else the path as given.
+fn shown(file: &Path) -> String {
+    let parent = file.parent().and_then(|p| p.file_name());
+    match (parent, file.file_name()) {
+        (Some(dir), Some(name)) if dir == "node-logs" => {
+            format!("node-logs/{}", name.to_string_lossy())
+        }
+        _ => file.display().to_string(),
+    }
+}
+
 impl RunReplay {
     /// Where a departure is: its file, the record's number within it, the node and step.
     pub fn place(&self, d: &Departure) -> String {
@@ -155,9 +168,7 @@ impl RunReplay {
         format!(
             "record {} of {} (node {}, step {})",
             d.record - self.starts.get(at).copied().unwrap_or(0),
-            self.files
-                .get(at)
-                .map_or(String::new(), |f| f.display().to_string()),
+            self.files.get(at).map_or(String::new(), |f| shown(f)),
             d.node,
             d.seq,
         )

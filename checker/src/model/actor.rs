@@ -768,7 +768,15 @@ pub(super) fn observe_leases(ghost: &mut Ghost, node: &Node, timers: &[TimerCmd]
 /// of the node's table before the step (the real lock code, so the replay is exact). A step
 /// that installed a snapshot does not continue the old table; its entries are skipped.
 pub(super) fn observe_applied(ghost: &mut Ghost, before: &LockTable, applied: &[Committed]) {
-    let mut table = before.clone();
+    if applied.is_empty() {
+        return;
+    }
+    observe_applied_in(ghost, &mut before.clone(), applied);
+}
+
+/// [`observe_applied`] on a table of the caller's, which it leaves at the last entry it
+/// applied (the trace replay keeps one per node instead of a copy per step).
+pub(super) fn observe_applied_in(ghost: &mut Ghost, table: &mut LockTable, applied: &[Committed]) {
     for committed in applied {
         if committed.index <= table.last_applied() {
             continue; // Re-applied after a restart: already observed.

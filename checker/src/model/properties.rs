@@ -27,6 +27,9 @@ pub const LOG_MATCHING: &str = "Log Matching";
 pub const LEADER_COMPLETENESS: &str = "Leader Completeness";
 /// No two nodes apply different entries, or compute different outcomes, at one index.
 pub const STATE_MACHINE_SAFETY: &str = "State Machine Safety";
+/// A leader proposes an Expire only for a lease whose timer fired on its own clock (the trace
+/// replay checks it at each append; the model's timers fire at any moment, so it cannot).
+pub const EXPIRE_DUE: &str = "an Expire is proposed only for a lease that ran out on that node";
 /// Tokens strictly increase in log order and in the real-time order of acquires.
 pub const TOKENS_INCREASE: &str = "fencing tokens strictly increase";
 /// No two clients hold one key, counting only locks no applied entry has removed.

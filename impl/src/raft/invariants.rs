@@ -180,6 +180,24 @@ pub fn log_matching(nodes: &[&Node]) -> Result<(), String> {
     Ok(())
 }
 
+/// [`log_matching`] between `node` and each of `others` only: for a checker that steps one
+/// node at a time, the pairs that step can have changed.
+pub fn log_matching_of(node: &Node, others: &[&Node]) -> Result<(), String> {
+    (others.iter())
+        .filter(|other| other.config.id != node.config.id)
+        .try_for_each(|other| log_matching_pair(node, other))
+}
+
+/// What a step that changes `node`'s log or commit index changes: the snapshot's index, the
+/// last index and its term, the commit index and the term. Equal before and after a step,
+/// the log-wide checks of that node ([`log_matching_of`], [`state_machine_safety`]) have
+/// nothing new to see (a rewrite keeps neither the last index and term nor the commit).
+pub fn log_fingerprint(node: &Node) -> (Index, Index, Option<Term>, Index, Term) {
+    let last = node.log.last_index();
+    let (base, commit) = (node.log.base_index(), node.commit_index);
+    (base, last, node.log.term_at(last), commit, node.term)
+}
+
 fn log_matching_pair(a: &Node, b: &Node) -> Result<(), String> {
     let last = a.log.last_index().min(b.log.last_index());
     // The highest index where both hold the same term: everything below must agree.
@@ -307,8 +325,9 @@ impl Ledger {
 /// committed holds that entry (or a snapshot past it).
 pub fn leader_completeness(nodes: &[&Node], ledger: &Ledger) -> Result<(), String> {
     for node in nodes.iter().filter(|n| n.role == Role::Leader) {
-        for (index, entry) in ledger.iter() {
-            if entry.known_in_term >= node.term || index <= node.log.base_index() {
+        // Entries at or below the snapshot's index are not in the log to compare.
+        for (&index, entry) in ledger.entries.range(node.log.base_index() + 1..) {
+            if entry.known_in_term >= node.term {
                 continue;
             }
             if node.log.term_at(index) != Some(entry.term) {
@@ -375,37 +394,74 @@ pub fn state_machine_safety(nodes: &[&Node], ledger: &Ledger) -> Result<(), Stri
 pub fn tokens_strictly_increase(ledger: &Ledger) -> Result<(), String> {
     let mut last: Option<(Index, Token)> = None;
     for (index, entry) in ledger.iter() {
-        let Outcome::Granted { token } = entry.outcome else {
+        let Some(token) = fresh_grant(ledger, index, entry) else {
             continue;
         };
-        if !matches!(entry.proposal.command, crate::lock::Command::Grant { .. }) {
-            continue;
-        }
-        if let Some((at, previous)) = last
-            && token <= previous
-        {
-            // A retried Grant answered from the dedupe table repeats its own token.
-            if deduped_retry(ledger, entry, token) {
-                continue;
-            }
-            return Err(format!(
-                "fencing tokens strictly increase: index {index} granted token {token} after index {at} granted {previous}"
-            ));
+        if let Some((at, previous)) = last {
+            token_pair(at, previous, index, token)?;
         }
         last = Some((index, token));
     }
     Ok(())
 }
 
-/// Whether `entry` is a retry whose Granted outcome came from the dedupe table: an earlier
-/// entry of the same origin granted the same token.
-fn deduped_retry(ledger: &Ledger, entry: &LedgerEntry, token: Token) -> bool {
-    entry.proposal.origin.is_some()
-        && ledger.iter().any(|(_, e)| {
-            e.proposal.origin == entry.proposal.origin
-                && e.outcome == Outcome::Granted { token }
-                && !std::ptr::eq(e, entry)
-        })
+/// [`tokens_strictly_increase`] around the entry at `index` only: its token against the
+/// nearest grants below and above it. A checker that records entries one at a time, in any
+/// order, and calls this after each keeps the whole ledger's tokens increasing at the cost of
+/// a neighbour lookup (every adjacent pair of grants is compared when the later of the two
+/// arrives), where the whole check per step made a trace replay quadratic.
+pub fn tokens_increase_at(ledger: &Ledger, index: Index) -> Result<(), String> {
+    let Some(token) = ledger.get(index).and_then(|e| fresh_grant(ledger, index, e)) else {
+        return Ok(());
+    };
+    let below = (ledger.entries.range(..index).rev())
+        .find_map(|(i, e)| fresh_grant(ledger, *i, e).map(|t| (*i, t)));
+    if let Some((at, previous)) = below {
+        token_pair(at, previous, index, token)?;
+    }
+    let above = (ledger.entries.range(index + 1..))
+        .find_map(|(i, e)| fresh_grant(ledger, *i, e).map(|t| (*i, t)));
+    if let Some((at, next)) = above {
+        token_pair(index, token, at, next)?;
+    }
+    Ok(())
+}
+
+fn token_pair(at: Index, previous: Token, index: Index, token: Token) -> Result<(), String> {
+    if token > previous {
+        return Ok(());
+    }
+    Err(format!(
+        "fencing tokens strictly increase: index {index} granted token {token} after index {at} granted {previous}"
+    ))
+}
+
+/// The token `entry` issued, if it is a Grant that issued one: `None` for every other entry
+/// and for a retry answered from the dedupe table, which repeats its own first token.
+fn fresh_grant(ledger: &Ledger, index: Index, entry: &LedgerEntry) -> Option<Token> {
+    let Outcome::Granted { token } = entry.outcome else {
+        return None;
+    };
+    let grant = matches!(entry.proposal.command, crate::lock::Command::Grant { .. });
+    (grant && !deduped_retry(ledger, index, entry, token)).then_some(token)
+}
+
+/// Whether `entry` is a retry whose Granted outcome came from the dedupe table. A token is
+/// the index of the Grant that issued it, so the first grant is the entry at index `token`:
+/// a retry is a later entry of the same origin whose first grant is that entry, or lies
+/// where this ledger saw nothing (a node that took it in a snapshot never applied it one by
+/// one; a trace replay meets its first apply only when it reaches the node that did).
+fn deduped_retry(ledger: &Ledger, index: Index, entry: &LedgerEntry, token: Token) -> bool {
+    if entry.proposal.origin.is_none() || token >= index {
+        return false;
+    }
+    match ledger.get(token) {
+        None => true,
+        Some(first) => {
+            first.proposal.origin == entry.proposal.origin
+                && first.outcome == (Outcome::Granted { token })
+        }
+    }
 }
 
 /// Runs every cross-node check.
@@ -415,4 +471,74 @@ pub fn check_all(nodes: &[&Node], ledger: &Ledger) -> Result<(), String> {
     leader_completeness(nodes, ledger)?;
     state_machine_safety(nodes, ledger)?;
     tokens_strictly_increase(ledger)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::{Command, Origin};
+
+    fn committed(index: Index, client: u64, key: &str, token: Token) -> Committed {
+        Committed {
+            index,
+            term: 1,
+            proposal: Proposal {
+                origin: Some(Origin { client, request: 1 }),
+                command: Command::Grant {
+                    key: key.to_owned(),
+                    lease_ms: 1_000,
+                },
+            },
+            outcome: Outcome::Granted { token },
+        }
+    }
+
+    fn ledger(entries: &[Committed]) -> Ledger {
+        let mut ledger = Ledger::new();
+        for entry in entries {
+            ledger.record(1, 1, entry).expect("distinct indexes");
+        }
+        ledger
+    }
+
+    #[test]
+    fn a_retry_answered_from_the_dedupe_table_is_not_a_new_grant() {
+        // Found by `locksmith sim --seeds 17 --trace DIR` (swarm, before sessions): node 1
+        // took index 594 in a snapshot, so its replay met the retry at 608 (Granted 594) before
+        // any node's apply of 594, and called it a token going backwards.
+        let retry = committed(608, 18, "kf", 594);
+        let unseen_first = ledger(&[committed(605, 7, "a", 605), retry.clone()]);
+        assert_eq!(tokens_strictly_increase(&unseen_first), Ok(()));
+        assert_eq!(tokens_increase_at(&unseen_first, 608), Ok(()));
+        let seen_first = ledger(&[
+            committed(594, 18, "kf", 594),
+            committed(605, 7, "a", 605),
+            retry,
+        ]);
+        assert_eq!(tokens_strictly_increase(&seen_first), Ok(()));
+    }
+
+    #[test]
+    fn a_token_below_an_earlier_grant_is_refused_wherever_it_arrives() {
+        // Index 594 was granted by another client: 608's token 594 is no retry of it.
+        let other_first = [
+            committed(594, 3, "kf", 594),
+            committed(605, 7, "a", 605),
+            committed(608, 18, "kf", 594),
+        ];
+        let whole = ledger(&other_first);
+        assert!(tokens_strictly_increase(&whole).is_err());
+        assert!(tokens_increase_at(&whole, 608).is_err());
+        // A grant without an origin is never a retry.
+        let mut anonymous = committed(608, 18, "kf", 7);
+        anonymous.proposal.origin = None;
+        let backwards = ledger(&[committed(605, 7, "a", 605), anonymous]);
+        assert!(tokens_strictly_increase(&backwards).is_err());
+        // Recorded out of order, as a node-by-node replay does: the later arrival at 600
+        // sits between 594 and 605 and must fall between their tokens.
+        let mut late = ledger(&[committed(594, 3, "x", 594), committed(605, 7, "a", 605)]);
+        late.record(2, 1, &committed(600, 9, "y", 700)).unwrap();
+        assert!(tokens_increase_at(&late, 600).is_err());
+        assert!(tokens_strictly_increase(&late).is_err());
+    }
 }

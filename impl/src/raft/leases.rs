@@ -144,6 +144,14 @@ impl Node {
             .filter(|(key, token)| self.table.holder(key).map(|h| h.token) == Some(*token))
             .cloned()
             .collect();
+        let due = if self.bug(Bug::NewLeaderExpires) {
+            // Mutant: every inherited lock, whatever its lease has left on this clock.
+            (self.table.locks().iter())
+                .map(|(key, held)| (key.clone(), held.token))
+                .collect()
+        } else {
+            due
+        };
         for (key, token) in due {
             self.append_proposal(Proposal::system(Command::Expire { key, token }));
         }
@@ -220,6 +228,10 @@ impl Node {
     ) {
         let command = Command::Grant { key, lease_ms };
         let index = self.append_proposal(Proposal { origin, command });
+        if self.bug(Bug::GrantedBeforeCommit) {
+            // Mutant: answered on append, with the token the entry will get if it commits.
+            return self.respond(id, super::Response::Granted { token: index });
+        }
         let pending = Pending {
             id,
             term: self.term,

@@ -378,6 +378,12 @@ impl Node {
         self.timers.iter().map(|(t, at)| (t, *at))
     }
 
+    /// Whether the lease of `key` under `token` ran out on this node's clock (its timer
+    /// fired while the lock was held): the only locks a leader may propose an Expire for.
+    pub fn lease_ran_out(&self, key: &str, token: Token) -> bool {
+        self.expired.contains(&(key.to_owned(), token))
+    }
+
     /// The index of the last entry the driver reported durable.
     pub fn persisted_index(&self) -> Index {
         self.persisted_index

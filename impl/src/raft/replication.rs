@@ -331,6 +331,9 @@ impl Node {
             self.persisted_index = self.persisted_index.min(last_index);
             self.commit_index = last_index;
             self.table = snapshot.table.clone();
+            if self.bug(crate::bugs::Bug::SnapshotLosesState) {
+                self.table.forget_retries(); // mutant: the dedupe entries lost on install
+            }
             self.rearm_all_leases();
             let truncate_from = discarded.then_some(last_index + 1);
             self.persist(Persist {

@@ -68,8 +68,14 @@ pub struct SimArgs {
     /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
     /// `DIR/seed-S/node-logs/nI.trace.jsonl`; each seed's verdict then includes their replay
     /// through the model (the check `trace replay`; `locksmith model replay DIR/seed-S`).
-    #[arg(long, value_name = "DIR")]
+    /// Without --trace, each seed's traces go to a temporary folder, replayed and then
+    /// removed (a failing seed's store keeps a copy).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_trace")]
     pub trace: Option<PathBuf>,
+    /// No traces and no trace replay: each verdict rests on the history's checks and node
+    /// health alone (faster; issue 24 measured the cost in the README).
+    #[arg(long)]
+    pub no_trace: bool,
     /// Leave these planned faults out (indexes into the plan; written by the shrinker).
     #[arg(long, value_delimiter = ',')]
     pub drop_faults: Vec<usize>,
@@ -153,6 +159,7 @@ fn template(args: &SimArgs) -> Result<SimCase, String> {
     }
     case.draw.pins = pins;
     case.trace_root = args.trace.clone();
+    case.no_trace = args.no_trace;
     Ok(case.with_seed(0))
 }
 

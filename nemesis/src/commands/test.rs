@@ -98,8 +98,18 @@ pub struct TestArgs {
     /// Every lockd node writes a trace of its core's inputs to node-logs/n<ID>.trace.jsonl
     /// in the run dir, and the verdict includes their replay through the model (the check
     /// `trace replay`; `locksmith model replay RUN_DIR` repeats it). Local lockd nodes only.
-    #[arg(long)]
+    /// On by default for local lockd nodes (issue 24); the flag says so explicitly.
+    #[arg(long, conflicts_with = "no_trace")]
     trace: bool,
+    /// No traces and no trace replay: the verdict rests on the history's checks alone.
+    #[arg(long)]
+    no_trace: bool,
+}
+
+/// Whether the nodes write traces and the verdict replays them: `--trace`, else local lockd
+/// nodes unless `--no-trace` (etcd, exec and remote nodes have no lockd core to trace).
+fn tracing(args: &TestArgs) -> bool {
+    args.trace || (!args.no_trace && args.system == "lockd" && args.hosts.is_none())
 }
 
 /// The fault kinds a system applies when `--nemesis` is not given, and what it leaves out
@@ -333,7 +343,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
         Arc::new(Etcd::new(config, ClientOptions::default()))
     } else {
         let binary = find_lockd()?;
-        Arc::new(Lockd::new(binary, options.bug.clone(), options.seed).with_trace(args.trace))
+        Arc::new(Lockd::new(binary, options.bug.clone(), options.seed).with_trace(tracing(args)))
     };
     // A panic anywhere kills every node this process started before the message is printed.
     let default_hook = std::panic::take_hook();
@@ -368,13 +378,13 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             eprintln!(
                 "rerun: locksmith test --seed {}{}",
                 options.seed,
-                rerun_flags(&options, &system_flag(args), args.trace)
+                rerun_flags(&options, &system_flag(args), args.no_trace)
             );
             return Err(e);
         }
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-    print_summary(&options, &system_flag(args), args.trace, &outcome);
+    print_summary(&options, &system_flag(args), args.no_trace, &outcome);
     if let Some(path) = &args.junit {
         nemesis::store::junit::write_junit(path, &outcome.dir).map_err(anyhow::Error::msg)?;
     }
@@ -389,7 +399,7 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
     Ok(outcome.exit_code.clamp(0, 2) as u8)
 }
 
-fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run::RunOutcome) {
+fn print_summary(options: &TestOptions, system: &str, no_trace: bool, outcome: &run::RunOutcome) {
     let r = &outcome.results;
     let json = |value: &dyn erased::Json| value.json();
     println!("seed: {}", options.seed);
@@ -416,7 +426,7 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
         println!(
             "rerun: locksmith test --seed {}{}",
             options.seed,
-            rerun_flags(options, system, trace)
+            rerun_flags(options, system, no_trace)
         );
     }
 }
@@ -436,12 +446,12 @@ mod erased {
 }
 
 /// The flags that differ from the defaults, so that the rerun line reproduces the run
-/// (`--trace` too: with it the verdict includes the trace replay).
-fn rerun_flags(o: &TestOptions, system: &str, trace: bool) -> String {
+/// (`--no-trace` too: without it a lockd run's verdict includes the trace replay).
+fn rerun_flags(o: &TestOptions, system: &str, no_trace: bool) -> String {
     let d = TestOptions::default();
     let mut s = String::new();
-    if trace {
-        s.push_str(" --trace");
+    if no_trace {
+        s.push_str(" --no-trace");
     }
     if system != "lockd" {
         s.push_str(&format!(" --system {system}"));

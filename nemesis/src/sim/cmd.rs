@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::shrink::shrink;
 use super::{CaseResult, SimCase, run_case};
-use crate::store::RunDir;
-use checker::Verdict;
+use crate::store::{RunDir, SeedReport};
 
 /// The longest a seed's child may run, wall seconds (a task that spins without letting the
 /// simulated clock move would hang it); a child killed at the bound makes its seed unknown.
@@ -37,28 +36,6 @@ pub struct SimRun {
     pub child: Option<bool>,
 }
 
-/// What a child process said about its seed: its results.json, read back as the struct.
-#[derive(Clone, Debug)]
-struct SeedReport {
-    seed: u64,
-    verdict: Verdict,
-    sim_ms: u64,
-    /// The explanation and the store lines.
-    text: String,
-}
-
-impl SeedReport {
-    fn unknown(seed: u64, text: String) -> SeedReport {
-        let verdict = Verdict::unknown(text.clone());
-        SeedReport {
-            seed,
-            verdict,
-            sim_ms: 0,
-            text,
-        }
-    }
-}
-
 /// One process per seed: a seed replays exactly only as its process's first simulation
 /// (README "Deterministic simulation"). The child runs the seed once, with the nodes' logs
 /// unless quiet, and writes the store of a seed that did not pass unless quiet.
@@ -68,6 +45,12 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     };
     let mut case = run.template.with_seed(seed);
     case.logs = !quiet;
+    // Traces on by default: into a folder of this child's, gone when it ends (the store of
+    // a failing seed keeps a copy).
+    let traces = tempfile::tempdir().map_err(|e| format!("a folder for traces: {e}"))?;
+    if !case.no_trace && case.trace_root.is_none() {
+        case.trace_root = Some(traces.path().to_path_buf());
+    }
     // A node's panic is part of the verdict (node health) and its message is in the store;
     // one line here, not a backtrace per panic, unless LOCKSMITH_SIM_BACKTRACE is set.
     if std::env::var_os("LOCKSMITH_SIM_BACKTRACE").is_none() {
@@ -113,26 +96,7 @@ fn spawn_child(case: &SimCase, store: &Path, quiet: bool) -> Result<SeedReport, 
     // What the child said on stderr (panics, digests) goes on to ours.
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let mut lines = stdout.lines();
-    let first = lines.next().unwrap_or_default();
-    Ok(match serde_json::from_str::<crate::store::Results>(first) {
-        Ok(results) => SeedReport {
-            seed: results.seed,
-            verdict: results.verdict,
-            sim_ms: results.simulated_ms.unwrap_or(0),
-            text: std::iter::once(results.explanation.trim_end())
-                .chain(lines)
-                .collect::<Vec<_>>()
-                .join("\n"),
-        },
-        Err(e) => {
-            let why = format!(
-                "the child ended without results ({}: {e}): {stdout}",
-                output.status
-            );
-            SeedReport::unknown(case.seed(), why)
-        }
-    })
+    Ok(SeedReport::of_child(case.seed(), &stdout, &output.status))
 }
 
 /// Runs the command; the exit code (0 every seed valid, 1 a seed failed, 2 could not run or
@@ -247,9 +211,10 @@ fn run_seed(run: &SimRun, seed: u64) -> Result<SeedReport, String> {
     if first.verdict.is_valid() {
         return Ok(first);
     }
-    let traces = tempfile::tempdir().map_err(|e| format!("a folder for traces: {e}"))?;
-    let mut again = case.clone();
-    (again.trace_root).get_or_insert_with(|| traces.path().to_path_buf());
+    let again = SimCase {
+        no_trace: false, // its store gets messages.svg from the traces
+        ..case.clone()
+    };
     let again = spawn_child(&again, &run.store, false)?;
     if again.verdict.is_valid() {
         let why = format!("seed {seed} did not replay: {}, then valid", first.verdict);

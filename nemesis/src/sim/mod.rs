@@ -57,18 +57,23 @@ pub struct SimCase {
     pub logs: bool,
     /// `--trace DIR`: the nodes write `DIR/seed-S/node-logs/nI.trace.jsonl` on the real
     /// disk (for `locksmith model replay DIR/seed-S`), which changes nothing in the run.
+    /// Without it a child traces into a temporary folder of its own, unless `no_trace`.
     pub trace_root: Option<std::path::PathBuf>,
+    /// `--no-trace`: no traces, no trace replay.
+    pub no_trace: bool,
 }
 
 impl SimCase {
     /// Seed `seed`'s case under `draw` (its options, no logs, no traces).
     pub fn of(draw: OptionsDraw, seed: u64) -> Self {
         let (options, logs, trace_root) = (draw.options(seed), false, None);
+        let no_trace = false;
         SimCase {
             options,
             draw,
             logs,
             trace_root,
+            no_trace,
         }
     }
 
@@ -111,6 +116,8 @@ impl SimCase {
         }
         if let Some(root) = &self.trace_root {
             let _ = write!(line, " --trace {}", root.display());
+        } else if self.no_trace {
+            line.push_str(" --no-trace");
         }
         line
     }

@@ -17,6 +17,7 @@
 pub mod junit;
 pub mod pipeline;
 pub mod results;
+pub mod seed;
 pub mod serve;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use crate::harness::recorder::write_file;
 use crate::harness::schedule::{self, Planned};
 
 pub use results::Results;
+pub use seed::SeedReport;
 
 /// One run's directory in the store.
 #[derive(Clone, Debug)]
