@@ -22,6 +22,9 @@
 //!   not reconnect within the session timeout, while the servers (electing a leader, say)
 //!   have not expired the session yet, and the node lives on. So that is `info`.
 //!
+//! A grant the process never releases (the workload stopped holding it) is abandoned when
+//! the process asks for the same key again, so it ends as a lease does, with the session.
+//!
 //! # Outcomes
 //!
 //! Every call is cut at the op's deadline. Before the lock node is created nothing can have
@@ -123,6 +126,22 @@ impl ZkLockClient {
         }
     }
 
+    /// Abandons the sessions of grants of `key` this client never released: a process that
+    /// asks for a key it holds has forgotten its grant (the workload stopped between grant
+    /// and release at the end of the fault phase). Its node then goes when ZooKeeper expires
+    /// the session, as a lease that runs out, instead of blocking the key for as long as
+    /// this client lives.
+    fn forget(&self, key: &str) {
+        let prefix = format!("{LOCKS}/{key}/");
+        self.held().retain(|_, held| {
+            let keep = !held.path.starts_with(&prefix);
+            if !keep {
+                held.relay.cut();
+            }
+            keep
+        });
+    }
+
     /// The tokens this client holds.
     pub fn tokens(&self) -> Vec<u64> {
         self.held().keys().copied().collect()
@@ -143,6 +162,7 @@ impl ZkLockClient {
                 node: None,
             };
         }
+        self.forget(key);
         let relay = match Relay::start(self.servers.clone(), self.first).await {
             Ok(relay) => relay,
             Err(_) => {
