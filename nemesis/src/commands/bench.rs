@@ -170,7 +170,9 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
     let lease_ms = if name == "zookeeper" {
         let max = nemesis::systems::zookeeper::MAX_SESSION_MS;
         if args.lease_ms > max {
-            eprintln!("{name}: lease {max} ms (a session timeout; the servers grant at most {max} ms)");
+            eprintln!(
+                "{name}: lease {max} ms (a session timeout; the servers grant at most {max} ms)"
+            );
         }
         args.lease_ms.min(max)
     } else {

@@ -317,8 +317,7 @@ fn zookeeper_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<(
         anyhow::bail!("--system zookeeper: --trace records lockd's core");
     }
     // The lease is the session timeout, which the servers grant within these bounds.
-    let (low, high) =
-        parse_range("lease-ms", &args.lease_ms).map_err(|e| anyhow::anyhow!(e))?;
+    let (low, high) = parse_range("lease-ms", &args.lease_ms).map_err(|e| anyhow::anyhow!(e))?;
     if low < MIN_SESSION_MS || high > MAX_SESSION_MS {
         anyhow::bail!(
             "--system zookeeper --lease-ms {}: a lease is a session timeout, which the servers grant between {MIN_SESSION_MS} and {MAX_SESSION_MS} ms",

@@ -257,12 +257,10 @@ impl ZkLockClient {
             })?;
         let own = format!("{NODE_PREFIX}{sequence}");
         let own_path = format!("{dir}/{own}");
-        let token = u64::try_from(stat.czxid).map_err(|_| Trouble::Unclear(ErrorWord::Indeterminate))?;
+        let token =
+            u64::try_from(stat.czxid).map_err(|_| Trouble::Unclear(ErrorWord::Indeterminate))?;
         for _ in 0..ROUNDS_MAX {
-            let children = session
-                .list_children(&dir)
-                .await
-                .map_err(|e| unclear(&e))?;
+            let children = session.list_children(&dir).await.map_err(|e| unclear(&e))?;
             let mut queue: Vec<&String> = children
                 .iter()
                 .filter(|c| c.starts_with(NODE_PREFIX))
@@ -394,11 +392,21 @@ mod tests {
     #[test]
     fn lock_nodes_sort_by_sequence_number() {
         // Module docs: the lowest sequence number holds the lock.
-        let mut names = ["lock-0000000010", "lock-0000000002", "other", "lock-0000000009"];
+        let mut names = [
+            "lock-0000000010",
+            "lock-0000000002",
+            "other",
+            "lock-0000000009",
+        ];
         names.sort_by_key(|n| sequence_of(n));
         assert_eq!(
             names,
-            ["lock-0000000002", "lock-0000000009", "lock-0000000010", "other"]
+            [
+                "lock-0000000002",
+                "lock-0000000009",
+                "lock-0000000010",
+                "other"
+            ]
         );
     }
 }

@@ -215,6 +215,9 @@ mod tests {
         assert_eq!(crate::systems::leader_of(&views), Some(2));
         assert_eq!(views[0].term, 1);
         assert_eq!(views[1].commit_index, 3);
-        assert_eq!((views[2].role.as_str(), views[2].leader), ("candidate", None));
+        assert_eq!(
+            (views[2].role.as_str(), views[2].leader),
+            ("candidate", None)
+        );
     }
 }

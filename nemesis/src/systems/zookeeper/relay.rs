@@ -238,7 +238,10 @@ mod tests {
         relay.cut();
         let closed = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buffer)).await;
         assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
-        assert!(TcpStream::connect(relay.addr()).await.is_err(), "the listener outlived the cut");
+        assert!(
+            TcpStream::connect(relay.addr()).await.is_err(),
+            "the listener outlived the cut"
+        );
         server.abort();
     }
 

@@ -43,8 +43,10 @@ pub struct ZkInstall {
 /// `$LOCKSMITH_ZOOKEEPER_JAR`) and `java` (`$LOCKSMITH_JAVA`, else on `PATH`), or says how
 /// to install them.
 pub fn find_zookeeper() -> Result<ZkInstall, Error> {
-    let jar = std::env::var_os("LOCKSMITH_ZOOKEEPER_JAR")
-        .map_or_else(|| PathBuf::from("/usr/share/java/zookeeper.jar"), PathBuf::from);
+    let jar = std::env::var_os("LOCKSMITH_ZOOKEEPER_JAR").map_or_else(
+        || PathBuf::from("/usr/share/java/zookeeper.jar"),
+        PathBuf::from,
+    );
     if !jar.is_file() {
         return Err(Error::Cluster(format!(
             "no ZooKeeper at {} (Debian's zookeeper package); run ci/install.sh",
@@ -60,7 +62,9 @@ pub fn find_zookeeper() -> Result<ZkInstall, Error> {
         }),
     };
     let java = java.ok_or_else(|| {
-        Error::Cluster("no java on PATH (the zookeeper package brings one); run ci/install.sh".into())
+        Error::Cluster(
+            "no java on PATH (the zookeeper package brings one); run ci/install.sh".into(),
+        )
     })?;
     let mut classpath = jar.display().to_string();
     let binding = jar.with_file_name("slf4j-simple.jar");
@@ -251,7 +255,10 @@ mod tests {
             ensemble.election[&1].port()
         );
         assert!(cfg.contains(&own), "{cfg}");
-        assert!(cfg.contains(&format!("server.2=127.0.0.1:40012:{}", ensemble.election[&2].port())));
+        assert!(cfg.contains(&format!(
+            "server.2=127.0.0.1:40012:{}",
+            ensemble.election[&2].port()
+        )));
         assert!(cfg.contains(&format!("clientPort={}", layout.client[&1].port())));
         let myid = std::fs::read_to_string(layout.data_dir[&3].join("myid")).unwrap();
         assert_eq!(myid.trim(), "3");
