@@ -15,9 +15,8 @@
 //!   and its clients' sessions move to a server that can. Cutting the election links too
 //!   would need a second per-link address per pair.
 //! - **Clients** ([`client`]): one session per grant, whose timeout is the lease; the token
-//!   is the lock node's creation zxid. Each client's sessions dial one [`relay`] of their
-//!   own, which starts at the client's node (`nodes[client_id % n]`) and fails over to the
-//!   next. `pause-clients` stalls a holder's relay too ([`LockClient::stall`]): a paused
+//!   is the lock node's creation zxid. Each session dials a [`relay`] of its own, which
+//!   starts at the client's node (`nodes[client_id % n]`) and fails over to the next. `pause-clients` stalls a holder's relay too ([`LockClient::stall`]): a paused
 //!   holder's session stops heartbeating and expires, as a real process pause does.
 //! - **Status**: the `srvr` four-letter word: `Mode` gives the role (a server without a
 //!   quorum answers "not currently serving": `candidate`), the zxid's high half the epoch
