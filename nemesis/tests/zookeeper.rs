@@ -235,3 +235,88 @@ fn an_interrupted_run_kills_every_server_and_removes_its_data() {
     assert_eq!(status.code(), Some(2), "{}", rest.join("\n"));
     assert_nothing_left(store.path());
 }
+
+fn token_of(outcome: &nemesis::systems::Outcome) -> u64 {
+    match outcome {
+        nemesis::systems::Outcome::Ok { token: Some(t), .. } => *t,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recipe_queues_fences_and_lets_a_stalled_holder_go_no_earlier_than_its_lease() {
+    // Module docs of nemesis::systems::zookeeper::client: busy while held, waiters granted
+    // in queue order with growing czxid tokens; a stalled holder's session expires, and the
+    // key is granted again no earlier than its lease from the acquire's invoke (the lease
+    // check's assumption), and its late release is not `ok`.
+    use history::ErrorWord;
+    use nemesis::systems::Outcome;
+    use std::sync::Arc;
+    use tokio::time::Instant;
+    if !zookeeper_or_skip("the_recipe_queues_fences") {
+        return;
+    }
+    let system = nemesis::systems::zookeeper::ZooKeeper::new(
+        nemesis::systems::zookeeper::find_zookeeper().expect("installed"),
+    );
+    let cluster = nemesis::bench::BenchCluster::start(Arc::new(system), 3, Duration::from_secs(40))
+        .await
+        .expect("a serving ensemble");
+    let soon = || Instant::now() + Duration::from_secs(5);
+    let (first, second) = (cluster.client(0), cluster.client(1));
+    let t1 = token_of(&first.acquire("a", 2000, 0, soon()).await);
+    let busy = second.acquire("a", 2000, 0, soon()).await;
+    assert!(
+        matches!(
+            busy,
+            Outcome::Fail {
+                error: ErrorWord::Busy,
+                ..
+            }
+        ),
+        "{busy:?}"
+    );
+    // A waiter is granted once the holder releases, with a newer token.
+    let waiter = async {
+        let outcome = second.acquire("a", 2000, 3000, soon()).await;
+        (outcome, Instant::now())
+    };
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released_at = Instant::now();
+        (first.release("a", t1, soon()).await, released_at)
+    };
+    let ((granted, granted_at), (released, released_at)) = tokio::join!(waiter, release);
+    assert!(matches!(released, Outcome::Ok { .. }), "{released:?}");
+    let t2 = token_of(&granted);
+    assert!(t2 > t1, "tokens {t1} then {t2}");
+    assert!(granted_at >= released_at, "granted before the release");
+    assert!(matches!(
+        second.release("a", t2, soon()).await,
+        Outcome::Ok { .. }
+    ));
+
+    // A stalled holder: its session expires; the next holder waits at least the lease.
+    let (holder, next) = (cluster.client(2), cluster.client(3));
+    let lease = Duration::from_millis(800);
+    let invoked = Instant::now();
+    let t3 = token_of(&holder.acquire("b", 800, 0, soon()).await);
+    holder.stall(true);
+    let taken = next
+        .acquire("b", 2000, 4000, Instant::now() + Duration::from_secs(8))
+        .await;
+    let taken_at = Instant::now();
+    let t4 = token_of(&taken);
+    assert!(t4 > t3, "tokens {t3} then {t4}");
+    assert!(
+        taken_at.duration_since(invoked) >= lease.mul_f64(0.98),
+        "the key was granted again {:?} after the stalled holder's acquire, within its lease",
+        taken_at.duration_since(invoked)
+    );
+    holder.stall(false);
+    let late = holder.release("b", t3, soon()).await;
+    assert!(
+        !matches!(late, Outcome::Ok { .. }),
+        "a late release of an expired lock: {late:?}"
+    );
+}
