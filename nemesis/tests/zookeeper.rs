@@ -77,8 +77,46 @@ fn run_dirs(store: &Path) -> Vec<std::path::PathBuf> {
     dirs
 }
 
-/// No server of the run is alive, and its data dirs (a temporary dir `data-*` in the run
-/// dir) are gone; the node logs stay.
+/// Loopback ports on which some socket listens (/proc/net/tcp, state 0A).
+fn listening_ports() -> std::collections::BTreeSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let port = fields.get(1)?.rsplit(':').next()?;
+            (fields.get(3) == Some(&"0A")).then(|| u16::from_str_radix(port, 16).ok())?
+        })
+        .collect()
+}
+
+/// The ports the servers of a run said they bound (client and election ports), from their
+/// logs.
+fn bound_ports(run: &Path) -> Vec<u16> {
+    let mut ports = Vec::new();
+    for log in std::fs::read_dir(run.join("node-logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("bind")) {
+            if let Some(port) = line
+                .rsplit("127.0.0.1:")
+                .next()
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|digits| digits.parse().ok())
+            {
+                ports.push(port);
+            }
+        }
+    }
+    ports
+}
+
+/// No server of the run is alive, no port its servers bound still listens, and its data
+/// dirs (a temporary dir `data-*` in the run dir) are gone; the node logs stay.
 fn assert_nothing_left(store: &Path) {
     let leftovers = processes_mentioning(&store.display().to_string());
     assert!(
@@ -95,6 +133,18 @@ fn assert_nothing_left(store: &Path) {
             .map(|e| e.path())
             .collect();
         assert!(data.is_empty(), "data dirs outlived the run: {data:?}");
+        let ports = bound_ports(&run);
+        assert!(
+            !ports.is_empty(),
+            "no bound port in the node logs of {}",
+            run.display()
+        );
+        let listening = listening_ports();
+        let open: Vec<u16> = ports
+            .into_iter()
+            .filter(|p| listening.contains(p))
+            .collect();
+        assert!(open.is_empty(), "ports of the run still listen: {open:?}");
         assert!(
             run.join("node-logs/n1.log").is_file(),
             "no node log in {}",
