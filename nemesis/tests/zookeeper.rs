@@ -62,6 +62,38 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
     pids
 }
 
+/// Kills, on drop (also when the test fails), every process that still mentions the store
+/// (a server a broken run left), by its process group: the harness starts each server in a
+/// group of its own. The tests assert before it acts that there was none.
+struct Sweep(String);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        for pid in processes_mentioning(&self.0) {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), Signal::SIGCONT);
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// A running `locksmith`: on drop (a failed test) it gets SIGINT, which makes it kill its
+/// nodes, then SIGKILL if it has not exited within 15 s.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// The run dirs under `store` (one per run).
 fn run_dirs(store: &Path) -> Vec<std::path::PathBuf> {
     let mut dirs = Vec::new();
@@ -161,6 +193,7 @@ fn defaults_are_valid_with_the_fenced_workload() {
         return;
     }
     let store = tempfile::tempdir().expect("tempdir");
+    let _sweep = Sweep(store.path().display().to_string());
     let args = [
         "test",
         "--system",
@@ -190,6 +223,7 @@ fn unfenced_writes_under_pauses_are_invalid_and_leave_nothing() {
         return;
     }
     let store = tempfile::tempdir().expect("tempdir");
+    let _sweep = Sweep(store.path().display().to_string());
     let args = [
         "test",
         "--system",
@@ -230,7 +264,8 @@ fn an_interrupted_run_kills_every_server_and_removes_its_data() {
         return;
     }
     let store = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+    let _sweep = Sweep(store.path().display().to_string());
+    let child = Command::new(env!("CARGO_BIN_EXE_locksmith"))
         .args([
             "test",
             "--system",
@@ -246,7 +281,8 @@ fn an_interrupted_run_kills_every_server_and_removes_its_data() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start locksmith");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut child = Running(child);
+    let mut lines = BufReader::new(child.0.stderr.take().expect("stderr")).lines();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut up = false;
     while Instant::now() < deadline {
@@ -261,23 +297,23 @@ fn an_interrupted_run_kills_every_server_and_removes_its_data() {
     }
     let servers: Vec<u32> = processes_mentioning(&store.path().display().to_string())
         .into_iter()
-        .filter(|pid| *pid != child.id())
+        .filter(|pid| *pid != child.0.id())
         .collect();
-    if !up || servers.len() != 3 {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the ensemble never came up (up: {up}, servers: {servers:?})");
-    }
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("SIGINT");
+    // On failure the guards end locksmith and anything it left.
+    assert!(
+        up && servers.len() == 3,
+        "the ensemble never came up (up: {up}, servers: {servers:?})"
+    );
+    kill(Pid::from_raw(child.0.id() as i32), Signal::SIGINT).expect("SIGINT");
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = child.0.try_wait().expect("wait") {
             break status;
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("locksmith did not exit after SIGINT");
-        }
+        assert!(
+            Instant::now() < deadline,
+            "locksmith did not exit after SIGINT"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     // Drain stderr so the explanation is there when the assertion fails.
