@@ -9,6 +9,10 @@
 #   data dirs.
 # - iptables: the harness's kernel net backend (`locksmith test --net kernel`) and the
 #   kernel arm of nemesis/tests/net_conformance.rs, both root only.
+# - zookeeper: Apache ZooKeeper as a system under test (`--system zookeeper`,
+#   nemesis::systems::zookeeper, nemesis/tests/zookeeper.rs, `locksmith bench`). The harness
+#   runs QuorumPeerMain from the package's jars in the foreground, one JVM per server with its
+#   own zoo.cfg, data dir and loopback ports; the package's service is never used.
 # - nftables, passwd: partitions of etcd (`--system etcd --net kernel`, nemesis::net::owner
 #   and nemesis/tests/etcd.rs), root only: each node runs as a system user made by useradd
 #   (passwd), and nft drops packets by the sending uid.
@@ -24,7 +28,7 @@ packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-util
 #   `tc` from iproute2 for the slow/flaky faults); nemesis/tests/hosts.rs, root only.
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2)
+packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2 zookeeper)
 
 missing=()
 for package in "${packages[@]}"; do

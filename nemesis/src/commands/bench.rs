@@ -1,4 +1,4 @@
-//! `locksmith bench [--system lockd|etcd|exec,...] [--time-s 20]`: the performance table of
+//! `locksmith bench [--system lockd|etcd|zookeeper|exec,...] [--time-s 20]`: the performance table of
 //! issue 8; with `exec` (`--node-cmd`, `--client-cmd`) the cost of the client protocol of
 //! issue 26 (lockd through `examples/lockd_client.py` against the native client).
 //!
@@ -34,6 +34,9 @@ pub enum System {
     Lockd,
     /// etcd 3.4 (Debian's etcd-server), through the lease + Txn lock recipe.
     Etcd,
+    /// ZooKeeper 3.8 (Debian's zookeeper), through the ephemeral sequential node recipe; the
+    /// lease (a session timeout) is at most 4000 ms.
+    Zookeeper,
     /// Any service: `--node-cmd` and `--client-cmd` (nemesis/PROTOCOL.md). No failover
     /// measurement: the harness cannot ask an exec system who leads.
     Exec,
@@ -43,7 +46,7 @@ pub enum System {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which systems to measure, comma-separated, side by side (with two, the table shows
-    /// first/second ratios); lockd and etcd when absent.
+    /// first/second ratios); lockd, etcd and zookeeper when absent.
     #[arg(long, value_enum, value_delimiter = ',')]
     system: Vec<System>,
     /// --system exec: the command that starts one node (placeholders as for `locksmith test`).
@@ -100,7 +103,7 @@ impl Figures {
 
 pub fn run(args: BenchArgs) -> ExitCode {
     let systems = if args.system.is_empty() {
-        vec![System::Lockd, System::Etcd]
+        vec![System::Lockd, System::Etcd, System::Zookeeper]
     } else {
         args.system.clone()
     };
@@ -147,6 +150,9 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
             };
             Arc::new(Etcd::new(config, ClientOptions::default()))
         }
+        System::Zookeeper => Arc::new(nemesis::systems::zookeeper::ZooKeeper::new(
+            nemesis::systems::zookeeper::find_zookeeper()?,
+        )),
         System::Exec => {
             let (Some(node_cmd), Some(client_cmd)) = (&args.node_cmd, &args.client_cmd) else {
                 anyhow::bail!("--system exec needs --node-cmd and --client-cmd");
@@ -160,6 +166,18 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         }
     };
     let name = system.name();
+    // ZooKeeper's lease is its session timeout, which its servers grant up to 4 s.
+    let lease_ms = if name == "zookeeper" {
+        let max = nemesis::systems::zookeeper::MAX_SESSION_MS;
+        if args.lease_ms > max {
+            eprintln!(
+                "{name}: lease {max} ms (a session timeout; the servers grant at most {max} ms)"
+            );
+        }
+        args.lease_ms.min(max)
+    } else {
+        args.lease_ms
+    };
     let handle = system.clone();
     let mut cluster = BenchCluster::start(system, args.nodes, START_TIMEOUT)
         .await
@@ -170,7 +188,7 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         let config = CyclesConfig {
             clients,
             duration: Duration::from_secs(args.time_s),
-            lease_ms: args.lease_ms,
+            lease_ms,
         };
         let ticker = Ticker::timed(
             name,

@@ -22,15 +22,16 @@ pub struct TestArgs {
     /// shrunk simulated seed prints them).
     #[arg(long, value_delimiter = ',')]
     drop_faults: Vec<usize>,
-    /// Number of nodes.
-    #[arg(long, default_value_t = 5)]
-    nodes: u64,
+    /// Number of nodes (default: 5; 3 for --system zookeeper).
+    #[arg(long)]
+    nodes: Option<u64>,
     /// Length of the fault phase, seconds.
     #[arg(long, default_value_t = 60)]
     time_s: u64,
     /// Fault kinds: kill, pause, partition, clock, netem (comma-separated; `none` for none).
     /// Default: the system's own (lockd: kill,pause,partition,clock, plus netem with --hosts;
-    /// etcd: kill,pause, plus partition with --net kernel as root).
+    /// etcd: kill,pause, plus partition with --net kernel as root; zookeeper:
+    /// kill,pause,partition).
     #[arg(long)]
     nemesis: Option<String>,
     /// Client slots.
@@ -51,7 +52,7 @@ pub struct TestArgs {
     #[arg(long, default_value = "proxy")]
     net: String,
     /// The system under test: lockd, etcd (kill, pause; partition with --net kernel as root),
-    /// or exec (any service: --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
+    /// zookeeper (Debian's package; kill, pause, partition), or exec (any service: --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
     #[arg(long, default_value = "lockd")]
     system: String,
     /// --system exec: the command that starts one node, with placeholders {id} {addr}
@@ -117,6 +118,12 @@ fn tracing(args: &TestArgs) -> bool {
 fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
     if args.system == "exec" {
         return exec_default_nemesis(args);
+    }
+    if args.system == "zookeeper" {
+        eprintln!(
+            "locksmith test: --system zookeeper: faults kill,pause,partition; left out: clock (ZooKeeper has no lease-clock control)"
+        );
+        return vec![FaultKind::Kill, FaultKind::Pause, FaultKind::Partition];
     }
     if args.system != "etcd" {
         return FaultKind::ALL.to_vec();
@@ -226,7 +233,8 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     }
     let nodes = hosts
         .as_ref()
-        .map_or(args.nodes, |h| h.targets.len() as u64);
+        .map_or(args.nodes, |h| Some(h.targets.len() as u64))
+        .unwrap_or(if args.system == "zookeeper" { 3 } else { 5 });
     if nodes == 0 || args.concurrency == 0 || args.keys == 0 {
         anyhow::bail!("--nodes, --concurrency and --keys must be at least 1");
     }
@@ -262,7 +270,8 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
                 anyhow::bail!("--system etcd: --trace records lockd's core");
             }
         }
-        other => anyhow::bail!("--system {other:?}: lockd, etcd or exec"),
+        "zookeeper" => zookeeper_options(args, &nemesis)?,
+        other => anyhow::bail!("--system {other:?}: lockd, etcd, zookeeper or exec"),
     }
     if let Some(bug) = &args.bug {
         bug.parse::<lockd::bugs::Bug>()?;
@@ -296,6 +305,36 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         hosts,
         drop_faults: args.drop_faults.iter().copied().collect(),
     })
+}
+
+/// The checks of `--system zookeeper`'s options (see `nemesis::systems::zookeeper`).
+fn zookeeper_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<()> {
+    use nemesis::systems::zookeeper::{MAX_SESSION_MS, MIN_SESSION_MS};
+    if nemesis.contains(&FaultKind::Clock) {
+        anyhow::bail!(
+            "--system zookeeper: the clock nemesis does not apply (no lease-clock control); use --nemesis kill,pause,partition"
+        );
+    }
+    if args.net == "netns" {
+        anyhow::bail!(
+            "--system zookeeper: --net proxy or kernel (the servers' configs name loopback addresses)"
+        );
+    }
+    if args.bug.is_some() {
+        anyhow::bail!("--system zookeeper: --bug names a lockd mutant");
+    }
+    if args.trace {
+        anyhow::bail!("--system zookeeper: --trace records lockd's core");
+    }
+    // The lease is the session timeout, which the servers grant within these bounds.
+    let (low, high) = parse_range("lease-ms", &args.lease_ms).map_err(|e| anyhow::anyhow!(e))?;
+    if low < MIN_SESSION_MS || high > MAX_SESSION_MS {
+        anyhow::bail!(
+            "--system zookeeper --lease-ms {}: a lease is a session timeout, which the servers grant between {MIN_SESSION_MS} and {MAX_SESSION_MS} ms",
+            args.lease_ms
+        );
+    }
+    Ok(())
 }
 
 /// The `--system` value of a rerun line: exec's with its two templates.
@@ -341,6 +380,10 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             ..EtcdClusterConfig::default()
         };
         Arc::new(Etcd::new(config, ClientOptions::default()))
+    } else if args.system == "zookeeper" {
+        Arc::new(nemesis::systems::zookeeper::ZooKeeper::new(
+            nemesis::systems::zookeeper::find_zookeeper()?,
+        ))
     } else {
         let binary = find_lockd()?;
         Arc::new(Lockd::new(binary, options.bug.clone(), options.seed).with_trace(tracing(args)))

@@ -118,6 +118,11 @@ impl ClientPauses {
         }
     }
 
+    /// True while `slot` is stalled.
+    pub fn is_paused(&self, slot: u64) -> bool {
+        self.lock().contains(&slot)
+    }
+
     /// The stalled slots.
     pub fn paused(&self) -> std::collections::BTreeSet<u64> {
         self.lock().clone()
@@ -232,8 +237,10 @@ impl Worker {
             // A stalled client stops right before its next write: a lock holder in a GC
             // pause between its acquire and its use of the lock, the case fencing exists
             // for. Stalling at any op instead would mostly catch clients that hold nothing.
-            if matches!(step.op, ClientOp::Write { .. }) {
+            if matches!(step.op, ClientOp::Write { .. }) && self.pauses.is_paused(self.slot) {
+                self.client.stall(true);
                 self.pauses.wait(self.slot).await;
+                self.client.stall(false);
             }
             last = Some(self.perform(&step.op).await.completion);
             ops += 1;

@@ -8,6 +8,7 @@
 pub mod etcd;
 pub mod exec;
 pub mod lockd;
+pub mod zookeeper;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -70,6 +71,12 @@ pub trait LockClient: Send + Sync {
     ) -> BoxFuture<'a, Option<Outcome>> {
         futures::future::ready(None).boxed()
     }
+
+    /// The client's process stalls (`true`, `pause-clients`) or runs again (`false`). The
+    /// workload stops on its own; a client whose library talks to the service in the
+    /// background (ZooKeeper's session heartbeats) stops that too, as a real process pause
+    /// would. Nothing by default.
+    fn stall(&self, _stalled: bool) {}
 }
 
 /// One node's answer to a status query.

@@ -1,0 +1,222 @@
+//! ZooKeeper as a system under test (`locksmith test --system zookeeper`, `locksmith bench`):
+//! an ensemble of Debian's `zookeeper` 3.8 servers and the lock recipe of its documentation.
+//!
+//! - **Servers** ([`server`]): each one a JVM running `QuorumPeerMain` in the foreground with
+//!   its own `zoo.cfg`, `myid` and data dir in the run's data dir, its client and quorum
+//!   ports from the run's [`Layout`] and an election port of its own, all on 127.0.0.1;
+//!   never the package's service. Kill, pause and restart are the cluster's signals on the
+//!   JVM's process group, as for every system. The command is built in one place,
+//!   [`server::server_command`], where a clock-fault wrapper (libfaketime) can be added.
+//! - **Partitions**: every server dials each peer's **quorum** port through the net's
+//!   per-link address ([`System::per_link_dial`] is true), so the proxy (default) or the
+//!   kernel net (`--net kernel`, root) cuts the links that carry proposals, commits, pings
+//!   and session touches. The election ports are dialed directly: a cut-off server still
+//!   hears votes, but cannot follow (or lead) a quorum it cannot reach, so it stops serving,
+//!   and its clients' sessions move to a server that can. Cutting the election links too
+//!   would need a second per-link address per pair.
+//! - **Clients** ([`client`]): one session per grant, whose timeout is the lease; the token
+//!   is the lock node's creation zxid. Each session dials a [`relay`] of its own, which
+//!   starts at the client's node (`nodes[client_id % n]`) and fails over to the next. `pause-clients` stalls a holder's relay too ([`LockClient::stall`]): a paused
+//!   holder's session stops heartbeating and expires, as a real process pause does.
+//! - **Status**: the `srvr` four-letter word: `Mode` gives the role (a server without a
+//!   quorum answers "not currently serving": `candidate`), the zxid's high half the epoch
+//!   (`term`), its low half the commit index.
+//! - **Lease**: the session timeout. Every acquire asks for a session of its own `lease_ms`
+//!   (within the servers' 400-4000 ms), so the history's lease is exactly what ZooKeeper
+//!   promises: the leader expires a session no earlier than its timeout after it last heard
+//!   from it, which is after the acquire's invoke (the session is made inside the op).
+//!   The holder may learn of the expiry much later (paused, cut off): the lease check only
+//!   relies on the lease from the invoke, and anything the holder does after that is the
+//!   fenced resource's to refuse.
+
+pub mod client;
+pub mod relay;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+
+use crate::cluster::{LaunchOptions, Launcher, Layout};
+use crate::systems::{LockClient, NodeView, Outcome, System};
+use crate::{Error, NodeId};
+
+pub use client::ZkLockClient;
+pub use server::{MAX_SESSION_MS, MIN_SESSION_MS, ZkInstall, find_zookeeper};
+
+/// How long one `srvr` status call may take.
+const STATUS_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// ZooKeeper as a system under test (see the module docs).
+pub struct ZooKeeper {
+    install: ZkInstall,
+}
+
+impl ZooKeeper {
+    /// ZooKeeper from `install` ([`find_zookeeper`]).
+    pub fn new(install: ZkInstall) -> Self {
+        ZooKeeper { install }
+    }
+}
+
+struct ZkLauncher {
+    install: ZkInstall,
+    layout: Layout,
+}
+
+impl Launcher for ZkLauncher {
+    fn command(&self, id: NodeId, _options: &LaunchOptions) -> Command {
+        // ZooKeeper has no lease-clock control; `set_clock` says so to the nemesis.
+        server::server_command(&self.install, &self.layout.data_dir[&id])
+    }
+}
+
+struct ZkProcessClient {
+    client: ZkLockClient,
+    /// One op at a time, as the workload runs them.
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl LockClient for ZkProcessClient {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        lease_ms: u64,
+        wait_ms: u64,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Outcome> {
+        async move {
+            let _turn = self.turn.lock().await;
+            self.client.acquire(key, lease_ms, wait_ms, deadline).await
+        }
+        .boxed()
+    }
+
+    fn release<'a>(
+        &'a self,
+        _key: &'a str,
+        token: u64,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Outcome> {
+        async move {
+            let _turn = self.turn.lock().await;
+            self.client.release(token, deadline).await
+        }
+        .boxed()
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.client.stall(stalled);
+    }
+}
+
+impl System for ZooKeeper {
+    fn name(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn launcher(
+        &self,
+        layout: &Layout,
+        dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
+    ) -> Result<Box<dyn Launcher>, Error> {
+        server::Ensemble::write(layout, &dial)?;
+        Ok(Box::new(ZkLauncher {
+            install: self.install.clone(),
+            layout: layout.clone(),
+        }))
+    }
+
+    fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient> {
+        assert!(!layout.nodes.is_empty(), "a layout without nodes");
+        let first = (client_id % layout.nodes.len() as u64) as usize;
+        let servers = layout.nodes.iter().map(|n| layout.client[n]).collect();
+        Box::new(ZkProcessClient {
+            client: ZkLockClient::new(layout.nodes.clone(), servers, first),
+            turn: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>> {
+        async move {
+            let calls = layout.nodes.iter().map(|node| {
+                let node = *node;
+                let addr = layout.client[&node];
+                async move {
+                    let answer =
+                        tokio::task::spawn_blocking(move || server::srvr(addr, STATUS_TIMEOUT))
+                            .await
+                            .ok()
+                            .flatten();
+                    answer.map(|srvr| (node, srvr))
+                }
+            });
+            let answers: Vec<(NodeId, server::Srvr)> = futures::future::join_all(calls)
+                .await
+                .into_iter()
+                .flatten()
+                .collect();
+            node_views(&answers)
+        }
+        .boxed()
+    }
+}
+
+/// The views of the servers that answered `srvr`: a follower's leader is the one server
+/// that says it leads in the newest epoch among the answers.
+fn node_views(answers: &[(NodeId, server::Srvr)]) -> Vec<NodeView> {
+    let epoch = |zxid: u64| zxid >> 32;
+    let leader = answers
+        .iter()
+        .filter(|(_, s)| s.mode == "leader")
+        .max_by_key(|(_, s)| epoch(s.zxid))
+        .map(|(n, _)| *n);
+    answers
+        .iter()
+        .map(|(node, srvr)| {
+            let role = match srvr.mode.as_str() {
+                "leader" => "leader",
+                "follower" | "observer" => "follower",
+                _ => "candidate",
+            };
+            NodeView {
+                node: *node,
+                role: role.to_owned(),
+                term: epoch(srvr.zxid),
+                leader: (role != "candidate").then_some(leader).flatten(),
+                commit_index: srvr.zxid & 0xffff_ffff,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followers_name_the_leader_of_the_newest_epoch() {
+        // System::status: leader_of trusts the leader role; ZooKeeper's followers do not
+        // name their leader, so it is the server that leads in the newest epoch.
+        let srvr = |mode: &str, zxid| server::Srvr {
+            mode: mode.into(),
+            zxid,
+        };
+        let views = node_views(&[
+            (1, srvr("leader", 0x1_0000_0005)),
+            (2, srvr("leader", 0x2_0000_0003)),
+            (3, srvr("looking", 0)),
+        ]);
+        assert_eq!(crate::systems::leader_of(&views), Some(2));
+        assert_eq!(views[0].term, 1);
+        assert_eq!(views[1].commit_index, 3);
+        assert_eq!(
+            (views[2].role.as_str(), views[2].leader),
+            ("candidate", None)
+        );
+    }
+}
