@@ -42,4 +42,4 @@ echo "== locksmith sim: 200 clean seeds of the deterministic simulator (release 
 # Issue 11: every seed must end valid (exit 0); a failing seed prints its explanation, its
 # store under store/sim/ and the rerun command. About 1-2 minutes on 2 cores after the build.
 cargo build --release -p nemesis
-target/release/locksmith sim --seeds 1..201 --no-shrink --keep-going
+target/release/locksmith sim --seeds 1..201 --no-shrink --keep-going --require-probes

@@ -85,6 +85,7 @@
 
 pub mod bugs;
 pub mod lock;
+pub mod probe;
 pub mod raft;
 pub mod rng;
 #[cfg(feature = "testkit")]

@@ -317,10 +317,17 @@ impl LockTable {
                 .get(&origin.client)
                 .and_then(|answered| answered.replay(origin, &proposal.command))
         {
+            crate::probe!("retry-answered-from-dedupe");
             self.advance(index);
             return outcome;
         }
         let outcome = self.apply(index, &proposal.command);
+        if proposal.origin.is_none()
+            && outcome == Outcome::Released
+            && matches!(proposal.command, Command::Release { .. })
+        {
+            crate::probe!("phantom-release-applied");
+        }
         if let Some(origin) = proposal.origin {
             let answered = Answered {
                 request: origin.request,
@@ -407,6 +414,7 @@ impl LockTable {
             None => false,
         };
         if matches {
+            crate::probe!("lease-expired-by-leader");
             self.locks.remove(key);
         }
         Outcome::Expired { existed: matches }

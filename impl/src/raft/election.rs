@@ -150,6 +150,9 @@ impl Node {
             self.voted_for = None;
         }
         if self.role == Role::Leader {
+            if !self.pending.is_empty() {
+                crate::probe!("leader-stepped-down-with-pending");
+            }
             self.cancel_timer(Timer::Heartbeat);
             self.cancel_timer(Timer::CheckQuorum);
             self.progress.clear();
@@ -241,6 +244,7 @@ impl Node {
         }
         let active = 1 + self.progress.values().filter(|p| p.recent_active).count();
         if !self.has_majority(active) {
+            crate::probe!("check-quorum-step-down");
             self.become_follower(self.term, None);
             return;
         }

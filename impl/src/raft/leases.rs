@@ -205,6 +205,7 @@ impl Node {
         let Some(waiter) = self.waiters.get_mut(key).and_then(|q| q.pop_front()) else {
             return;
         };
+        crate::probe!("waiter-granted");
         if self.waiters.get(key).is_some_and(|q| q.is_empty()) {
             self.waiters.remove(key);
         }

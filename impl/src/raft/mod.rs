@@ -259,7 +259,10 @@ impl Node {
         );
         let log = RaftLog::new(durable.snapshot.clone(), durable.entries.clone());
         let mut table = match &durable.snapshot {
-            Some(s) => s.table.clone(),
+            Some(s) => {
+                crate::probe!("restart-from-snapshot");
+                s.table.clone()
+            }
             None => LockTable::with_bugs(config.bugs),
         };
         table.reset_local();

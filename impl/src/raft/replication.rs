@@ -133,6 +133,7 @@ impl Node {
     }
 
     fn reject(&self, reject_hint: Index) -> Message {
+        crate::probe!("append-rejected");
         Message::AppendEntriesResponse {
             term: self.term,
             success: false,
@@ -333,6 +334,9 @@ impl Node {
             self.table = snapshot.table.clone();
             if self.bug(crate::bugs::Bug::SnapshotLosesState) {
                 self.table.forget_retries(); // mutant: the dedupe entries lost on install
+            }
+            if !self.table.locks().is_empty() {
+                crate::probe!("snapshot-installed-with-locks");
             }
             self.rearm_all_leases();
             let truncate_from = discarded.then_some(last_index + 1);

@@ -316,6 +316,7 @@ impl Core {
                 && let Some(key) = pending.key
             {
                 // The handler is gone: the grant never reached its client.
+                crate::probe!("grant-to-gone-client");
                 self.orphans.push((key, token));
             }
         }

@@ -220,6 +220,7 @@ pub(super) fn repair(
 ) -> Result<Recovered, StorageError> {
     let mut recovered = Recovered::default();
     if let Some(torn) = &loaded.torn {
+        crate::probe!("torn-tail-cut");
         cut_torn_tail(segment_path, loaded.valid_bytes)?;
         recovered.truncated_bytes = loaded.file_bytes - loaded.valid_bytes;
         recovered.torn_tail = Some(format!(

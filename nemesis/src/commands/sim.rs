@@ -76,6 +76,10 @@ pub struct SimArgs {
     /// health alone (faster; issue 24 measured the cost in the README).
     #[arg(long)]
     pub no_trace: bool,
+    /// Exit 1 when a coverage probe marked required (`lockd::probe::PROBES`) was reached by
+    /// no seed of the run (ci/test.sh); the table is printed either way.
+    #[arg(long)]
+    pub require_probes: bool,
     /// Leave these planned faults out (indexes into the plan; written by the shrinker).
     #[arg(long, value_delimiter = ',')]
     pub drop_faults: Vec<usize>,
@@ -126,6 +130,7 @@ fn sim_run(args: &SimArgs) -> Result<SimRun, String> {
         shrink: !args.no_shrink,
         junit: args.junit.clone(),
         child: args.child.then_some(args.child_quiet),
+        require_probes: args.require_probes,
     })
 }
 

@@ -34,6 +34,8 @@ pub struct SimRun {
     /// `Some(quiet)`: this process is a child running its one seed (quiet: a shrinking
     /// candidate, no node logs and no store).
     pub child: Option<bool>,
+    /// Exit 1 when a required coverage probe was reached by no seed (`--require-probes`).
+    pub require_probes: bool,
 }
 
 /// One process per seed: a seed replays exactly only as its process's first simulation
@@ -65,6 +67,7 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     // The first line is the seed's results.json, which the parent reads as the struct.
     let json = serde_json::to_string(&result.results).map_err(|e| e.to_string())?;
     println!("{json}");
+    println!("{}{}", SeedReport::PROBES, result.probes.join(","));
     if !result.verdict().is_valid() && !quiet {
         let dir = write_store(&run.store, &result).map_err(|e| e.to_string())?;
         println!("store: {}", dir.path().display());
@@ -131,6 +134,7 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
     let elapsed = started.elapsed().as_secs_f64().max(1e-9);
     let done = reports.len();
     let sim_ms: u64 = reports.iter().map(|r| r.sim_ms).sum();
+    let coverage = crate::store::Coverage::of(&reports);
     let (failed, unknown): (Vec<SeedReport>, Vec<SeedReport>) = (reports.into_iter())
         .filter(|r| !r.verdict.is_valid())
         .partition(|r| r.verdict.is_invalid());
@@ -157,12 +161,14 @@ fn run_parent(run: &SimRun) -> Result<i32, String> {
     for result in &unknown {
         println!("seed {}: unknown: {}", result.seed, result.text);
     }
+    print!("{}", coverage.table());
+    let missed = run.require_probes && !coverage.unreached_required().is_empty();
     let Some(first) = failed.first() else {
         if !unknown.is_empty() {
             return Ok(2);
         }
         println!("valid: {done} seeds");
-        return Ok(0);
+        return Ok(if missed { 1 } else { 0 });
     };
     for result in &failed {
         println!("seed {}: invalid", result.seed);

@@ -135,6 +135,8 @@ pub struct CaseResult {
     /// The nodes' log, when `case.logs` was set (one line per event, node and simulated
     /// time first).
     pub logs: Option<String>,
+    /// The coverage probes the run reached (`lockd::probe`).
+    pub probes: Vec<&'static str>,
 }
 
 impl CaseResult {
@@ -168,7 +170,12 @@ pub fn run_case(case: &SimCase) -> CaseResult {
     });
     let simulated = simulated
         .unwrap_or_else(|| Simulated::failed("the simulation thread panicked (see stderr)"));
-    judge(case, simulated, started.elapsed())
+    // Taken before the trace replay, whose cores would mark probes of their own.
+    let probes = lockd::probe::take();
+    CaseResult {
+        probes,
+        ..judge(case, simulated, started.elapsed())
+    }
 }
 
 /// What a simulation left.
@@ -214,6 +221,7 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         ops: simulated.ops,
         results,
         logs: simulated.logs,
+        probes: Vec::new(),
     }
 }
 

@@ -32,7 +32,7 @@ use crate::harness::recorder::write_file;
 use crate::harness::schedule::{self, Planned};
 
 pub use results::Results;
-pub use seed::SeedReport;
+pub use seed::{Coverage, SeedReport};
 
 /// One run's directory in the store.
 #[derive(Clone, Debug)]
