@@ -13,7 +13,9 @@ use nemesis::harness::workload::WorkloadKind;
 use nemesis::net::NetKind;
 use nemesis::run::{self, TestOptions};
 use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::systems::faketime::Libfaketime;
 use nemesis::systems::lockd::{Lockd, find_lockd};
+use nemesis::systems::redis::{Redis, find_redis_server};
 
 /// Options of `locksmith test`.
 #[derive(Debug, Args)]
@@ -30,7 +32,7 @@ pub struct TestArgs {
     time_s: u64,
     /// Fault kinds: kill, pause, partition, clock, netem (comma-separated; `none` for none).
     /// Default: the system's own (lockd: kill,pause,partition,clock, plus netem with --hosts;
-    /// etcd: kill,pause, plus partition with --net kernel as root).
+    /// etcd: kill,pause, plus partition with --net kernel as root; redis: pause,clock).
     #[arg(long)]
     nemesis: Option<String>,
     /// Client slots.
@@ -51,9 +53,14 @@ pub struct TestArgs {
     #[arg(long, default_value = "proxy")]
     net: String,
     /// The system under test: lockd, etcd (kill, pause; partition with --net kernel as root),
-    /// or exec (any service: --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
+    /// redis (Redlock over independent redis-server instances: kill, pause, clock through
+    /// libfaketime), or exec (any service: --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
     #[arg(long, default_value = "lockd")]
     system: String,
+    /// --system redis: the number of independent redis-server instances (default 5, the
+    /// Redlock page's example; 1 is the single-instance SET NX PX lock). Sets --nodes.
+    #[arg(long)]
+    redis_instances: Option<u64>,
     /// --system exec: the command that starts one node, with placeholders {id} {addr}
     /// {peer_addr} {peers} {peer_addrs} {client_addrs} {dir} {nodes} (run by `sh -c`).
     #[arg(long)]
@@ -62,9 +69,10 @@ pub struct TestArgs {
     /// {client_addrs} {node} {process} {slot}; it speaks JSON lines on stdin and stdout.
     #[arg(long)]
     client_cmd: Option<String>,
-    /// fenced (default) or unfenced (the control workload, expected to fail).
-    #[arg(long, default_value = "fenced")]
-    workload: String,
+    /// fenced (default) or unfenced (the control workload, expected to fail). Redis: unfenced
+    /// only (Redlock issues no fencing token).
+    #[arg(long)]
+    workload: Option<String>,
     /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
     #[arg(long, default_value = "10-100")]
     think_ms: String,
@@ -75,9 +83,10 @@ pub struct TestArgs {
     #[arg(long, default_value_t = 0)]
     fault_interval_ms: u64,
     /// Percent of grants a client holds past its lease on its own, 0-100 (besides the stalls
-    /// of the pause nemesis's pause-clients).
-    #[arg(long, default_value_t = nemesis::harness::OVERHOLD_PERCENT_DEFAULT)]
-    overhold_percent: u64,
+    /// of the pause nemesis's pause-clients). Default 12; 0 for redis, whose resource is
+    /// unfenced, so that only the nemesis's stalls hold a lock past its validity.
+    #[arg(long)]
+    overhold_percent: Option<u64>,
     /// Bound of the recovery phase, seconds.
     #[arg(long, default_value_t = 20)]
     recovery_s: u64,
@@ -107,6 +116,15 @@ pub struct TestArgs {
 fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
     if args.system == "exec" {
         return exec_default_nemesis(args);
+    }
+    if args.system == "redis" {
+        eprintln!(
+            "locksmith test: --system redis: faults pause,clock (Redlock's two known failures: \
+             a pause longer than the validity time, a clock jump on a majority); left out: \
+             kill (an instance restarts empty: add it with --nemesis), partition (the \
+             instances are independent: no peer link to cut)"
+        );
+        return vec![FaultKind::Pause, FaultKind::Clock];
     }
     if args.system != "etcd" {
         return FaultKind::ALL.to_vec();
@@ -223,9 +241,13 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     if args.system != "exec" && (args.node_cmd.is_some() || args.client_cmd.is_some()) {
         anyhow::bail!("--node-cmd and --client-cmd go with --system exec");
     }
+    if args.redis_instances.is_some() && args.system != "redis" {
+        anyhow::bail!("--redis-instances goes with --system redis");
+    }
     match args.system.as_str() {
         "lockd" => {}
         "exec" => exec_options(args, &nemesis)?,
+        "redis" => redis_options(args, &nemesis)?,
         "etcd" => {
             // nemesis::systems::etcd::Etcd: etcd has no lease-clock control, and cannot dial its peers
             // through per-link addresses, so partitions need the owner net (--net kernel, as
@@ -252,7 +274,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
                 anyhow::bail!("--system etcd: --trace records lockd's core");
             }
         }
-        other => anyhow::bail!("--system {other:?}: lockd, etcd or exec"),
+        other => anyhow::bail!("--system {other:?}: lockd, etcd, redis or exec"),
     }
     if let Some(bug) = &args.bug {
         bug.parse::<lockd::bugs::Bug>()?;
@@ -266,6 +288,24 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     let range = |flag, text: &str| parse_range(flag, text).map_err(|e| anyhow::anyhow!(e));
     let think_ms = range("think-ms", &args.think_ms)?;
     let lease_ms = range("lease-ms", &args.lease_ms)?;
+    let redis = args.system == "redis";
+    let nodes = match args.redis_instances {
+        Some(n) if redis => n,
+        _ => nodes,
+    };
+    if nodes == 0 {
+        anyhow::bail!("--redis-instances must be at least 1");
+    }
+    let workload = match args.workload.as_deref() {
+        Some(w) => w.parse::<WorkloadKind>()?,
+        None if redis => WorkloadKind::Unfenced,
+        None => WorkloadKind::Fenced,
+    };
+    let overhold_percent = match args.overhold_percent {
+        Some(p) => p.min(100),
+        None if redis => 0,
+        None => nemesis::harness::OVERHOLD_PERCENT_DEFAULT,
+    };
     Ok(TestOptions {
         nodes,
         time_s: args.time_s,
@@ -276,16 +316,42 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         bug: args.bug.clone(),
         net: args.net.parse::<NetKind>()?,
         store: args.store.clone(),
-        workload: args.workload.parse::<WorkloadKind>()?,
+        workload,
         recovery_s: args.recovery_s,
         think_ms,
-        overhold_percent: args.overhold_percent.min(100),
+        overhold_percent,
         lease_ms,
         fault_interval_ms: args.fault_interval_ms,
         progress: true,
         hosts,
         drop_faults: args.drop_faults.iter().copied().collect(),
+        focus: if redis {
+            nemesis::harness::schedule::Focus::WallClockLeases
+        } else {
+            nemesis::harness::schedule::Focus::Draw
+        },
     })
+}
+
+/// The checks of `--system redis`'s options (see `nemesis::systems::redis`).
+fn redis_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<()> {
+    if nemesis.contains(&FaultKind::Partition) {
+        anyhow::bail!(
+            "--system redis: the instances are independent (no peer links for the per-link proxy to cut), and client-to-instance links are not routed through it; use --nemesis kill,pause,clock"
+        );
+    }
+    if args.workload.as_deref() == Some("fenced") {
+        anyhow::bail!(
+            "--system redis: Redlock issues no fencing token, so the fenced workload cannot apply; the run uses --workload unfenced"
+        );
+    }
+    if args.bug.is_some() {
+        anyhow::bail!("--system redis: --bug names a lockd mutant");
+    }
+    if args.trace {
+        anyhow::bail!("--system redis: --trace records lockd's core");
+    }
+    Ok(())
 }
 
 /// The `--system` value of a rerun line: exec's with its two templates.
@@ -325,6 +391,13 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             args.client_cmd.as_deref().unwrap_or_default(),
             options.concurrency,
         )?)
+    } else if args.system == "redis" {
+        let faketime = if options.nemesis.contains(&FaultKind::Clock) {
+            Some(Libfaketime::find()?.with_glibc_malloc()?)
+        } else {
+            None
+        };
+        Arc::new(Redis::new(find_redis_server()?, faketime, options.seed))
     } else if args.system == "etcd" {
         let config = EtcdClusterConfig {
             binary: find_etcd()?,

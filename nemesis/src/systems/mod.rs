@@ -7,7 +7,9 @@
 
 pub mod etcd;
 pub mod exec;
+pub mod faketime;
 pub mod lockd;
+pub mod redis;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -162,6 +164,24 @@ pub trait System: Send + Sync {
             )))
         }
         .boxed()
+    }
+
+    /// More words on a failed run, after the checks' explanation: the system's own story
+    /// of the anomaly (redis: the two holders of a key, with a timeline). None by default.
+    fn explain(&self, _history: &[history::Op], _check: &checker::Check) -> Option<String> {
+        None
+    }
+
+    /// Undoes every clock fault of node `id` (the clock family's `reset-clock`). By default
+    /// [`System::set_clock`] at rate 1 without a jump (lockd's lease clock then runs at real
+    /// speed from where it stands); a clock the harness moves through libfaketime (redis)
+    /// steps back to real time instead.
+    fn reset_clock<'a>(
+        &'a self,
+        layout: &'a Layout,
+        id: NodeId,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        self.set_clock(layout, id, 1000, 0)
     }
 }
 
