@@ -88,6 +88,11 @@ pub trait Launcher: Send + Sync {
     fn started(&self, _id: NodeId) -> Result<(), Error> {
         Ok(())
     }
+
+    /// Called once node `id`'s local process `pid` is gone (killed and reaped, or exited):
+    /// the launcher removes what the process could not (libfaketime's shared memory of a
+    /// SIGKILLed process: [`crate::systems::faketime::remove_shared_memory`]).
+    fn stopped(&self, _id: NodeId, _pid: u32) {}
 }
 
 /// The addresses and directories of a cluster on loopback.
@@ -363,6 +368,7 @@ impl Cluster {
             "the SIGKILLed node",
         );
         registry().remove(&(child.id() as i32));
+        self.launcher.stopped(id, child.id());
         remote.unwrap_or(Ok(()))?;
         reaped
             .map(|_| ())
@@ -424,6 +430,7 @@ impl Cluster {
                 && let Some(child) = node.child.take()
             {
                 registry().remove(&(child.id() as i32));
+                self.launcher.stopped(*id, child.id());
                 node.ledger.exited();
                 out.push((*id, status));
             }

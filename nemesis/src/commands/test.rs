@@ -481,6 +481,9 @@ fn print_summary(options: &TestOptions, system: &str, trace: bool, outcome: &run
     for line in nemesis::store::junit::summary_lines(&suite, r) {
         println!("{line}");
     }
+    if system == "redis" {
+        println!("{}", nemesis::systems::redis::SUMMARY_NOTE);
+    }
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());
     }

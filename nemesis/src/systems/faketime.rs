@@ -28,9 +28,12 @@
 //!   `malloc_usable_size` in place of jemalloc's.
 //! - **Nothing is left behind**: the clock file lives in the node's data dir (a temporary
 //!   dir of the run); [`FakeClock`]'s drop stops its ticker and removes the file, and the
-//!   ticker stops by itself once the file's directory is gone. libfaketime started through
-//!   `LD_PRELOAD` alone makes no shared memory (only the `faketime` wrapper does), which
-//!   `nemesis/tests/redis.rs` checks in `/dev/shm`.
+//!   ticker stops by itself once the file's directory is gone. libfaketime makes a
+//!   semaphore and a shared-memory segment per process (`/dev/shm/sem.faketime_sem_PID`,
+//!   `/dev/shm/faketime_shm_PID`) and removes them only on a clean exit; a node the nemesis
+//!   SIGKILLs leaves them, and a later process with the same pid would fail to start
+//!   ("shm_open failed: File exists"). The launcher removes them once the cluster reaped
+//!   the process ([`remove_shared_memory`]); `nemesis/tests/redis.rs` checks `/dev/shm`.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -116,6 +119,18 @@ impl Libfaketime {
             .collect::<Vec<_>>()
             .join(":")
     }
+}
+
+/// Removes libfaketime's semaphore and shared memory of process `pid` (see the module
+/// docs); call it only once `pid` is gone. Returns how many files it removed.
+pub fn remove_shared_memory(pid: u32) -> usize {
+    [
+        format!("/dev/shm/faketime_shm_{pid}"),
+        format!("/dev/shm/sem.faketime_sem_{pid}"),
+    ]
+    .iter()
+    .filter(|path| std::fs::remove_file(path).is_ok())
+    .count()
 }
 
 /// Where a clock stands: its offset at `anchor`, and its rate from then on.

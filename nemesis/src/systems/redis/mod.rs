@@ -47,6 +47,12 @@ use crate::{Error, NodeId};
 
 pub use redlock::{Acquired, Redlock, RedlockOptions, Released};
 
+/// What `locksmith test --system redis` says under its checks: which ones cannot apply.
+pub const SUMMARY_NOTE: &str = "note: Redlock issues no fencing token, so the fenced workload \
+     and the checks that read tokens (linearizability of the lock model, fencing) do not apply; \
+     the clients ran the unfenced workload, and lease safety judged grants and writes by real \
+     time alone";
+
 /// How long a status `PING` may take per instance.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 /// The random stream of the clients' values and back-offs ([`Rng::derive`]).
@@ -157,6 +163,12 @@ impl Launcher for RedisLauncher {
             clock.wrap(&mut command, library);
         }
         command
+    }
+
+    fn stopped(&self, _id: NodeId, pid: u32) {
+        if self.faketime.is_some() {
+            crate::systems::faketime::remove_shared_memory(pid);
+        }
     }
 }
 
