@@ -1,4 +1,4 @@
-//! `locksmith bench [--system lockd|etcd|exec,...] [--time-s 20]`: the performance table of
+//! `locksmith bench [--system lockd|etcd|redis|exec,...] [--time-s 20]`: the performance table of
 //! issue 8; with `exec` (`--node-cmd`, `--client-cmd`) the cost of the client protocol of
 //! issue 26 (lockd through `examples/lockd_client.py` against the native client).
 //!
@@ -37,7 +37,16 @@ pub enum System {
     /// Any service: `--node-cmd` and `--client-cmd` (nemesis/PROTOCOL.md). No failover
     /// measurement: the harness cannot ask an exec system who leads.
     Exec,
+    /// Redlock over `--nodes` independent redis-server instances (Debian's redis-server),
+    /// without libfaketime. No failover: see [`REDIS_FAILOVER`].
+    Redis,
 }
+
+/// What failover means for Redlock, printed in place of a figure.
+const REDIS_FAILOVER: &str = "redis failover: n/a: the instances are independent and elect no \
+     leader; a lock needs a majority of them, so a SIGKILL of one instance (of 3 or more) \
+     leaves the lock available at once, with no failover to measure (the killed instance \
+     restarts empty: what it held is lost)";
 
 /// Arguments of `locksmith bench`.
 #[derive(Debug, Args)]
@@ -147,6 +156,11 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
             };
             Arc::new(Etcd::new(config, ClientOptions::default()))
         }
+        System::Redis => Arc::new(nemesis::systems::redis::Redis::new(
+            nemesis::systems::redis::find_redis_server()?,
+            None,
+            BENCH_SEED,
+        )),
         System::Exec => {
             let (Some(node_cmd), Some(client_cmd)) = (&args.node_cmd, &args.client_cmd) else {
                 anyhow::bail!("--system exec needs --node-cmd and --client-cmd");
@@ -291,6 +305,9 @@ fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {
                     }
                 );
             }
+        }
+        if *system == System::Redis && args.failover_rounds > 0 {
+            println!("{REDIS_FAILOVER}");
         }
         if let Some(failover) = &figures.failover {
             let samples: Vec<String> = failover
