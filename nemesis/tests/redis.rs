@@ -477,3 +477,84 @@ async fn expiry_follows_the_clock(redis: &Instance) {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(c.call(&[b"GET", b"d"]).await.unwrap(), nil, "4x: expired");
 }
+
+#[test]
+fn etcd_still_refuses_the_clock_nemesis_naming_the_vdso() {
+    // Issue 25 item 3: etcd says clearly that it cannot take clock faults. No etcd needed:
+    // the options are refused before anything starts.
+    let store = tempfile::tempdir().expect("store");
+    let out = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args(["test", "--system", "etcd", "--nemesis", "clock", "--store"])
+        .arg(store.path())
+        .output()
+        .expect("locksmith runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("vDSO") && stderr.contains("libfaketime"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_redlock_focus_jumps_a_majority_ahead_and_stalls_clients_first() {
+    // Issue 25 item 4: the default faults of --system redis aim at Redlock's two known
+    // failures; lockd's plan of the same seed keeps its slow, backward-only clocks.
+    use nemesis::faults::{FaultKind, FaultValue, NodeSpec, Verb};
+    use nemesis::harness::schedule::{FaultPlanConfig, Focus, fault_plan};
+    for seed in 1..=20 {
+        let config = |focus| FaultPlanConfig {
+            seed,
+            kinds: vec![FaultKind::Pause, FaultKind::Clock],
+            duration_ms: 30_000,
+            interval_ms: 0,
+            focus,
+        };
+        let aimed = fault_plan(&config(Focus::WallClockLeases));
+        let drawn = fault_plan(&config(Focus::Draw));
+        assert_eq!(
+            aimed.len(),
+            drawn.len(),
+            "seed {seed}: same episodes, same times"
+        );
+        let first_clock = aimed
+            .iter()
+            .find(|p| matches!(p.op.f, Verb::Skew | Verb::Strobe))
+            .expect("a clock episode in 30 s");
+        let FaultValue::Clock { spec, jump_ms, .. } = first_clock.op.value else {
+            panic!(
+                "seed {seed}: the first clock episode is no skew: {:?}",
+                first_clock.op
+            )
+        };
+        assert_eq!(spec, NodeSpec::Majority, "seed {seed}");
+        assert!(jump_ms >= 1000, "seed {seed}: jump {jump_ms} ms");
+        for planned in &aimed {
+            if let FaultValue::Clock { jump_ms, .. } = planned.op.value
+                && planned.op.f == Verb::Skew
+            {
+                assert!(jump_ms > 0, "seed {seed}: every skew jumps ahead");
+            }
+        }
+        for planned in &drawn {
+            if let FaultValue::Clock { jump_ms, .. } = planned.op.value {
+                assert!(jump_ms <= 0, "seed {seed}: lockd's clocks never jump ahead");
+            }
+        }
+        let first_pause = aimed
+            .iter()
+            .find(|p| matches!(p.op.f, Verb::Pause | Verb::PauseClients));
+        if let Some(first_pause) = first_pause {
+            assert_eq!(first_pause.op.f, Verb::PauseClients, "seed {seed}");
+        }
+        let stalls = aimed
+            .iter()
+            .filter(|p| p.op.f == Verb::PauseClients)
+            .count();
+        let resumes = aimed
+            .iter()
+            .filter(|p| p.op.f == Verb::ResumeClients)
+            .count();
+        assert_eq!(stalls, resumes, "seed {seed}: every stall is resumed");
+    }
+}

@@ -130,7 +130,9 @@ fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
         return FaultKind::ALL.to_vec();
     }
     let mut kinds = vec![FaultKind::Kill, FaultKind::Pause];
-    let mut left_out = vec!["clock (etcd has no lease-clock control)".to_owned()];
+    let mut left_out = vec![
+        "clock (etcd has no lease-clock control, and as a Go program it reads time through the vDSO, which libfaketime cannot reach)".to_owned(),
+    ];
     match (args.net.as_str(), nemesis::net::owner::Owner::available()) {
         ("kernel", Ok(())) => kinds.push(FaultKind::Partition),
         ("kernel", Err(why)) => left_out.push(format!("partition ({why})")),
@@ -254,7 +256,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
             // root: one user per node, nftables by uid).
             if nemesis.contains(&FaultKind::Clock) {
                 anyhow::bail!(
-                    "--system etcd: the clock nemesis does not apply to etcd (no lease-clock control); use --nemesis kill,pause,partition"
+                    "--system etcd: the clock nemesis does not apply to etcd: it has no lease-clock control, and as a Go program it reads time through the vDSO, which libfaketime (the clock faults of --system redis) cannot reach; use --nemesis kill,pause,partition"
                 );
             }
             if nemesis.contains(&FaultKind::Partition) {
