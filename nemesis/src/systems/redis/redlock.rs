@@ -17,10 +17,11 @@
 //! Outcomes for the history (DESIGN's rules):
 //! - acquire: granted -> ok (no token: Redlock issues none); not granted, and at most a
 //!   minority of instances may still hold this client's value (every other one answered
-//!   the release) -> fail `busy`; a majority may still hold it -> info `timeout`.
-//! - release: a majority deleted the value -> ok; every instance answered and fewer than a
-//!   majority deleted it -> fail `not-holder`; else, if the unanswered ones could make a
-//!   majority -> info `timeout`, otherwise fail `not-holder`.
+//!   the release, or refused the connection: it is down, and restarts empty) -> fail
+//!   `busy`; a majority may still hold it -> info `timeout`.
+//! - release: a majority deleted the value -> ok; fewer did, and those that may have
+//!   deleted it without saying so (a request sent, no reply) could make a majority -> info
+//!   `timeout`; otherwise fail `not-holder`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -103,7 +104,10 @@ pub enum Released {
 #[derive(Debug)]
 enum Answer {
     Reply(Reply),
-    /// No reply (refused, reset, timed out): the request may or may not have taken effect.
+    /// The connection was refused (the instance is down): the request certainly did not
+    /// take effect.
+    Refused,
+    /// No reply (reset, timed out, garbled): the request may or may not have taken effect.
     Silent,
 }
 
@@ -156,20 +160,29 @@ impl Redlock {
         let addr = self.instances[index].1;
         let attempt = async {
             if slot.is_none() {
-                *slot = Some(Connection::connect(addr).await?);
+                match Connection::connect(addr).await {
+                    Ok(connection) => *slot = Some(connection),
+                    // Nothing was sent.
+                    Err(_) => return Answer::Refused,
+                }
             }
-            match slot.as_mut() {
-                Some(connection) => connection.call(args).await,
-                None => Err(super::resp::RespError::Protocol("no connection".into())),
+            match slot.as_mut().map(|c| c.call(args)) {
+                Some(call) => match call.await {
+                    Ok(reply) => Answer::Reply(reply),
+                    Err(_) => Answer::Silent,
+                },
+                None => Answer::Refused,
             }
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(reply)) => Answer::Reply(reply),
-            _ => {
-                *slot = None;
-                Answer::Silent
-            }
+        // A connect that does not finish in time sent nothing either, but a paused instance
+        // accepts connections (the kernel does), so a timeout is counted as silent.
+        let answer = tokio::time::timeout(timeout, attempt)
+            .await
+            .unwrap_or(Answer::Silent);
+        if !matches!(answer, Answer::Reply(_)) {
+            *slot = None;
         }
+        answer
     }
 
     async fn on_all(&self, args: &[&[u8]], timeout: Duration) -> Vec<Answer> {
