@@ -38,12 +38,15 @@ fn registry() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// SIGCONT then SIGKILL every registered process group (the Ctrl-C path). Returns how many.
+/// SIGCONT then SIGKILL every registered process group (the Ctrl-C path), and remove what
+/// libfaketime kept for the group's leader, which the Ctrl-C path has no launcher to ask
+/// about ([`Launcher::stopped`]). Returns how many.
 pub fn kill_registered() -> usize {
     let pids: Vec<i32> = registry().iter().copied().collect();
     for pid in &pids {
         let _ = killpg(Pid::from_raw(*pid), Signal::SIGCONT);
         let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+        crate::systems::faketime::remove_shared_memory(*pid as u32);
     }
     registry().clear();
     pids.len()

@@ -103,6 +103,16 @@ fn shm_faketime() -> Vec<String> {
 
 /// Runs `locksmith test --system redis` with these arguments and a store of its own.
 fn locksmith_test(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Ran {
+    run_locksmith(store, args, env, None)
+}
+
+/// As [`locksmith_test`], sending SIGINT (Ctrl-C) to locksmith after `interrupt` if given.
+fn run_locksmith(
+    store: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    interrupt: Option<Duration>,
+) -> Ran {
     let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let mut command = Command::new(env!("CARGO_BIN_EXE_locksmith"));
@@ -123,6 +133,10 @@ fn locksmith_test(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Ran {
         }
         text
     });
+    if let Some(after) = interrupt {
+        std::thread::sleep(after);
+        let _ = nix::sys::signal::kill(Pid::from_raw(guard.0.id() as i32), Signal::SIGINT);
+    }
     let mut stdout = String::new();
     if let Some(mut out) = guard.0.stdout.take() {
         let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
@@ -344,6 +358,34 @@ fn a_run_whose_instance_cannot_start_leaves_nothing_behind() {
         ran.text()
     );
     assert_nothing_left(&ran, &shm_before, 4);
+}
+
+#[test]
+fn a_run_interrupted_by_ctrl_c_leaves_nothing_behind() {
+    // Issue 25: also a run that ends by Ctrl-C in the middle of its faults (the handler kills
+    // every registered node and removes libfaketime's shared memory; the data dir goes with
+    // the run's future).
+    let (Some(_), Some(_)) = (
+        redis_or_skip("a_run_interrupted_by_ctrl_c"),
+        faketime_or_skip("a_run_interrupted_by_ctrl_c"),
+    ) else {
+        return;
+    };
+    let store = tempfile::tempdir().expect("store");
+    let shm_before = shm_faketime();
+    let ran = run_locksmith(
+        store.path(),
+        &["--nemesis", "pause,clock", "--seed", "4", "--time-s", "30"],
+        &[],
+        Some(Duration::from_secs(6)),
+    );
+    assert_eq!(ran.code, 2, "{}", ran.text());
+    assert!(
+        ran.stderr.contains("interrupted (Ctrl-C)"),
+        "{}",
+        ran.text()
+    );
+    assert_nothing_left(&ran, &shm_before, 5);
 }
 
 /// A redis-server of this test's own under libfaketime, on a free port. Dropped: killed,
