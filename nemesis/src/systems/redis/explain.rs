@@ -42,29 +42,7 @@ pub fn two_holders(history: &[Op], check: &Check) -> Option<String> {
     if lease.verdict != Verdict::Invalid {
         return None;
     }
-    // One violation per key, their rows one run per key: the first where two grants
-    // overlap (two holders by their acquires alone), else the first.
-    let mut segments: Vec<Vec<usize>> = Vec::new();
-    for row in lease.rows.iter().map(|r| *r as usize) {
-        let key = &history.get(row)?.key;
-        match segments.last_mut() {
-            Some(segment) if history[segment[0]].key == *key => segment.push(row),
-            _ => segments.push(vec![row]),
-        }
-    }
-    let two_grants = |segment: &&Vec<usize>| {
-        segment
-            .iter()
-            .filter(|r| history[**r].f == "acquire" && history[**r].op_type == OpType::Ok)
-            .count()
-            >= 2
-            && segment.iter().all(|r| history[*r].f == "acquire")
-    };
-    let rows = segments
-        .iter()
-        .find(two_grants)
-        .or(segments.first())?
-        .clone();
+    let rows = violation_rows(history, &lease.rows)?;
     let key = history[rows[0]].key.clone();
     let mut processes: Vec<Process> = Vec::new();
     for row in &rows {
@@ -73,15 +51,6 @@ pub fn two_holders(history: &[Op], check: &Check) -> Option<String> {
             processes.push(process);
         }
     }
-    let grants: Vec<&Op> = history
-        .iter()
-        .filter(|op| {
-            op.key == key
-                && op.f == "acquire"
-                && op.op_type == OpType::Ok
-                && processes.contains(&op.process)
-        })
-        .collect();
     let start = rows
         .iter()
         .filter_map(|r| invoke_of(history, *r))
@@ -92,93 +61,17 @@ pub fn two_holders(history: &[Op], check: &Check) -> Option<String> {
         "Redlock: two holders of key {key} at once: {} (the lease-safety violation above)\n",
         processes.iter().map(who).collect::<Vec<_>>().join(" and ")
     );
-    let mut window_start = start;
-    for process in &processes {
-        let grant = grants
-            .iter()
-            .rev()
-            .find(|g| g.process == *process && g.time_ns <= end);
-        if let Some(grant) = grant
-            && let Some(invoke) = invoke_of(history, grant.index as usize)
-        {
-            window_start = window_start.min(invoke.time_ns);
-            // An acquire's value is `lease_ms [wait_ms]`.
-            let lease_ms: u64 = invoke
-                .value
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            text.push_str(&format!(
-                "  {}: granted {key} at {} (lease {lease_ms} ms asked for at {}: it held the key by its own account until about {})\n",
-                who(process),
-                seconds(grant.time_ns),
-                seconds(invoke.time_ns),
-                seconds(invoke.time_ns + lease_ms * 1_000_000),
-            ));
-        }
-    }
+    let (holders, window_start) = holders(history, &key, &processes, start, end);
+    text.push_str(&holders);
     text.push_str("timeline (seconds since the start; history rows):\n");
-    let marked: BTreeSet<usize> = rows.iter().copied().collect();
-    // Every fault in effect at some instant of the window, from its start to its end (a
-    // client stall that began before the first grant belongs to the story).
-    let nemesis: Vec<Op> = history
-        .iter()
-        .filter(|op| op.process == Process::Nemesis)
-        .cloned()
-        .collect();
-    let faults: BTreeSet<u64> = history::vocab::fault_spans(&nemesis)
-        .iter()
-        .filter(|span| span.overlaps(window_start, end))
-        .flat_map(|span| [Some(span.start), span.end])
-        .flatten()
-        .map(|at| nemesis[at].index)
-        .collect();
-    let mut lines = Vec::new();
-    for op in history.iter().filter(|op| {
-        faults.contains(&op.index) || (op.time_ns >= window_start && op.time_ns <= end)
-    }) {
-        let line = match op.process {
-            Process::Nemesis if faults.contains(&op.index) => {
-                format!("nemesis {} {}", op.f, op.value)
-            }
-            Process::Nemesis => continue,
-            Process::Client(_) if op.key == key && processes.contains(&op.process) => {
-                let detail = match (op.op_type, op.f.as_str()) {
-                    (OpType::Invoke, "acquire") => {
-                        let mut value = op.value.split_whitespace();
-                        let lease = value.next().unwrap_or("?");
-                        match value.next() {
-                            Some(wait) => format!(" lease {lease} ms, waiting up to {wait} ms"),
-                            None => format!(" lease {lease} ms"),
-                        }
-                    }
-                    (OpType::Ok, "write") => " (accepted)".to_owned(),
-                    (OpType::Fail | OpType::Info, _) => format!(" ({})", op.error),
-                    _ => String::new(),
-                };
-                format!("{} {} {} {key}{detail}", who(&op.process), op.op_type, op.f)
-            }
-            Process::Client(_) => continue,
-        };
-        let mark = if marked.contains(&(op.index as usize)) {
-            " <-"
-        } else {
-            ""
-        };
-        lines.push(format!(
-            "  {:>9}  row {:>5}  {line}{mark}\n",
-            seconds(op.time_ns),
-            op.index
-        ));
-    }
-    let more = lines.len().saturating_sub(TIMELINE_LINES_MAX);
-    for line in lines.into_iter().take(TIMELINE_LINES_MAX) {
-        text.push_str(&line);
-    }
-    if more > 0 {
-        text.push_str(&format!("  ... and {more} more rows\n"));
-    }
+    let window = Window {
+        key: &key,
+        processes: &processes,
+        marked: rows.iter().copied().collect(),
+        start: window_start,
+        end,
+    };
+    text.push_str(&timeline(history, &window));
     text.push_str(
         "(<- marks the rows the violation names. Redlock issues no fencing token, so the \
          resource cannot refuse the holder whose lease ended: a client stalled past its \
@@ -186,6 +79,183 @@ pub fn two_holders(history: &[Op], check: &Check) -> Option<String> {
          holders.)\n",
     );
     Some(text)
+}
+
+/// The rows of the violation to tell: lease safety reports one violation per key, its rows
+/// one run per key; the first where two grants overlap (two holders by their acquires
+/// alone), else the first.
+fn violation_rows(history: &[Op], rows: &[u64]) -> Option<Vec<usize>> {
+    let mut segments: Vec<Vec<usize>> = Vec::new();
+    for row in rows.iter().map(|r| *r as usize) {
+        let key = &history.get(row)?.key;
+        match segments.last_mut() {
+            Some(segment) if history[segment[0]].key == *key => segment.push(row),
+            _ => segments.push(vec![row]),
+        }
+    }
+    let two_grants = |segment: &&Vec<usize>| {
+        let grants = segment
+            .iter()
+            .filter(|r| history[**r].f == "acquire" && history[**r].op_type == OpType::Ok)
+            .count();
+        grants >= 2 && segment.iter().all(|r| history[*r].f == "acquire")
+    };
+    segments
+        .iter()
+        .find(two_grants)
+        .or(segments.first())
+        .cloned()
+}
+
+/// One line per holder: its grant of `key` last before `end`, and until when its lease ran
+/// by its own account; and the earliest of those grants' invokes (or `start`).
+fn holders(
+    history: &[Op],
+    key: &str,
+    processes: &[Process],
+    start: u64,
+    end: u64,
+) -> (String, u64) {
+    let mut text = String::new();
+    let mut window_start = start;
+    for process in processes {
+        let grant = history.iter().rev().find(|op| {
+            op.key == key
+                && op.f == "acquire"
+                && op.op_type == OpType::Ok
+                && op.process == *process
+                && op.time_ns <= end
+        });
+        let Some((grant, invoke)) =
+            grant.and_then(|g| Some((g, invoke_of(history, g.index as usize)?)))
+        else {
+            continue;
+        };
+        window_start = window_start.min(invoke.time_ns);
+        // An acquire's value is `lease_ms [wait_ms]`.
+        let lease_ms: u64 = invoke
+            .value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        text.push_str(&format!(
+            "  {}: granted {key} at {} (lease {lease_ms} ms asked for at {}: it held the key by its own account until about {})\n",
+            who(process),
+            seconds(grant.time_ns),
+            seconds(invoke.time_ns),
+            seconds(invoke.time_ns + lease_ms * 1_000_000),
+        ));
+    }
+    (text, window_start)
+}
+
+/// What the timeline shows: the two holders' ops on one key from `start` to `end`.
+struct Window<'a> {
+    key: &'a str,
+    processes: &'a [Process],
+    marked: BTreeSet<usize>,
+    start: u64,
+    end: u64,
+}
+
+/// The timeline's lines: the holders' ops on the key in the window, and every fault in
+/// effect at some instant of it, from its start to its end (a client stall that began
+/// before the first grant belongs to the story). Past [`TIMELINE_LINES_MAX`], the rows the
+/// violation names, the faults and their neighbours stay, and the rest are counted.
+fn timeline(history: &[Op], window: &Window<'_>) -> String {
+    let nemesis: Vec<Op> = history
+        .iter()
+        .filter(|op| op.process == Process::Nemesis)
+        .cloned()
+        .collect();
+    let faults: BTreeSet<u64> = history::vocab::fault_spans(&nemesis)
+        .iter()
+        .filter(|span| span.overlaps(window.start, window.end))
+        .flat_map(|span| [Some(span.start), span.end])
+        .flatten()
+        .map(|at| nemesis[at].index)
+        .collect();
+    // (line, kept whatever the length)
+    let mut lines: Vec<(String, bool)> = Vec::new();
+    for op in history.iter() {
+        let in_window = op.time_ns >= window.start && op.time_ns <= window.end;
+        let line = match op.process {
+            Process::Nemesis if faults.contains(&op.index) => {
+                format!("nemesis {} {}", op.f, op.value)
+            }
+            Process::Client(_)
+                if in_window && op.key == window.key && window.processes.contains(&op.process) =>
+            {
+                client_op(op)
+            }
+            _ => continue,
+        };
+        let marked = window.marked.contains(&(op.index as usize));
+        let mark = if marked { " <-" } else { "" };
+        lines.push((
+            format!(
+                "  {:>9}  row {:>5}  {line}{mark}\n",
+                seconds(op.time_ns),
+                op.index
+            ),
+            marked || op.process == Process::Nemesis,
+        ));
+    }
+    if lines.len() > TIMELINE_LINES_MAX {
+        let keep: Vec<bool> = (0..lines.len())
+            .map(|i| {
+                let near = |j: usize| lines.get(j).is_some_and(|(_, k)| *k);
+                near(i) || near(i + 1) || (i > 0 && near(i - 1))
+            })
+            .collect();
+        let mut kept = keep.iter();
+        lines.retain(|_| *kept.next().unwrap_or(&true));
+    }
+    let mut text: String = lines.iter().map(|(line, _)| line.as_str()).collect();
+    let shown = lines.len();
+    let all = history
+        .iter()
+        .filter(|op| {
+            faults.contains(&op.index)
+                || (op.time_ns >= window.start
+                    && op.time_ns <= window.end
+                    && op.key == window.key
+                    && window.processes.contains(&op.process))
+        })
+        .count();
+    if shown < all {
+        text.push_str(&format!(
+            "  ({} more rows of the two processes on {} left out)\n",
+            all - shown,
+            window.key
+        ));
+    }
+    text
+}
+
+/// One client row in words.
+fn client_op(op: &Op) -> String {
+    let detail = match (op.op_type, op.f.as_str()) {
+        (OpType::Invoke, "acquire") => {
+            let mut value = op.value.split_whitespace();
+            let lease = value.next().unwrap_or("?");
+            match value.next() {
+                Some(wait) => format!(" lease {lease} ms, waiting up to {wait} ms"),
+                None => format!(" lease {lease} ms"),
+            }
+        }
+        (OpType::Ok, "write") => " (accepted)".to_owned(),
+        (OpType::Fail | OpType::Info, _) => format!(" ({})", op.error),
+        _ => String::new(),
+    };
+    format!(
+        "{} {} {} {}{detail}",
+        who(&op.process),
+        op.op_type,
+        op.f,
+        op.key
+    )
 }
 
 #[cfg(test)]
@@ -229,6 +299,37 @@ mod tests {
         // Another key's ops and the second row of each fault are left out.
         assert!(!text.contains("k1"), "{text}");
         assert_eq!(text.matches("nemesis skew").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_long_timeline_keeps_the_violation_and_the_faults_and_counts_the_rest() {
+        // Process 0 writes 60 times between its grant and the clock jump.
+        let mut csv: Vec<String> = CLOCK_JUMP.lines().take(3).map(str::to_owned).collect();
+        let mut index = 2;
+        for i in 0..60u64 {
+            let t = 111_000_000 + i * 1_000_000;
+            csv.push(format!("{index},{t},0,invoke,write,k2,0.{i},,,"));
+            csv.push(format!("{},{},0,ok,write,k2,,,,", index + 1, t + 500_000));
+            index += 2;
+        }
+        for line in CLOCK_JUMP.lines().skip(5) {
+            let rest = line.split_once(',').map_or("", |(_, r)| r);
+            csv.push(format!("{index},{rest}"));
+            index += 1;
+        }
+        let text = csv.join("\n") + "\n";
+        let ops = history::csv::read_str(&text).expect("reads");
+        let check = checker::check(&ops, &checker::Options::for_model(checker::ModelKind::Lock))
+            .expect("pairs");
+        let story = two_holders(&ops, &check).expect("a story");
+        let lines = story.lines().filter(|l| l.contains("  row ")).count();
+        assert!(lines <= TIMELINE_LINES_MAX, "{lines} lines:\n{story}");
+        assert_eq!(story.matches(" <-").count(), 4, "{story}");
+        assert!(story.contains("nemesis skew"), "{story}");
+        assert!(
+            story.contains("more rows of the two processes on k2 left out"),
+            "{story}"
+        );
     }
 
     #[test]
