@@ -600,3 +600,29 @@ fn the_redlock_focus_jumps_a_majority_ahead_and_stalls_clients_first() {
         assert_eq!(stalls, resumes, "seed {seed}: every stall is resumed");
     }
 }
+
+#[test]
+fn what_redlock_cannot_take_is_refused_saying_why() {
+    // No redis needed: the options are refused before anything starts (exit 2).
+    let store = tempfile::tempdir().expect("store");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--nemesis", "partition"], "the instances are independent"),
+        (&["--workload", "fenced"], "Redlock issues no fencing token"),
+        (
+            &["--net", "kernel"],
+            "independent redis instances have none",
+        ),
+        (&["--redis-instances", "0"], "at least 1"),
+    ];
+    for (args, why) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_locksmith"))
+            .args(["test", "--system", "redis", "--store"])
+            .arg(store.path())
+            .args(args)
+            .output()
+            .expect("locksmith runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{args:?}: {why:?} in {stderr}");
+    }
+}

@@ -342,6 +342,12 @@ fn redis_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<()> {
             "--system redis: the instances are independent (no peer links for the per-link proxy to cut), and client-to-instance links are not routed through it; use --nemesis kill,pause,clock"
         );
     }
+    if args.net != "proxy" {
+        anyhow::bail!(
+            "--system redis: --net {} cuts links between nodes, and independent redis instances have none; drop --net",
+            args.net
+        );
+    }
     if args.workload.as_deref() == Some("fenced") {
         anyhow::bail!(
             "--system redis: Redlock issues no fencing token, so the fenced workload cannot apply; the run uses --workload unfenced"
