@@ -211,7 +211,9 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             )
         });
     extra.extend(vouching);
-    let mut output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
+    let check_options =
+        checker::Options::default().with_owner_aware_release(system.owner_aware_release());
+    let mut output = pipeline::check_history_with(&dir, &check_options, extra);
     if let Some(reason) = distrust {
         output.verdict = Verdict::unknown(reason);
     }

@@ -166,6 +166,15 @@ pub trait System: Send + Sync {
         .boxed()
     }
 
+    /// True when a release frees only the releasing client's own grant (Redlock's
+    /// compare-and-delete; lockd and etcd name the token): lease safety of a history
+    /// without tokens then does not let another process's release end a hold
+    /// (`checker::Options::owner_aware_release`). False by default (an exec adapter may
+    /// speak for an owner-blind service).
+    fn owner_aware_release(&self) -> bool {
+        false
+    }
+
     /// More words on a failed run, after the checks' explanation: the system's own story
     /// of the anomaly (redis: the two holders of a key, with a timeline). None by default.
     fn explain(&self, _history: &[history::Op], _check: &checker::Check) -> Option<String> {

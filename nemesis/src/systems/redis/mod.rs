@@ -21,8 +21,9 @@
 //!   Redlock issues no fencing token, so grants carry none: the run uses the unfenced
 //!   workload, and the checks that read tokens (linearizability of the lock model, fencing)
 //!   say "not checked" while lease safety judges the grants and writes by real time alone
-//!   (`checker::lease::check_without_tokens`); the summary lists the two as not checked,
-//!   with the reason.
+//!   (`checker::lease::check_without_tokens_with`, owner-aware: a release frees only the
+//!   releasing client's own value, so another client's release never ends a hold); the
+//!   summary lists the two as not checked, with the reason.
 //! - **Status**: `PING` per instance; the instances elect no leader.
 
 pub mod explain;
@@ -301,6 +302,10 @@ impl System for Redis {
                 .collect()
         }
         .boxed()
+    }
+
+    fn owner_aware_release(&self) -> bool {
+        true
     }
 
     fn explain(&self, history: &[history::Op], check: &checker::Check) -> Option<String> {
