@@ -26,9 +26,14 @@ packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-util
 #   bridge, `ip`; one sshd per namespace, started by the harness with a config and keys of
 #   its own, never the package's service) and `locksmith test --hosts` (the system `ssh`;
 #   `tc` from iproute2 for the slow/flaky faults); nemesis/tests/hosts.rs, root only.
+# - redis-server, faketime: `--system redis` (Redlock over independent redis-server
+#   processes, nemesis::systems::redis, nemesis/tests/redis.rs, `locksmith bench`), each
+#   started by the harness with a config of its own on a free loopback port, never the
+#   package's service; faketime brings libfaketime (LD_PRELOAD), through which the clock
+#   nemesis moves a third-party process's clock (nemesis::faketime).
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2 zookeeper)
+packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2 zookeeper redis-server faketime)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -193,9 +193,22 @@ fn violation(
 ///    paused or slow holder's late write lands while the next holder works: mutual
 ///    exclusion is gone where it matters. (With tokens the fencing check judges writes.)
 pub fn check_without_tokens(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
+    check_without_tokens_with(history, drift, false)
+}
+
+/// [`check_without_tokens`], with releases read as owner-aware when `owner_aware`: a release
+/// frees only its own process's grant (Redlock deletes a key only when it holds the
+/// releasing client's random value), so a release by another process, `ok` or `info`, does
+/// not end a holder's hold in rule 1 or 3. Without it, any process's release may have freed
+/// the key, which can hide two holders behind an unrelated `info` release.
+pub fn check_without_tokens_with(
+    history: &[Operation],
+    drift: f64,
+    owner_aware: bool,
+) -> Vec<LeaseViolation> {
     crate::per_key::by_key(history)
         .iter()
-        .filter_map(|(key, ops)| tokenless_key(key, ops, drift))
+        .filter_map(|(key, ops)| tokenless_key(key, ops, drift, owner_aware))
         .collect()
 }
 
@@ -206,7 +219,12 @@ struct HeldWithoutToken<'o> {
     held_until: u64,
 }
 
-fn tokenless_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViolation> {
+fn tokenless_key(
+    key: &str,
+    ops: &[&Operation],
+    drift: f64,
+    owner_aware: bool,
+) -> Option<LeaseViolation> {
     let held: Vec<HeldWithoutToken<'_>> = ops
         .iter()
         .enumerate()
@@ -215,10 +233,15 @@ fn tokenless_key(key: &str, ops: &[&Operation], drift: f64) -> Option<LeaseViola
             let held_from = grant.return_ns()?;
             // The next release of the key that may have freed it. Without tokens a release
             // does not say whose lock it frees, so any process's counts (an owner-blind
-            // service, Jepsen's mutex, frees the holder's lock on anyone's release).
+            // service, Jepsen's mutex, frees the holder's lock on anyone's release), unless
+            // the service is owner-aware.
             let release = ops[i + 1..]
                 .iter()
-                .find(|op| op.f == OpName::Release && (op.is_ok() || op.is_indeterminate()))
+                .find(|op| {
+                    op.f == OpName::Release
+                        && (op.is_ok() || op.is_indeterminate())
+                        && (!owner_aware || op.process == grant.process)
+                })
                 .map_or(u64::MAX, |r| r.call_ns().saturating_add(1));
             Some(HeldWithoutToken {
                 grant,
@@ -374,6 +397,32 @@ mod tests {
     fn check(csv: &str) -> crate::Check {
         let ops = history::csv::read_str(csv).expect("reads");
         crate::check(&ops, &Options::for_model(ModelKind::Lock)).expect("pairs")
+    }
+
+    #[test]
+    fn an_owner_aware_lock_is_not_freed_by_another_process_s_release() {
+        // Process 0 holds `a` (lease 1000 ms); process 2's release of `a` times out (info);
+        // process 1 is granted `a` 0.2 s later. Owner-blind, process 2's release may have
+        // freed the key; owner-aware (Redlock's compare-and-delete) it could free only
+        // process 2's own grant, so processes 0 and 1 held `a` at once.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,1000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,100000000,2,invoke,release,a,,,,
+3,150000000,2,info,release,a,,,,timeout
+4,300000000,1,invoke,acquire,a,1000,,,
+5,301000000,1,ok,acquire,a,,,,
+";
+        assert_eq!(check(csv).verdict, Verdict::Valid, "owner-blind");
+        let ops = history::csv::read_str(csv).expect("reads");
+        let options = Options::for_model(ModelKind::Lock).with_owner_aware_release(true);
+        let aware = crate::check(&ops, &options).expect("pairs");
+        assert_eq!(aware.verdict, Verdict::Invalid, "{}", aware.explanation());
+        assert!(
+            aware.explanation().contains("process 1 acquired it too"),
+            "{}",
+            aware.explanation()
+        );
     }
 
     #[test]

@@ -340,6 +340,11 @@ pub struct Options {
     /// The registers' initial value (`--init`): `register` and `multi-register` only.
     /// `None`: nil. With a value, an ok read of nil is a read of unknown value (Jepsen).
     pub init: Option<String>,
+    /// Lock histories without tokens: a release frees only the releasing process's own
+    /// grant (an owner-aware lock, such as Redlock's compare-and-delete), so another
+    /// process's release does not end a holder's hold ([`lease::check_without_tokens_with`]).
+    /// Off (the default): any process's release may have freed the key (Jepsen's mutex).
+    pub owner_aware_release: bool,
 }
 
 impl Default for Options {
@@ -352,6 +357,7 @@ impl Default for Options {
             phantom_release: true,
             liveness: liveness::LivenessOptions::default(),
             init: None,
+            owner_aware_release: false,
         }
     }
 }
@@ -391,6 +397,14 @@ impl Options {
     /// These options with the registers' initial value.
     pub fn with_init(self, init: Option<String>) -> Options {
         Options { init, ..self }
+    }
+
+    /// These options with owner-aware releases (see [`Options::owner_aware_release`]).
+    pub fn with_owner_aware_release(self, owner_aware_release: bool) -> Options {
+        Options {
+            owner_aware_release,
+            ..self
+        }
     }
 
     /// These options with another lock search.
@@ -698,9 +712,10 @@ fn has_tokens(history: &[Operation]) -> bool {
 fn check_lock_without_tokens(history: &[Operation], options: &Options) -> Check {
     const NAME: CheckName = CheckName::LeaseSafety;
     let lease = guarded(NAME, || {
-        Ok(lease_violations(lease::check_without_tokens(
+        Ok(lease_violations(lease::check_without_tokens_with(
             history,
             options.drift,
+            options.owner_aware_release,
         )))
     });
     compose(vec![

@@ -38,12 +38,15 @@ fn registry() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// SIGCONT then SIGKILL every registered process group (the Ctrl-C path). Returns how many.
+/// SIGCONT then SIGKILL every registered process group (the Ctrl-C path), and remove what
+/// libfaketime kept for the group's leader, which the Ctrl-C path has no launcher to ask
+/// about ([`Launcher::stopped`]). Returns how many.
 pub fn kill_registered() -> usize {
     let pids: Vec<i32> = registry().iter().copied().collect();
     for pid in &pids {
         let _ = killpg(Pid::from_raw(*pid), Signal::SIGCONT);
         let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+        crate::systems::faketime::remove_shared_memory(*pid as u32);
     }
     registry().clear();
     pids.len()
@@ -88,6 +91,11 @@ pub trait Launcher: Send + Sync {
     fn started(&self, _id: NodeId) -> Result<(), Error> {
         Ok(())
     }
+
+    /// Called once node `id`'s local process `pid` is gone (killed and reaped, or exited):
+    /// the launcher removes what the process could not (libfaketime's shared memory of a
+    /// SIGKILLed process: [`crate::systems::faketime::remove_shared_memory`]).
+    fn stopped(&self, _id: NodeId, _pid: u32) {}
 }
 
 /// The addresses and directories of a cluster on loopback.
@@ -363,6 +371,7 @@ impl Cluster {
             "the SIGKILLed node",
         );
         registry().remove(&(child.id() as i32));
+        self.launcher.stopped(id, child.id());
         remote.unwrap_or(Ok(()))?;
         reaped
             .map(|_| ())
@@ -424,6 +433,7 @@ impl Cluster {
                 && let Some(child) = node.child.take()
             {
                 registry().remove(&(child.id() as i32));
+                self.launcher.stopped(*id, child.id());
                 node.ledger.exited();
                 out.push((*id, status));
             }

@@ -211,9 +211,19 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             )
         });
     extra.extend(vouching);
-    let mut output = pipeline::check_history_with(&dir, &checker::Options::default(), extra);
+    let check_options =
+        checker::Options::default().with_owner_aware_release(system.owner_aware_release());
+    let mut output = pipeline::check_history_with(&dir, &check_options, extra);
     if let Some(reason) = distrust {
         output.verdict = Verdict::unknown(reason);
+    }
+    // The system's own story of an anomaly (redis: two holders of a key, with a timeline).
+    if output.verdict == Verdict::Invalid
+        && let Some(check) = &output.check
+        && let Ok(ops) = history::csv::read_path(&run.file(RunDir::HISTORY))
+        && let Some(story) = system.explain(&ops, check)
+    {
+        output.explanation = format!("{}\n{story}", output.explanation.trim_end());
     }
     drop(ticker);
     let mut results = Results::of(

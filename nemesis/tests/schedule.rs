@@ -39,6 +39,7 @@ fn plan(seed: u64) -> String {
         kinds: FaultKind::ALL.to_vec(),
         duration_ms: 30_000,
         interval_ms: 0,
+        focus: Default::default(),
     }))
 }
 
@@ -76,6 +77,7 @@ fn every_kind_happens_in_thirty_seconds() {
             kinds: FaultKind::ALL.to_vec(),
             duration_ms: 30_000,
             interval_ms: 0,
+            focus: Default::default(),
         });
         for kind in FaultKind::ALL {
             assert!(

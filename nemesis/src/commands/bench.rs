@@ -1,4 +1,4 @@
-//! `locksmith bench [--system lockd|etcd|zookeeper|exec,...] [--time-s 20]`: the performance table of
+//! `locksmith bench [--system lockd|etcd|zookeeper|redis|exec,...] [--time-s 20]`: the performance table of
 //! issue 8; with `exec` (`--node-cmd`, `--client-cmd`) the cost of the client protocol of
 //! issue 26 (lockd through `examples/lockd_client.py` against the native client).
 //!
@@ -40,13 +40,22 @@ pub enum System {
     /// Any service: `--node-cmd` and `--client-cmd` (nemesis/PROTOCOL.md). No failover
     /// measurement: the harness cannot ask an exec system who leads.
     Exec,
+    /// Redlock over `--nodes` independent redis-server instances (Debian's redis-server),
+    /// without libfaketime. No failover: see [`REDIS_FAILOVER`].
+    Redis,
 }
+
+/// What failover means for Redlock, printed in place of a figure.
+const REDIS_FAILOVER: &str = "redis failover: n/a: the instances are independent and elect no \
+     leader; a lock needs a majority of them, so a SIGKILL of one instance (of 3 or more) \
+     leaves the lock available at once, with no failover to measure (the killed instance \
+     restarts empty: what it held is lost)";
 
 /// Arguments of `locksmith bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which systems to measure, comma-separated, side by side (with two, the table shows
-    /// first/second ratios); lockd, etcd and zookeeper when absent.
+    /// first/second ratios); lockd, etcd, zookeeper and redis when absent.
     #[arg(long, value_enum, value_delimiter = ',')]
     system: Vec<System>,
     /// --system exec: the command that starts one node (placeholders as for `locksmith test`).
@@ -103,7 +112,7 @@ impl Figures {
 
 pub fn run(args: BenchArgs) -> ExitCode {
     let systems = if args.system.is_empty() {
-        vec![System::Lockd, System::Etcd, System::Zookeeper]
+        vec![System::Lockd, System::Etcd, System::Zookeeper, System::Redis]
     } else {
         args.system.clone()
     };
@@ -152,6 +161,11 @@ async fn measure(system: System, args: &BenchArgs) -> anyhow::Result<Figures> {
         }
         System::Zookeeper => Arc::new(nemesis::systems::zookeeper::ZooKeeper::new(
             nemesis::systems::zookeeper::find_zookeeper()?,
+        )),
+        System::Redis => Arc::new(nemesis::systems::redis::Redis::new(
+            nemesis::systems::redis::find_redis_server()?,
+            None,
+            BENCH_SEED,
         )),
         System::Exec => {
             let (Some(node_cmd), Some(client_cmd)) = (&args.node_cmd, &args.client_cmd) else {
@@ -309,6 +323,9 @@ fn print_table(args: &BenchArgs, results: &[(System, Option<Figures>)]) {
                     }
                 );
             }
+        }
+        if *system == System::Redis && args.failover_rounds > 0 {
+            println!("{REDIS_FAILOVER}");
         }
         if let Some(failover) = &figures.failover {
             let samples: Vec<String> = failover

@@ -13,7 +13,9 @@ use nemesis::harness::workload::WorkloadKind;
 use nemesis::net::NetKind;
 use nemesis::run::{self, TestOptions};
 use nemesis::systems::etcd::{ClientOptions, Etcd, EtcdClusterConfig, find_etcd};
+use nemesis::systems::faketime::Libfaketime;
 use nemesis::systems::lockd::{Lockd, find_lockd};
+use nemesis::systems::redis::{Redis, find_redis_server};
 
 /// Options of `locksmith test`.
 #[derive(Debug, Args)]
@@ -31,7 +33,7 @@ pub struct TestArgs {
     /// Fault kinds: kill, pause, partition, clock, netem (comma-separated; `none` for none).
     /// Default: the system's own (lockd: kill,pause,partition,clock, plus netem with --hosts;
     /// etcd: kill,pause, plus partition with --net kernel as root; zookeeper:
-    /// kill,pause,partition).
+    /// kill,pause,partition; redis: pause,clock).
     #[arg(long)]
     nemesis: Option<String>,
     /// Client slots.
@@ -52,9 +54,15 @@ pub struct TestArgs {
     #[arg(long, default_value = "proxy")]
     net: String,
     /// The system under test: lockd, etcd (kill, pause; partition with --net kernel as root),
-    /// zookeeper (Debian's package; kill, pause, partition), or exec (any service: --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
+    /// zookeeper (Debian's package; kill, pause, partition), redis (Redlock over independent
+    /// redis-server instances: kill, pause, clock through libfaketime), or exec (any service:
+    /// --node-cmd and --client-cmd; nemesis/PROTOCOL.md).
     #[arg(long, default_value = "lockd")]
     system: String,
+    /// --system redis: the number of independent redis-server instances (default 5, the
+    /// Redlock page's example; 1 is the single-instance SET NX PX lock). Sets --nodes.
+    #[arg(long)]
+    redis_instances: Option<u64>,
     /// --system exec: the command that starts one node, with placeholders {id} {addr}
     /// {peer_addr} {peers} {peer_addrs} {client_addrs} {dir} {nodes} (run by `sh -c`).
     #[arg(long)]
@@ -63,9 +71,10 @@ pub struct TestArgs {
     /// {client_addrs} {node} {process} {slot}; it speaks JSON lines on stdin and stdout.
     #[arg(long)]
     client_cmd: Option<String>,
-    /// fenced (default) or unfenced (the control workload, expected to fail).
-    #[arg(long, default_value = "fenced")]
-    workload: String,
+    /// fenced (default) or unfenced (the control workload, expected to fail). Redis: unfenced
+    /// only (Redlock issues no fencing token).
+    #[arg(long)]
+    workload: Option<String>,
     /// Each client's pause between two ops, ms, LOW-HIGH (sets the request rate).
     #[arg(long, default_value = "10-100")]
     think_ms: String,
@@ -76,9 +85,10 @@ pub struct TestArgs {
     #[arg(long, default_value_t = 0)]
     fault_interval_ms: u64,
     /// Percent of grants a client holds past its lease on its own, 0-100 (besides the stalls
-    /// of the pause nemesis's pause-clients).
-    #[arg(long, default_value_t = nemesis::harness::OVERHOLD_PERCENT_DEFAULT)]
-    overhold_percent: u64,
+    /// of the pause nemesis's pause-clients). Default 12; 0 for redis, whose resource is
+    /// unfenced, so that only the nemesis's stalls hold a lock past its validity.
+    #[arg(long)]
+    overhold_percent: Option<u64>,
     /// Bound of the recovery phase, seconds.
     #[arg(long, default_value_t = 20)]
     recovery_s: u64,
@@ -125,11 +135,22 @@ fn default_nemesis(args: &TestArgs) -> Vec<FaultKind> {
         );
         return vec![FaultKind::Kill, FaultKind::Pause, FaultKind::Partition];
     }
+    if args.system == "redis" {
+        eprintln!(
+            "locksmith test: --system redis: faults pause,clock (Redlock's two known failures: \
+             a pause longer than the validity time, a clock jump on a majority); left out: \
+             kill (an instance restarts empty: add it with --nemesis), partition (the \
+             instances are independent: no peer link to cut)"
+        );
+        return vec![FaultKind::Pause, FaultKind::Clock];
+    }
     if args.system != "etcd" {
         return FaultKind::ALL.to_vec();
     }
     let mut kinds = vec![FaultKind::Kill, FaultKind::Pause];
-    let mut left_out = vec!["clock (etcd has no lease-clock control)".to_owned()];
+    let mut left_out = vec![
+        "clock (etcd has no lease-clock control, and as a Go program it reads time through the vDSO, which libfaketime cannot reach)".to_owned(),
+    ];
     match (args.net.as_str(), nemesis::net::owner::Owner::available()) {
         ("kernel", Ok(())) => kinds.push(FaultKind::Partition),
         ("kernel", Err(why)) => left_out.push(format!("partition ({why})")),
@@ -241,16 +262,20 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     if args.system != "exec" && (args.node_cmd.is_some() || args.client_cmd.is_some()) {
         anyhow::bail!("--node-cmd and --client-cmd go with --system exec");
     }
+    if args.redis_instances.is_some() && args.system != "redis" {
+        anyhow::bail!("--redis-instances goes with --system redis");
+    }
     match args.system.as_str() {
         "lockd" => {}
         "exec" => exec_options(args, &nemesis)?,
+        "redis" => redis_options(args, &nemesis)?,
         "etcd" => {
             // nemesis::systems::etcd::Etcd: etcd has no lease-clock control, and cannot dial its peers
             // through per-link addresses, so partitions need the owner net (--net kernel, as
             // root: one user per node, nftables by uid).
             if nemesis.contains(&FaultKind::Clock) {
                 anyhow::bail!(
-                    "--system etcd: the clock nemesis does not apply to etcd (no lease-clock control); use --nemesis kill,pause,partition"
+                    "--system etcd: the clock nemesis does not apply to etcd: it has no lease-clock control, and as a Go program it reads time through the vDSO, which libfaketime (the clock faults of --system redis) cannot reach; use --nemesis kill,pause,partition"
                 );
             }
             if nemesis.contains(&FaultKind::Partition) {
@@ -271,7 +296,7 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
             }
         }
         "zookeeper" => zookeeper_options(args, &nemesis)?,
-        other => anyhow::bail!("--system {other:?}: lockd, etcd, zookeeper or exec"),
+        other => anyhow::bail!("--system {other:?}: lockd, etcd, zookeeper, redis or exec"),
     }
     if let Some(bug) = &args.bug {
         bug.parse::<lockd::bugs::Bug>()?;
@@ -285,6 +310,24 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
     let range = |flag, text: &str| parse_range(flag, text).map_err(|e| anyhow::anyhow!(e));
     let think_ms = range("think-ms", &args.think_ms)?;
     let lease_ms = range("lease-ms", &args.lease_ms)?;
+    let redis = args.system == "redis";
+    let nodes = match args.redis_instances {
+        Some(n) if redis => n,
+        _ => nodes,
+    };
+    if nodes == 0 {
+        anyhow::bail!("--redis-instances must be at least 1");
+    }
+    let workload = match args.workload.as_deref() {
+        Some(w) => w.parse::<WorkloadKind>()?,
+        None if redis => WorkloadKind::Unfenced,
+        None => WorkloadKind::Fenced,
+    };
+    let overhold_percent = match args.overhold_percent {
+        Some(p) => p.min(100),
+        None if redis => 0,
+        None => nemesis::harness::OVERHOLD_PERCENT_DEFAULT,
+    };
     Ok(TestOptions {
         nodes,
         time_s: args.time_s,
@@ -295,15 +338,20 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         bug: args.bug.clone(),
         net: args.net.parse::<NetKind>()?,
         store: args.store.clone(),
-        workload: args.workload.parse::<WorkloadKind>()?,
+        workload,
         recovery_s: args.recovery_s,
         think_ms,
-        overhold_percent: args.overhold_percent.min(100),
+        overhold_percent,
         lease_ms,
         fault_interval_ms: args.fault_interval_ms,
         progress: true,
         hosts,
         drop_faults: args.drop_faults.iter().copied().collect(),
+        focus: if redis {
+            nemesis::harness::schedule::Focus::WallClockLeases
+        } else {
+            nemesis::harness::schedule::Focus::Draw
+        },
     })
 }
 
@@ -333,6 +381,33 @@ fn zookeeper_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<(
             "--system zookeeper --lease-ms {}: a lease is a session timeout, which the servers grant between {MIN_SESSION_MS} and {MAX_SESSION_MS} ms",
             args.lease_ms
         );
+    }
+    Ok(())
+}
+
+/// The checks of `--system redis`'s options (see `nemesis::systems::redis`).
+fn redis_options(args: &TestArgs, nemesis: &[FaultKind]) -> anyhow::Result<()> {
+    if nemesis.contains(&FaultKind::Partition) {
+        anyhow::bail!(
+            "--system redis: the instances are independent (no peer links for the per-link proxy to cut), and client-to-instance links are not routed through it; use --nemesis kill,pause,clock"
+        );
+    }
+    if args.net != "proxy" {
+        anyhow::bail!(
+            "--system redis: --net {} cuts links between nodes, and independent redis instances have none; drop --net",
+            args.net
+        );
+    }
+    if args.workload.as_deref() == Some("fenced") {
+        anyhow::bail!(
+            "--system redis: Redlock issues no fencing token, so the fenced workload cannot apply; the run uses --workload unfenced"
+        );
+    }
+    if args.bug.is_some() {
+        anyhow::bail!("--system redis: --bug names a lockd mutant");
+    }
+    if args.trace {
+        anyhow::bail!("--system redis: --trace records lockd's core");
     }
     Ok(())
 }
@@ -374,6 +449,13 @@ fn try_run(args: &TestArgs) -> anyhow::Result<u8> {
             args.client_cmd.as_deref().unwrap_or_default(),
             options.concurrency,
         )?)
+    } else if args.system == "redis" {
+        let faketime = if options.nemesis.contains(&FaultKind::Clock) {
+            Some(Libfaketime::find()?.with_glibc_malloc()?)
+        } else {
+            None
+        };
+        Arc::new(Redis::new(find_redis_server()?, faketime, options.seed))
     } else if args.system == "etcd" {
         let config = EtcdClusterConfig {
             binary: find_etcd()?,
@@ -460,6 +542,9 @@ fn print_summary(options: &TestOptions, system: &str, no_trace: bool, outcome: &
     let suite = nemesis::store::junit::test_suite(&outcome.dir, r);
     for line in nemesis::store::junit::summary_lines(&suite, r) {
         println!("{line}");
+    }
+    if system == "redis" {
+        println!("{}", nemesis::systems::redis::SUMMARY_NOTE);
     }
     if !outcome.explanation.is_empty() {
         println!("{}", outcome.explanation.trim_end());

@@ -29,6 +29,28 @@ const CLOCK_RATES_PERMILLE: [u32; 4] = [250, 500, 750, 900];
 /// back), for the same reason.
 const CLOCK_JUMPS_MS: [i64; 4] = [0, -250, -1000, -3000];
 
+/// Jumps of [`ahead`], ms: up to past the longest default lease (1.5 s), so that a jump
+/// expires keys that still had most of their TTL.
+const AHEAD_JUMPS_MS: [i64; 3] = [1000, 2000, 4000];
+/// Rates of [`ahead`], per mille: normal, or fast.
+const AHEAD_RATES_PERMILLE: [u32; 4] = [1000, 1000, 1500, 2000];
+
+/// A skew that jumps a majority's clocks ahead (and may run them fast), for a system whose
+/// clock is a process's wall clock moved through libfaketime (redis): NTP may step such a
+/// clock forward, and Redlock's safety rests on the instances' clocks not doing so (a jump
+/// on a majority expires a held key early there). Never drawn for lockd's lease clock.
+pub fn ahead(rng: &mut Rng) -> FaultOp {
+    FaultOp::new(
+        Verb::Skew,
+        FaultValue::Clock {
+            spec: NodeSpec::Majority,
+            targets: vec![],
+            rate_permille: *rng.pick(&AHEAD_RATES_PERMILLE).unwrap_or(&1000),
+            jump_ms: *rng.pick(&AHEAD_JUMPS_MS).unwrap_or(&1000),
+        },
+    )
+}
+
 /// The clock family.
 pub struct Clock;
 
@@ -133,6 +155,9 @@ impl Family for Clock {
                     .set_clock(&world.layout, id, rate_permille, jump_ms)
             };
             match &op.value {
+                FaultValue::Clock { targets, .. } if op.f == Verb::ResetClock => {
+                    each(targets, |id| world.system.reset_clock(&world.layout, id)).await
+                }
                 FaultValue::Clock {
                     targets,
                     rate_permille,

@@ -85,6 +85,10 @@ pub struct TestOptions {
     /// Planned fault ops (indexes into the plan) left out (the simulator's shrinker).
     #[serde(default)]
     pub drop_faults: BTreeSet<usize>,
+    /// What the fault plan aims at beyond its draw ([`schedule::Focus`]): set by the system
+    /// (redis: Redlock's failures), not a flag of its own.
+    #[serde(default)]
+    pub focus: schedule::Focus,
 }
 
 /// The default percent of grants held past their lease: the holder writes after its lease
@@ -112,6 +116,7 @@ impl Default for TestOptions {
             progress: true,
             hosts: None,
             drop_faults: BTreeSet::new(),
+            focus: schedule::Focus::Draw,
         }
     }
 }
@@ -150,6 +155,7 @@ impl TestOptions {
             kinds: self.nemesis.clone(),
             duration_ms: self.time_s * 1000,
             interval_ms: self.fault_interval_ms,
+            focus: self.focus,
         })
     }
 

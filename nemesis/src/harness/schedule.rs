@@ -22,6 +22,8 @@ const EXTRA_STREAM: u64 = 4 << 32;
 const LEADER_STREAM: u64 = 5 << 32;
 /// The stream of the release-at-the-lease-end draws (apart, so the other draws stay).
 const LATE_STREAM: u64 = 6 << 32;
+/// The stream of the clock-ahead draws.
+const AHEAD_STREAM: u64 = 7 << 32;
 /// A late release is sent this many ms before the lease ends, at most.
 const LATE_RELEASE_MARGIN_MS: u64 = 40;
 
@@ -355,6 +357,24 @@ pub struct FaultPlanConfig {
     pub duration_ms: u64,
     /// The mean time between episodes, ms; 0: a twelfth of the fault phase, within 1-5 s.
     pub interval_ms: u64,
+    /// Faults aimed at a lock without fencing tokens whose servers' clocks are wall clocks
+    /// (Redlock): see [`Focus`].
+    pub focus: Focus,
+}
+
+/// What the plan aims at beyond its seeded draw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Focus {
+    /// The draw as it is.
+    #[default]
+    Draw,
+    /// Redlock's two known failures (Kleppmann 2016), for systems whose clocks the harness
+    /// moves through libfaketime and whose grants carry no token: the clock family's skews,
+    /// and its first episode whatever it drew, jump a majority's clocks ahead
+    /// ([`faults::clock::ahead`]), where lockd's lease clock only ever runs slow; and the
+    /// first pause episode stalls clients (a lock holder in a GC pause) rather than nodes.
+    WallClockLeases,
 }
 
 /// One planned fault op, `at_ms` after the run started.
@@ -425,7 +445,39 @@ pub fn fault_plan(config: &FaultPlanConfig) -> Vec<Planned> {
     }
     plan.sort_by_key(|p| p.at_ms);
     target_the_leader(&mut plan, config.seed);
+    if config.focus == Focus::WallClockLeases {
+        aim_at_wall_clock_leases(&mut plan, config.seed);
+    }
     plan
+}
+
+/// [`Focus::WallClockLeases`] on a sorted plan: every skew, and the first clock episode, jump
+/// a majority's clocks ahead (drawn from a stream of their own, so that the rest of the plan
+/// stays as it was); the first node pause and its resume stall and resume clients instead.
+fn aim_at_wall_clock_leases(plan: &mut [Planned], seed: u64) {
+    let mut first_clock = true;
+    for (index, planned) in plan.iter_mut().enumerate() {
+        let verb = planned.op.f;
+        if verb == faults::Verb::Skew || (first_clock && verb == faults::Verb::Strobe) {
+            let mut rng = Rng::derive(seed, AHEAD_STREAM, index as u64);
+            planned.op = faults::clock::ahead(&mut rng);
+        }
+        first_clock &= !matches!(verb, faults::Verb::Skew | faults::Verb::Strobe);
+    }
+    let Some(first) = plan.iter().position(|p| p.op.f == faults::Verb::Pause) else {
+        return;
+    };
+    // Its resume is the next resume: pauses of nodes never overlap one another (a
+    // combination pairs two different kinds).
+    let resume = plan[first..]
+        .iter()
+        .position(|p| p.op.f == faults::Verb::Resume)
+        .map(|i| first + i);
+    plan[first].op = faults::FaultOp::new(faults::Verb::PauseClients, faults::FaultValue::None);
+    if let Some(resume) = resume {
+        plan[resume].op =
+            faults::FaultOp::new(faults::Verb::ResumeClients, faults::FaultValue::None);
+    }
 }
 
 /// The first partition of every plan cuts the leader off (`isolate-leader`) or mutes it

@@ -238,6 +238,11 @@ impl Launcher for NetnsLauncher {
         }
         command
     }
+
+    fn stopped(&self, id: NodeId, pid: u32) {
+        // `ip netns exec` execs the node's command, which keeps the pid.
+        self.inner.stopped(id, pid);
+    }
 }
 
 #[cfg(test)]

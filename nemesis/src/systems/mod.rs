@@ -7,7 +7,9 @@
 
 pub mod etcd;
 pub mod exec;
+pub mod faketime;
 pub mod lockd;
+pub mod redis;
 pub mod zookeeper;
 
 use std::collections::BTreeMap;
@@ -169,6 +171,33 @@ pub trait System: Send + Sync {
             )))
         }
         .boxed()
+    }
+
+    /// True when a release frees only the releasing client's own grant (Redlock's
+    /// compare-and-delete; lockd and etcd name the token): lease safety of a history
+    /// without tokens then does not let another process's release end a hold
+    /// (`checker::Options::owner_aware_release`). False by default (an exec adapter may
+    /// speak for an owner-blind service).
+    fn owner_aware_release(&self) -> bool {
+        false
+    }
+
+    /// More words on a failed run, after the checks' explanation: the system's own story
+    /// of the anomaly (redis: the two holders of a key, with a timeline). None by default.
+    fn explain(&self, _history: &[history::Op], _check: &checker::Check) -> Option<String> {
+        None
+    }
+
+    /// Undoes every clock fault of node `id` (the clock family's `reset-clock`). By default
+    /// [`System::set_clock`] at rate 1 without a jump (lockd's lease clock then runs at real
+    /// speed from where it stands); a clock the harness moves through libfaketime (redis)
+    /// steps back to real time instead.
+    fn reset_clock<'a>(
+        &'a self,
+        layout: &'a Layout,
+        id: NodeId,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        self.set_clock(layout, id, 1000, 0)
     }
 }
 
