@@ -98,7 +98,10 @@ static REACHED: [AtomicBool; 16] = [const { AtomicBool::new(false) }; 16];
 pub fn hit(name: &str) {
     match PROBES.iter().position(|p| p.name == name) {
         Some(i) => REACHED[i].store(true, Ordering::Relaxed),
-        None => debug_assert!(false, "probe {name:?} is not declared in lockd::probe::PROBES"),
+        None => debug_assert!(
+            false,
+            "probe {name:?} is not declared in lockd::probe::PROBES"
+        ),
     }
 }
 
@@ -158,7 +161,11 @@ mod tests {
             );
         }
         for p in PROBES {
-            assert!(used.iter().any(|u| u == p.name), "{} is never marked", p.name);
+            assert!(
+                used.iter().any(|u| u == p.name),
+                "{} is never marked",
+                p.name
+            );
         }
     }
 

@@ -186,7 +186,10 @@ pub fn replay(lines: &[TraceLine]) -> ReplayReport {
         ..ReplayReport::default()
     };
     for (i, line) in lines.iter().enumerate() {
-        let moved_from = r.nodes.get(&line_node(line)).map(invariants::log_fingerprint);
+        let moved_from = r
+            .nodes
+            .get(&line_node(line))
+            .map(invariants::log_fingerprint);
         let (node, seq, result) = match line {
             TraceLine::Config { node, config } => {
                 r.configs.insert(*node, config.clone());
@@ -518,7 +521,11 @@ fn record_applied(ledger: &mut Ledger, node: &Node, out: &Output) -> Result<(), 
 /// that a snapshot loses or a restart forgets, which the ledger of applied entries cannot see.
 fn same_table(tables: &mut BTreeMap<u64, (NodeId, u64)>, node: &Node) -> Result<(), String> {
     let table = node.table();
-    let (index, digest, id) = (table.last_applied(), table.replicated_digest(), node.status().id);
+    let (index, digest, id) = (
+        table.last_applied(),
+        table.replicated_digest(),
+        node.status().id,
+    );
     if index == 0 {
         return Ok(());
     }

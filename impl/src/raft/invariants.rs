@@ -411,7 +411,10 @@ pub fn tokens_strictly_increase(ledger: &Ledger) -> Result<(), String> {
 /// a neighbour lookup (every adjacent pair of grants is compared when the later of the two
 /// arrives), where the whole check per step made a trace replay quadratic.
 pub fn tokens_increase_at(ledger: &Ledger, index: Index) -> Result<(), String> {
-    let Some(token) = ledger.get(index).and_then(|e| fresh_grant(ledger, index, e)) else {
+    let Some(token) = ledger
+        .get(index)
+        .and_then(|e| fresh_grant(ledger, index, e))
+    else {
         return Ok(());
     };
     let below = (ledger.entries.range(..index).rev())

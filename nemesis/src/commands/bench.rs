@@ -112,7 +112,12 @@ impl Figures {
 
 pub fn run(args: BenchArgs) -> ExitCode {
     let systems = if args.system.is_empty() {
-        vec![System::Lockd, System::Etcd, System::Zookeeper, System::Redis]
+        vec![
+            System::Lockd,
+            System::Etcd,
+            System::Zookeeper,
+            System::Redis,
+        ]
     } else {
         args.system.clone()
     };

@@ -155,19 +155,40 @@ mod tests {
         };
         let a = SeedReport::of_child(
             4,
-            &format!("{}\nprobes: waiter-granted,append-rejected\nstore: x", results(4)),
+            &format!(
+                "{}\nprobes: waiter-granted,append-rejected\nstore: x",
+                results(4)
+            ),
             &status,
         );
-        let b = SeedReport::of_child(2, &format!("{}\nprobes: waiter-granted", results(2)), &status);
+        let b = SeedReport::of_child(
+            2,
+            &format!("{}\nprobes: waiter-granted", results(2)),
+            &status,
+        );
         assert_eq!(a.probes, ["waiter-granted", "append-rejected"]);
-        assert!(a.text.contains("store: x") && !a.text.contains("probes"), "{}", a.text);
+        assert!(
+            a.text.contains("store: x") && !a.text.contains("probes"),
+            "{}",
+            a.text
+        );
         let coverage = Coverage::of([&a, &b]);
         let table = coverage.table();
         let row = |name: &str| table.lines().find(|l| l.contains(name)).unwrap().to_owned();
         assert!(row("waiter-granted").contains("2  first seed 2"), "{table}");
-        assert!(row("append-rejected").contains("1  first seed 4"), "{table}");
-        assert!(row("grant-to-gone-client").contains("NEVER REACHED"), "{table}");
-        assert!(coverage.unreached_required().contains(&"grant-to-gone-client"));
+        assert!(
+            row("append-rejected").contains("1  first seed 4"),
+            "{table}"
+        );
+        assert!(
+            row("grant-to-gone-client").contains("NEVER REACHED"),
+            "{table}"
+        );
+        assert!(
+            coverage
+                .unreached_required()
+                .contains(&"grant-to-gone-client")
+        );
         assert!(!coverage.unreached_required().contains(&"waiter-granted"));
     }
 }
