@@ -117,6 +117,9 @@ pub struct Ghost {
     pub release_removed_other: Option<String>,
     /// The first lease timer armed for less than its lock's `lease_ms` on the node's clock.
     pub early_lease: Option<String>,
+    /// The first Expire this node appended as leader for a lease whose timer had not fired
+    /// on its clock (`Node::lease_ran_out`).
+    pub undue_expire: Option<String>,
     /// Clients that left (`ClientGone`) while this node led `term` and before their lock was
     /// applied here: (term, client origin). Such a lock must get a Release.
     pub gone: BTreeSet<(Term, Origin)>,
@@ -681,6 +684,9 @@ fn carry_out(
     let node = &server.node;
     observe_applied(&mut server.ghost, before.table(), &output.apply);
     observe_leases(&mut server.ghost, node, &output.timers);
+    if server.ghost.undue_expire.is_none() {
+        server.ghost.undue_expire = undue_expire(node, before.status().last_log_index);
+    }
     let term = node.status().term;
     for committed in &output.apply {
         if let Err(e) = Arc::make_mut(&mut server.ledger).record(node.status().id, term, committed)
@@ -739,6 +745,31 @@ fn carry_out(
 /// Flags a lease timer armed for less than its lock's lease on the node's clock (the
 /// `early-expire` mutant). Untimed stateright timers fire at any moment, so this is the part
 /// of lease safety the model can check: the deadline the core asks for.
+/// An Expire `node` appended as leader after index `last_before` for a lease whose timer
+/// did not fire on its own clock, described (the model and the trace replay both check it).
+/// Entries commit a step after they are appended at the earliest, so the lease is still
+/// marked when its Expire is appended.
+pub(super) fn undue_expire(node: &Node, last_before: u64) -> Option<String> {
+    let status = node.status();
+    if status.role != lockd::raft::Role::Leader || status.last_log_index <= last_before {
+        return None;
+    }
+    (node.log().iter().filter(|e| e.index > last_before)).find_map(|entry| {
+        let (None, Command::Expire { key, token }) =
+            (&entry.proposal.origin, &entry.proposal.command)
+        else {
+            return None;
+        };
+        (!node.lease_ran_out(key, *token)).then(|| {
+            format!(
+                "leader {} proposed Expire{{{key}, token {token}}} at index {} for a lease \
+                 whose timer did not fire on its clock",
+                status.id, entry.index
+            )
+        })
+    })
+}
+
 pub(super) fn observe_leases(ghost: &mut Ghost, node: &Node, timers: &[TimerCmd]) {
     for cmd in timers {
         let TimerCmd::Set {

@@ -27,8 +27,9 @@ pub const LOG_MATCHING: &str = "Log Matching";
 pub const LEADER_COMPLETENESS: &str = "Leader Completeness";
 /// No two nodes apply different entries, or compute different outcomes, at one index.
 pub const STATE_MACHINE_SAFETY: &str = "State Machine Safety";
-/// A leader proposes an Expire only for a lease whose timer fired on its own clock (the trace
-/// replay checks it at each append; the model's timers fire at any moment, so it cannot).
+/// A leader proposes an Expire only for a lease whose timer fired on its own clock (the model
+/// and the trace replay check it at each append: the model's timers fire at any moment, so
+/// it cannot tell an early Expire by its time, only by whether the timer fired).
 pub const EXPIRE_DUE: &str = "an Expire is proposed only for a lease that ran out on that node";
 /// Tokens strictly increase in log order and in the real-time order of acquires.
 pub const TOKENS_INCREASE: &str = "fencing tokens strictly increase";
@@ -82,6 +83,9 @@ pub fn all(cfg: &ModelConfig) -> Vec<Property<LockdModel>> {
         Property::always(PHANTOM_RELEASED, |_, s| phantom_released(s).is_ok()),
         Property::always(LEASE_NOT_EARLY, |_, s| {
             live_servers(s).all(|server| server.ghost.early_lease.is_none())
+        }),
+        Property::always(EXPIRE_DUE, |_, s| {
+            live_servers(s).all(|server| server.ghost.undue_expire.is_none())
         }),
         Property::always(LINEARIZABLE, |_, s: &LockdState| {
             s.history.linear.is_consistent()
@@ -294,6 +298,7 @@ pub fn violations(state: &LockdState) -> Vec<(&'static str, String)> {
             (EXPIRE_KEEPS_NEWER, &ghost.expire_removed_other),
             (RELEASE_OWN_TOKEN, &ghost.release_removed_other),
             (LEASE_NOT_EARLY, &ghost.early_lease),
+            (EXPIRE_DUE, &ghost.undue_expire),
         ] {
             if let Some(v) = v {
                 push(name, Err(format!("node {n}: {v}")));

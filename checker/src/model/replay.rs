@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::panic::AssertUnwindSafe;
 
-use lockd::lock::{Command, LockTable, Origin, Outcome};
+use lockd::lock::{LockTable, Origin, Outcome};
 use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{
     ClientRequest, Config, Durable, Envelope, Input, Node, NodeId, Output, RequestId, Response,
@@ -34,7 +34,7 @@ use lockd::raft::{
 };
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
-use super::actor::{Ghost, gone_while_pending, observe_applied_in, observe_leases};
+use super::actor::{Ghost, gone_while_pending, observe_applied_in, observe_leases, undue_expire};
 use super::simulate::Run;
 use super::{LockdModel, properties};
 use stateright::Model;
@@ -545,29 +545,12 @@ fn same_table(tables: &mut BTreeMap<u64, (NodeId, u64)>, node: &Node) -> Result<
 }
 
 /// An Expire a leader appended in this step is for a lease whose timer fired on its own
-/// clock (`Node::lease_ran_out`): a leader must not expire what it only inherited. Entries
-/// commit a step after they are appended at the earliest, so the lease is still marked.
+/// clock (`actor::undue_expire`, as the model checks it).
 fn expires_are_due(node: &Node, last_before: u64) -> Result<(), String> {
-    let status = node.status();
-    if status.role != Role::Leader || status.last_log_index <= last_before {
-        return Ok(());
+    match undue_expire(node, last_before) {
+        Some(why) => Err(format!("{} violated: {why}", properties::EXPIRE_DUE)),
+        None => Ok(()),
     }
-    let appended = node.log().iter().filter(|e| e.index > last_before);
-    for entry in appended {
-        if let (None, Command::Expire { key, token }) =
-            (&entry.proposal.origin, &entry.proposal.command)
-            && !node.lease_ran_out(key, *token)
-        {
-            return Err(format!(
-                "{}: leader {} proposed Expire{{{key}, token {token}}} at index {} for a lease \
-                 whose timer did not fire on its clock",
-                properties::EXPIRE_DUE,
-                status.id,
-                entry.index
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A `Granted{token}` answer needs an applied Grant with that outcome at that token's index.
