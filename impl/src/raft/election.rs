@@ -128,6 +128,7 @@ impl Node {
                     next_index,
                     match_index: 0,
                     recent_active: false,
+                    snapshot: None,
                 };
                 (peer, progress)
             })

@@ -112,6 +112,9 @@ pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
 /// nanosecond would take 290 years), and the core computes `term + 1`, which must not
 /// overflow on a hostile or corrupted message.
 pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
+/// The largest snapshot chunk: JSON writes a byte as at most 4 characters, so a chunk's
+/// frame stays within [`FRAME_LEN_MAX`] with room for the envelope.
+pub const SNAPSHOT_CHUNK_BYTES_MAX: u64 = (FRAME_LEN_MAX as u64) / 8;
 /// Steps of `Input::Persisted` chained after one output (each may persist again).
 const PERSIST_CHAIN_MAX: usize = 8;
 
@@ -286,6 +289,19 @@ impl ServerConfig {
         if min == 0 || min >= max {
             return invalid(format!(
                 "election timeout {min}-{max} ms: need 0 < low < high"
+            ));
+        }
+        if self.raft.snapshot_retransmit_ms == 0 || self.raft.snapshot_retransmit_ms >= min {
+            return invalid(format!(
+                "snapshot retransmit {} ms: need 0 < retransmit < election timeout low {min}",
+                self.raft.snapshot_retransmit_ms
+            ));
+        }
+        if !(1..=SNAPSHOT_CHUNK_BYTES_MAX).contains(&self.raft.snapshot_chunk_bytes) {
+            return invalid(format!(
+                "snapshot chunk {} bytes: need 1 to {SNAPSHOT_CHUNK_BYTES_MAX} (a chunk travels \
+                 as JSON, up to 4 characters a byte, in frames of at most {FRAME_LEN_MAX})",
+                self.raft.snapshot_chunk_bytes
             ));
         }
         if self.raft.heartbeat_ms == 0 || self.raft.heartbeat_ms >= min {
