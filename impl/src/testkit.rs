@@ -608,6 +608,10 @@ pub fn describe_message(msg: &Message) -> String {
             }
             text
         }
+        Message::TimeoutNow { term, campaign } => {
+            let campaign = if *campaign { " campaign" } else { "" };
+            format!("TimeoutNow term={term}{campaign}")
+        }
         Message::InstallSnapshotResponse {
             term,
             last_index,
@@ -615,7 +619,9 @@ pub fn describe_message(msg: &Message) -> String {
             done,
         } => {
             let state = if *done { " done" } else { "" };
-            format!("InstallSnapshotResponse term={term} last={last_index} received={received}{state}")
+            format!(
+                "InstallSnapshotResponse term={term} last={last_index} received={received}{state}"
+            )
         }
     }
 }

@@ -213,6 +213,10 @@ fn describe_raft(msg: &Message) -> String {
             offset + data.len() as u64,
             if *done { ", last chunk" } else { "" }
         ),
+        Message::TimeoutNow { term, campaign } => format!(
+            "TimeoutNow term {term}{}",
+            if *campaign { ", campaign now" } else { "" }
+        ),
         Message::InstallSnapshotResponse {
             term,
             last_index,

@@ -84,7 +84,9 @@ impl RaftLog {
         let base = self.base_index();
         if index <= base {
             let first = self.retained.first()?.index;
-            return self.retained.get(usize::try_from(index.checked_sub(first)?).ok()?);
+            return self
+                .retained
+                .get(usize::try_from(index.checked_sub(first)?).ok()?);
         }
         self.entries.get(usize::try_from(index - base - 1).ok()?)
     }

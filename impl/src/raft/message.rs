@@ -144,6 +144,16 @@ pub enum Message {
         /// already past it): `last_index` is then the follower's match index.
         done: bool,
     },
+    /// The leader is stopping cleanly (Raft thesis §3.10, leadership transfer, and etcd's
+    /// `MsgTimeoutNow`): the receiver forgets the leader's lease, so that it grants pre-votes
+    /// and votes at once, and with `campaign` (the most up-to-date follower) starts an
+    /// election now instead of after an election timeout.
+    TimeoutNow {
+        /// The leader's term.
+        term: Term,
+        /// Whether the receiver should campaign now.
+        campaign: bool,
+    },
 }
 
 impl Message {
@@ -157,7 +167,8 @@ impl Message {
             | Message::AppendEntries { term, .. }
             | Message::AppendEntriesResponse { term, .. }
             | Message::InstallSnapshot { term, .. }
-            | Message::InstallSnapshotResponse { term, .. } => *term,
+            | Message::InstallSnapshotResponse { term, .. }
+            | Message::TimeoutNow { term, .. } => *term,
         }
     }
 }

@@ -44,11 +44,11 @@ pub use io::{
     ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
-pub use snapshot::SNAPSHOT_BYTES_MAX;
 pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,
 };
+pub use snapshot::SNAPSHOT_BYTES_MAX;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -354,6 +354,7 @@ impl Node {
                 }
             }
             Input::Campaign => self.campaign(),
+            Input::Exit => self.handle_exit(),
             Input::Persisted { term, index } => self.handle_persisted(term, index),
         }
         self.finish_step();

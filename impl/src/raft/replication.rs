@@ -12,7 +12,9 @@
 //!   its current term (§5.4.2, Figure 8); earlier entries commit with it.
 //! - Followers whose `next_index` fell below the compacted prefix get an InstallSnapshot.
 
-use super::{Committed, Entry, Index, Message, Node, NodeId, Persist, Role, Snapshot, Term, quorum};
+use super::{
+    Committed, Entry, Index, Message, Node, NodeId, Persist, Role, Snapshot, Term, quorum,
+};
 use crate::lock::{Command, Proposal};
 
 /// Whether `msg` is internally consistent: AppendEntries entries contiguous after
@@ -153,6 +155,7 @@ impl Node {
                 done,
                 ..
             } => self.handle_install_snapshot_response(from, last_index, received, done),
+            Message::TimeoutNow { campaign, .. } => self.handle_timeout_now(from, campaign),
             Message::PreVote { .. } | Message::PreVoteResponse { .. } => {}
         }
     }
@@ -469,7 +472,9 @@ mod tests {
     /// Proposes a Noop, reports it durable, and has node 2 acknowledge it; returns every
     /// message of the three steps.
     fn propose_acked_by_2(n: &mut Node) -> Vec<Envelope> {
-        let mut sent = n.step(Input::Propose(Proposal::system(Command::Noop))).send_now;
+        let mut sent = n
+            .step(Input::Propose(Proposal::system(Command::Noop)))
+            .send_now;
         let index = n.status().last_log_index;
         sent.extend(n.step(Input::Persisted { term: 1, index }).send_now);
         sent.extend(n.step(ack(2, 1, index)).send_now);

@@ -153,7 +153,11 @@ impl Node {
                 progress.snapshot = None;
             }
             self.maybe_commit();
-            if self.progress.get(&from).is_some_and(|p| p.next_index <= last) {
+            if self
+                .progress
+                .get(&from)
+                .is_some_and(|p| p.next_index <= last)
+            {
                 self.append_due.insert(from);
             }
             return;
@@ -224,7 +228,12 @@ impl Node {
             self.send_now(from, answer(held, false));
             return;
         }
-        let bytes = self.log.receiving.take().map(|r| r.bytes).unwrap_or_default();
+        let bytes = self
+            .log
+            .receiving
+            .take()
+            .map(|r| r.bytes)
+            .unwrap_or_default();
         match decode(&bytes, chunk.last_index, chunk.last_term) {
             Some(snapshot) => {
                 self.install_snapshot(snapshot);

@@ -43,6 +43,8 @@ pub(super) struct Core {
     persisted_unreported: bool,
     seen: (Role, Term, Option<NodeId>),
     trace: Option<Trace>,
+    /// Answered once the output of `Input::Exit` was carried out.
+    exiting: Vec<oneshot::Sender<()>>,
 }
 
 /// The trace of the core's inputs (`ServerConfig::trace`, format in `lockd::trace`). Lines are
@@ -77,6 +79,7 @@ impl Core {
             persisted_unreported: false,
             seen: (status.role, status.term, status.leader),
             trace: None,
+            exiting: Vec::new(),
         }
     }
 
@@ -192,6 +195,9 @@ impl Core {
             }
             let started = Instant::now();
             self.carry_out(output)?;
+            for reply in self.exiting.drain(..) {
+                let _ = reply.send(());
+            }
             if crate::sys::simulated() {
                 // Under simulation the core's invariants run after every turn, also in a
                 // release build, so that `locksmith sim` catches a broken core at once.
@@ -229,6 +235,11 @@ impl Core {
                 if self.pending.remove(&id).is_some() {
                     output.extend(self.step(Input::ClientGone { id }));
                 }
+            }
+            Event::Exit { reply } => {
+                info!("clean exit: handing leadership over");
+                output.extend(self.step(Input::Exit));
+                self.exiting.push(reply);
             }
             Event::Status { reply } => {
                 let _ = reply.send(NodeStatus {

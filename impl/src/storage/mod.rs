@@ -5,7 +5,9 @@
 //! depend on it (the IO contract on [`crate::raft::Output`]). [`DataDir::open`] verifies and
 //! loads what an earlier process left. The on-disk state always equals the reference
 //! semantics [`Durable::apply`] applied to the persists that returned `Ok`, in order, plus
-//! possibly a part of the one that was under way at a crash (see "Crash points" below).
+//! possibly a part of the one that was under way at a crash (see "Crash points" below); a
+//! persist that only raises the commit hint is written without fdatasync, so a crash may
+//! also lose a tail of those (never anything promised: see `commit_hint_only`).
 //!
 //! # Format (version 1)
 //!
@@ -467,8 +469,10 @@ impl DataDir {
         &self.segment.path
     }
 
-    /// The common case: one `Ops` record, one write, one fdatasync.
+    /// The common case: one `Ops` record, one write, one fdatasync; no fdatasync when only
+    /// the commit hint changed (see [`commit_hint_only`]).
     fn append_ops(&mut self, persist: &Persist) -> Result<(), StorageError> {
+        let sync = !commit_hint_only(&self.durable, persist);
         let mut frame = std::mem::take(&mut self.scratch);
         let encoded = encode_record(
             &mut frame,
@@ -483,7 +487,7 @@ impl DataDir {
                 let compacted = segment_file(&self.durable)?;
                 self.rewrite_segment(&compacted)?;
             }
-            self.append_frame(&frame)
+            self.append_frame(&frame, sync)
         });
         frame.clear();
         self.scratch = frame;
@@ -497,7 +501,7 @@ impl DataDir {
             && self.segment.bytes > COMPACT_GROWTH_FACTOR * self.segment.checkpoint_bytes
     }
 
-    fn append_frame(&mut self, frame: &[u8]) -> Result<(), StorageError> {
+    fn append_frame(&mut self, frame: &[u8], sync: bool) -> Result<(), StorageError> {
         match self.options.sync {
             SyncMode::Fsync => {
                 let path = &self.segment.path;
@@ -505,10 +509,12 @@ impl DataDir {
                     .file
                     .write_all(frame)
                     .map_err(io_error(path, "append record"))?;
-                self.segment
-                    .file
-                    .sync_data()
-                    .map_err(io_error(path, "fdatasync"))?;
+                if sync {
+                    self.segment
+                        .file
+                        .sync_data()
+                        .map_err(io_error(path, "fdatasync"))?;
+                }
             }
             SyncMode::UserBuffer => {
                 self.pending.extend_from_slice(frame);
@@ -580,6 +586,24 @@ impl DataDir {
         }
         Ok(())
     }
+}
+
+/// Whether `persist` only raises the commit hint: no entries, no truncation, no snapshot, and
+/// a hard state with the durable term and vote. Such a record is written without fdatasync,
+/// as etcd does (`MustSync` is false when only the commit index changed): the commit index is
+/// a hint that a restart may re-apply up to, and the leader learns it again from a quorum, so
+/// losing it at a crash loses nothing that was promised. The next fdatasync of the segment
+/// (any persist with entries, a term or a vote) makes it durable with everything before it, so
+/// a crash still leaves a prefix of the persists, with at most this unsynced tail torn. This
+/// takes the second fdatasync off the acquire path: the leader's answer no longer waits for
+/// the commit index to reach the disk after the entry did.
+fn commit_hint_only(durable: &Durable, persist: &Persist) -> bool {
+    persist.snapshot.is_none()
+        && persist.truncate_from.is_none()
+        && persist.entries.is_empty()
+        && persist.hard_state.as_ref().is_some_and(|h| {
+            h.term == durable.hard_state.term && h.voted_for == durable.hard_state.voted_for
+        })
 }
 
 impl Drop for DataDir {

@@ -504,12 +504,18 @@ fn message_text(msg: &Message) -> String {
             offset,
             ..
         } => format!("Snapshot t{term} to {last_index} @{offset}"),
+        Message::TimeoutNow { term, campaign } => {
+            format!("TimeoutNow t{term} {}", yes(*campaign))
+        }
         Message::InstallSnapshotResponse {
             term,
             last_index,
             received,
             done,
-        } => format!("Snapshot ok? t{term} {last_index} {} {received}", yes(*done)),
+        } => format!(
+            "Snapshot ok? t{term} {last_index} {} {received}",
+            yes(*done)
+        ),
     }
 }
 
