@@ -459,6 +459,63 @@ impl DataDir {
         Ok(())
     }
 
+    /// How this dir makes writes durable.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.options.sync
+    }
+
+    /// Writes `snapshot` into the snapshot file of the data dir at `path` (tmp, fsync, rename,
+    /// fsync the directory) and nothing else: the slow half of a snapshot persist, which the
+    /// server runs off the core's thread (as raft-rs and etcd write snapshots off their
+    /// event loops). Until [`DataDir::adopt_snapshot`] the log still holds every entry the
+    /// snapshot covers, so a crash in between recovers as after a crash in the middle of a
+    /// snapshot persist: the newer snapshot is applied to the log ("Crash points").
+    ///
+    /// The caller must never write a snapshot older than the log's: recovery would apply it
+    /// over a log that starts after it.
+    pub fn write_snapshot_file(
+        path: &Path,
+        snapshot: &Snapshot,
+        sync: SyncMode,
+    ) -> Result<(), StorageError> {
+        let mut payload = Vec::new();
+        encode_payload(&mut payload, snapshot)?;
+        let mut file = file_header(SNAPSHOT_MAGIC);
+        push_frame(&mut file, &payload);
+        write_file_atomic(path, SNAPSHOT_FILE, &file, sync)
+    }
+
+    /// The fast half of a snapshot persist: `snapshot`, already written by
+    /// [`DataDir::write_snapshot_file`], replaces the log up to it (a new segment whose
+    /// checkpoint is what remains). Does nothing when the log's snapshot is already at or
+    /// past it.
+    pub fn adopt_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let current = self.durable.snapshot.as_ref().map_or(0, |s| s.last_index);
+        if current >= snapshot.last_index {
+            return Ok(());
+        }
+        let persist = Persist {
+            snapshot: Some(snapshot.clone()),
+            ..Persist::default()
+        };
+        check_persist(&self.durable, &persist)
+            .map_err(|reason| StorageError::InvalidPersist { reason })?;
+        let mut next = self.durable.clone();
+        next.apply(&persist);
+        let result = segment_file(&next).and_then(|file| self.rewrite_segment(&file));
+        if let Err(StorageError::Io { .. }) = &result {
+            self.poisoned = true;
+        }
+        result?;
+        self.durable = next;
+        Ok(())
+    }
+
     /// What [`DataDir::open`] repaired.
     pub fn recovered(&self) -> &Recovered {
         &self.recovered
