@@ -576,3 +576,47 @@ fn a_snapshot_written_off_the_core_thread_is_recovered_before_and_after_its_adop
     assert_eq!(indexes, vec![6]);
     assert_eq!(durable.hard_state, hs);
 }
+
+#[test]
+fn a_deferred_commit_hint_goes_out_with_the_next_record() {
+    // Storage `commit_hint_only` (issue 27, speed): with `defer_commit_hint` a persist that
+    // only raises the commit index writes nothing; the next record carries it. A crash in
+    // between loses the hint only, never an entry, term or vote.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut options = lockd::storage::Options::new(SyncMode::Fsync);
+    options.defer_commit_hint = true;
+    let (mut dir, _) = DataDir::open_with(tmp.path(), options.clone()).expect("open");
+    dir.persist(&append(1..=3, 1, Some(hard_state(1, Some(1), 1))))
+        .expect("append");
+    let bytes = file_len(dir.segment_path());
+    let hint = Persist {
+        hard_state: Some(hard_state(1, Some(1), 3)),
+        ..Persist::default()
+    };
+    dir.persist(&hint).expect("hint");
+    assert_eq!(
+        file_len(dir.segment_path()),
+        bytes,
+        "the hint wrote nothing"
+    );
+    assert_eq!(dir.durable().hard_state.commit, 3, "in memory");
+    drop(dir);
+    let (mut dir, durable) = DataDir::open_with(tmp.path(), options.clone()).expect("reopen");
+    assert_eq!(
+        durable.hard_state,
+        hard_state(1, Some(1), 1),
+        "the hint was lost"
+    );
+    assert_eq!(durable.last_index(), 3, "no entry was");
+
+    dir.persist(&hint).expect("hint");
+    dir.persist(&append(4..=4, 1, None)).expect("append");
+    drop(dir);
+    let (_, durable) = DataDir::open_with(tmp.path(), options).expect("reopen");
+    assert_eq!(
+        durable.hard_state,
+        hard_state(1, Some(1), 3),
+        "carried by entry 4"
+    );
+    assert_eq!(durable.last_index(), 4);
+}

@@ -399,7 +399,9 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
     } else {
         SyncMode::Fsync
     };
-    let (data_dir, durable) = DataDir::open(&config.data_dir, sync)?;
+    let mut options = crate::storage::Options::new(sync);
+    options.defer_commit_hint = true;
+    let (data_dir, durable) = DataDir::open_with(&config.data_dir, options)?;
     data_dir.claim(id, &config.raft.members)?;
     if !data_dir.recovered().is_clean() {
         warn!(recovered = ?data_dir.recovered(), "the data dir was repaired on open");
