@@ -261,3 +261,113 @@ impl Node {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::ack;
+    use super::super::{Config, Durable, Envelope, Input, Message, Node, Role};
+    use crate::lock::{Command, Proposal};
+
+    /// Leader 1 of {1, 2, 3}, compacted past anything node 3 has, sending 64-byte chunks.
+    fn leader_with_snapshot() -> Node {
+        let mut config = Config::new(1, vec![1, 2, 3]);
+        config.snapshot_threshold_entries = 10;
+        config.snapshot_trailing_entries = 0;
+        config.snapshot_chunk_bytes = 64;
+        let (mut n, _) = Node::new(config, Durable::default(), 0);
+        n.step(Input::Campaign);
+        for msg in [
+            Message::PreVoteResponse {
+                term: 1,
+                granted: true,
+            },
+            Message::RequestVoteResponse {
+                term: 1,
+                granted: true,
+            },
+        ] {
+            n.step(Input::Message { from: 2, msg });
+        }
+        assert_eq!(n.status().role, Role::Leader);
+        for _ in 0..12 {
+            let grant = Command::Grant {
+                key: format!("k{}", n.status().last_log_index),
+                lease_ms: 1000,
+            };
+            n.step(Input::Propose(Proposal::system(grant)));
+            let index = n.status().last_log_index;
+            n.step(Input::Persisted { term: 1, index });
+            n.step(ack(2, 1, index));
+        }
+        n.step(Input::Tick { now_ms: 1 });
+        assert!(n.snapshot().is_some_and(|s| s.last_index >= 10));
+        n
+    }
+
+    fn chunks_to_3(out: Vec<Envelope>) -> Vec<Message> {
+        out.into_iter()
+            .filter(|e| e.target == 3 && matches!(e.msg, Message::InstallSnapshot { .. }))
+            .map(|e| e.msg)
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_arrives_in_chunks_through_a_lost_and_a_duplicated_chunk() {
+        // Raft paper §7 (InstallSnapshot's offset and done) and issue 27: chunks of at most
+        // `snapshot_chunk_bytes`, one in flight; a lost chunk is sent again after the
+        // retransmit interval, a duplicate is answered with the bytes held, and the follower
+        // installs exactly the leader's snapshot.
+        let mut leader = leader_with_snapshot();
+        let mut follower = Node::new(Config::new(3, vec![1, 2, 3]), Durable::default(), 0).0;
+        // The first chunk went out (to nobody) during the proposals, at time 0; it is due
+        // again at 200 ms.
+        let mut in_flight = chunks_to_3(leader.step(Input::Tick { now_ms: 200 }).send_now);
+        assert_eq!(in_flight.len(), 1, "one chunk in flight: {in_flight:?}");
+        let (mut delivered, mut lost, mut duplicated, mut now_ms) = (0, false, false, 200);
+        while let Some(chunk) = in_flight.pop() {
+            assert!(
+                matches!(&chunk, Message::InstallSnapshot { data, .. } if data.len() <= 64),
+                "{chunk:?}"
+            );
+            if delivered == 1 && !lost {
+                // The second chunk is lost: nothing more until the retransmit interval.
+                lost = true;
+                now_ms += 100;
+                let early = chunks_to_3(leader.step(Input::Tick { now_ms }).send_now);
+                assert!(early.is_empty(), "resent before the interval: {early:?}");
+                now_ms += 100;
+                in_flight = chunks_to_3(leader.step(Input::Tick { now_ms }).send_now);
+                assert_eq!(in_flight.len(), 1, "resent after 200 ms");
+                continue;
+            }
+            let deliver = |follower: &mut Node| {
+                let out = follower.step(Input::Message {
+                    from: 1,
+                    msg: chunk.clone(),
+                });
+                let mut answers = out.send_now;
+                answers.extend(out.send_after_persist);
+                answers
+            };
+            let mut answers = deliver(&mut follower);
+            if delivered == 2 && !duplicated {
+                duplicated = true;
+                answers.extend(deliver(&mut follower));
+            }
+            delivered += 1;
+            for answer in answers {
+                let out = leader.step(Input::Message {
+                    from: 3,
+                    msg: answer.msg,
+                });
+                in_flight.extend(chunks_to_3(out.send_now));
+            }
+            assert!(in_flight.len() <= 1, "one chunk in flight: {in_flight:?}");
+        }
+        let snapshot = leader.snapshot().cloned().expect("the leader's snapshot");
+        assert!(delivered > 3, "several chunks: {delivered}");
+        assert_eq!(follower.snapshot(), Some(&snapshot));
+        assert_eq!(follower.status().commit_index, snapshot.last_index);
+        assert_eq!(follower.table().locks(), snapshot.table.locks());
+    }
+}
