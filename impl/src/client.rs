@@ -105,7 +105,9 @@ impl Default for ClientOptions {
             attempts_max: 64,
             connect_timeout_ms: 300,
             backoff_min_ms: 10,
-            backoff_max_ms: 200,
+            // At most a quarter of the shortest election timeout (`lockd --timing lan`,
+            // 150 ms): a client that found no leader tries again soon after one is elected.
+            backoff_max_ms: 40,
             status_timeout_ms: 500,
         }
     }

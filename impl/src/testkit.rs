@@ -578,20 +578,50 @@ pub fn describe_message(msg: &Message) -> String {
                 format!("AppendEntriesResponse term={term} reject hint={reject_hint}")
             }
         }
-        Message::InstallSnapshot { term, snapshot } => format!(
-            "InstallSnapshot term={term} snapshot={}/{} locks=[{}]",
-            snapshot.last_term,
-            snapshot.last_index,
-            snapshot
-                .table
-                .locks()
-                .iter()
-                .map(|(k, h)| format!("{k}:{}", h.token))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Message::InstallSnapshotResponse { term, last_index } => {
-            format!("InstallSnapshotResponse term={term} last={last_index}")
+        Message::InstallSnapshot {
+            term,
+            last_index,
+            last_term,
+            offset,
+            data,
+            done,
+        } => {
+            let end = offset + data.len() as u64;
+            let mut text = format!(
+                "InstallSnapshot term={term} snapshot={last_term}/{last_index} bytes={offset}..{end}"
+            );
+            if *done {
+                text.push_str(" done");
+            }
+            // A whole snapshot in one chunk: show its locks.
+            if *offset == 0
+                && *done
+                && let Ok(snapshot) = serde_json::from_slice::<crate::raft::Snapshot>(data)
+            {
+                let locks: Vec<String> = snapshot
+                    .table
+                    .locks()
+                    .iter()
+                    .map(|(k, h)| format!("{k}:{}", h.token))
+                    .collect();
+                text.push_str(&format!(" locks=[{}]", locks.join(", ")));
+            }
+            text
+        }
+        Message::TimeoutNow { term, campaign } => {
+            let campaign = if *campaign { " campaign" } else { "" };
+            format!("TimeoutNow term={term}{campaign}")
+        }
+        Message::InstallSnapshotResponse {
+            term,
+            last_index,
+            received,
+            done,
+        } => {
+            let state = if *done { " done" } else { "" };
+            format!(
+                "InstallSnapshotResponse term={term} last={last_index} received={received}{state}"
+            )
         }
     }
 }

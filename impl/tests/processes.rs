@@ -725,7 +725,7 @@ mod transport {
 mod hostile_peers {
     use super::*;
     use lockd::lock::{Command, Proposal};
-    use lockd::raft::{Entry, Message, Snapshot};
+    use lockd::raft::{Entry, Message};
     use lockd::rpc::PeerClient;
     use tarpc::tokio_serde::formats::Json;
     use tokio::io::AsyncWriteExt;
@@ -769,6 +769,8 @@ mod hostile_peers {
             Message::InstallSnapshotResponse {
                 term: 0,
                 last_index: u64::MAX,
+                received: u64::MAX,
+                done: true,
             },
             Message::PreVote {
                 term: 0,
@@ -777,11 +779,11 @@ mod hostile_peers {
             },
             Message::InstallSnapshot {
                 term: 0,
-                snapshot: Snapshot {
-                    last_index: 3,
-                    last_term: 0,
-                    ..Snapshot::default()
-                },
+                last_index: 3,
+                last_term: 0,
+                offset: u64::MAX - 1,
+                data: vec![1, 2, 3],
+                done: true,
             },
         ];
         let mut hostile = hostile;

@@ -541,3 +541,82 @@ fn conflicting_snapshot_with_truncation_is_accepted_and_kept() {
     let indices: Vec<(Index, Term)> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
     assert_eq!(indices, vec![(7, 3)]);
 }
+
+#[test]
+fn a_snapshot_written_off_the_core_thread_is_recovered_before_and_after_its_adoption() {
+    // Module docs, "Crash points", and issue 27 (snapshot writes off the event loop): the
+    // server writes a local snapshot's file on a blocking thread while the core appends, then
+    // adopts it. A crash between the two recovers the snapshot onto the log; after adoption
+    // the log starts at it. Neither loses an entry.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let hs = hard_state(1, Some(1), 4);
+    build(tmp.path(), &[append(1..=4, 1, Some(hs.clone()))]);
+    let snapshot = snapshot_at(3, 1);
+    DataDir::write_snapshot_file(tmp.path(), &snapshot, SyncMode::Fsync).expect("write");
+    // The process died after the write, before adopting: the reopen applies the snapshot.
+    let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+    assert!(dir.recovered().snapshot_reapplied, "{:?}", dir.recovered());
+    dir.persist(&append(5..=5, 1, None)).expect("append");
+    drop(dir);
+    let (mut dir, durable) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+    assert_eq!(durable.snapshot.as_ref().map(|s| s.last_index), Some(3));
+    let indexes: Vec<Index> = durable.entries.iter().map(|e| e.index).collect();
+    assert_eq!(indexes, vec![4, 5]);
+
+    dir.adopt_snapshot(&snapshot)
+        .expect("adopting again does nothing");
+    dir.persist(&append(6..=6, 1, None)).expect("append");
+    let newer = snapshot_at(5, 1);
+    DataDir::write_snapshot_file(tmp.path(), &newer, SyncMode::Fsync).expect("write");
+    dir.adopt_snapshot(&newer).expect("adopt");
+    drop(dir);
+    let (_, durable) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+    assert_eq!(durable.snapshot.as_ref().map(|s| s.last_index), Some(5));
+    let indexes: Vec<Index> = durable.entries.iter().map(|e| e.index).collect();
+    assert_eq!(indexes, vec![6]);
+    assert_eq!(durable.hard_state, hs);
+}
+
+#[test]
+fn a_deferred_commit_hint_goes_out_with_the_next_record() {
+    // Storage `commit_hint_only` (issue 27, speed): with `defer_commit_hint` a persist that
+    // only raises the commit index writes nothing; the next record carries it. A crash in
+    // between loses the hint only, never an entry, term or vote.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut options = lockd::storage::Options::new(SyncMode::Fsync);
+    options.defer_commit_hint = true;
+    let (mut dir, _) = DataDir::open_with(tmp.path(), options.clone()).expect("open");
+    dir.persist(&append(1..=3, 1, Some(hard_state(1, Some(1), 1))))
+        .expect("append");
+    let bytes = file_len(dir.segment_path());
+    let hint = Persist {
+        hard_state: Some(hard_state(1, Some(1), 3)),
+        ..Persist::default()
+    };
+    dir.persist(&hint).expect("hint");
+    assert_eq!(
+        file_len(dir.segment_path()),
+        bytes,
+        "the hint wrote nothing"
+    );
+    assert_eq!(dir.durable().hard_state.commit, 3, "in memory");
+    drop(dir);
+    let (mut dir, durable) = DataDir::open_with(tmp.path(), options.clone()).expect("reopen");
+    assert_eq!(
+        durable.hard_state,
+        hard_state(1, Some(1), 1),
+        "the hint was lost"
+    );
+    assert_eq!(durable.last_index(), 3, "no entry was");
+
+    dir.persist(&hint).expect("hint");
+    dir.persist(&append(4..=4, 1, None)).expect("append");
+    drop(dir);
+    let (_, durable) = DataDir::open_with(tmp.path(), options).expect("reopen");
+    assert_eq!(
+        durable.hard_state,
+        hard_state(1, Some(1), 3),
+        "carried by entry 4"
+    );
+    assert_eq!(durable.last_index(), 4);
+}

@@ -685,7 +685,15 @@ fn carry_out(
     observe_applied(&mut server.ghost, before.table(), &output.apply);
     observe_leases(&mut server.ghost, node, &output.timers);
     if server.ghost.undue_expire.is_none() {
-        server.ghost.undue_expire = undue_expire(node, before.status().last_log_index);
+        let now = node.now_ms();
+        let due_before = |key: &str, token| {
+            let lease = Timer::Lease {
+                key: key.to_owned(),
+                token,
+            };
+            before.lease_ran_out(key, token) || before.deadline(&lease).is_some_and(|at| at <= now)
+        };
+        server.ghost.undue_expire = undue_expire(node, before.status().last_log_index, due_before);
     }
     let term = node.status().term;
     for committed in &output.apply {
@@ -747,9 +755,15 @@ fn carry_out(
 /// of lease safety the model can check: the deadline the core asks for.
 /// An Expire `node` appended as leader after index `last_before` for a lease whose timer
 /// did not fire on its own clock, described (the model and the trace replay both check it).
-/// Entries commit a step after they are appended at the earliest, so the lease is still
-/// marked when its Expire is appended.
-pub(super) fn undue_expire(node: &Node, last_before: u64) -> Option<String> {
+/// The lease stays marked run out (`Node::lease_ran_out`) until its Expire, or a Release,
+/// applies, which can happen in the step that appended the Expire (a lone server; a Noop and
+/// a Release that commit together): `due_before(key, token)` says whether the lease had run
+/// out before the step, or its timer was due at the step's time.
+pub(super) fn undue_expire(
+    node: &Node,
+    last_before: u64,
+    due_before: impl Fn(&str, Token) -> bool,
+) -> Option<String> {
     let status = node.status();
     if status.role != lockd::raft::Role::Leader || status.last_log_index <= last_before {
         return None;
@@ -760,7 +774,8 @@ pub(super) fn undue_expire(node: &Node, last_before: u64) -> Option<String> {
         else {
             return None;
         };
-        (!node.lease_ran_out(key, *token)).then(|| {
+        let due = node.lease_ran_out(key, *token) || due_before(key, *token);
+        (!due).then(|| {
             format!(
                 "leader {} proposed Expire{{{key}, token {token}}} at index {} for a lease \
                  whose timer did not fire on its clock",

@@ -201,15 +201,31 @@ fn describe_raft(msg: &Message) -> String {
                 format!("AppendEntriesResponse term {term} rejected, hint {reject_hint}")
             }
         }
-        Message::InstallSnapshot { term, snapshot } => format!(
-            "InstallSnapshot term {term}, up to {}/{}, locks {:?}",
-            snapshot.last_index,
-            snapshot.last_term,
-            snapshot.table.locks().keys().collect::<Vec<_>>()
+        Message::InstallSnapshot {
+            term,
+            last_index,
+            last_term,
+            offset,
+            data,
+            done,
+        } => format!(
+            "InstallSnapshot term {term}, up to {last_index}/{last_term}, bytes {offset}..{}{}",
+            offset + data.len() as u64,
+            if *done { ", last chunk" } else { "" }
         ),
-        Message::InstallSnapshotResponse { term, last_index } => {
-            format!("InstallSnapshotResponse term {term}, up to {last_index}")
-        }
+        Message::TimeoutNow { term, campaign } => format!(
+            "TimeoutNow term {term}{}",
+            if *campaign { ", campaign now" } else { "" }
+        ),
+        Message::InstallSnapshotResponse {
+            term,
+            last_index,
+            received,
+            done,
+        } => format!(
+            "InstallSnapshotResponse term {term}, up to {last_index}, {received} bytes held{}",
+            if *done { ", installed" } else { "" }
+        ),
     }
 }
 

@@ -275,6 +275,9 @@ impl ModelConfig {
         let members = (0..self.servers).map(actor::node_id).collect();
         let mut config = Config::new(actor::node_id(index), members);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        // No trailing window: with logs this short, any window would spare every follower the
+        // snapshot, and InstallSnapshot is what the small threshold is there to explore.
+        config.snapshot_trailing_entries = 0;
         config.pre_vote = self.pre_vote;
         config.check_quorum = self.check_quorum;
         config.bugs = self.bugs;

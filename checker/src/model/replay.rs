@@ -26,11 +26,11 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::panic::AssertUnwindSafe;
 
-use lockd::lock::{LockTable, Origin, Outcome};
+use lockd::lock::{Key, LockTable, Origin, Outcome, Token};
 use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{
     ClientRequest, Config, Durable, Envelope, Input, Node, NodeId, Output, RequestId, Response,
-    Role, Term,
+    Role, Term, Timer,
 };
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
@@ -384,6 +384,17 @@ fn step(
         Fault::Malformed(format!("node {id} steps before its configuration line"))
     })?;
     let last_before = node.status().last_log_index;
+    // An Expire may apply in the step that appends it, and its lease is then no longer
+    // marked: what had run out before the step, and (a lone server) the lease deadlines
+    // before it, tell whether it was due (`actor::undue_expire`).
+    let ran_out_before: Vec<(Key, Token)> = node.leases_ran_out().cloned().collect();
+    let leases_before: Vec<(Timer, u64)> = match node.config().members.len() {
+        1 => (node.timers())
+            .filter(|(t, _)| matches!(t, Timer::Lease { .. }))
+            .map(|(t, at)| (t.clone(), at))
+            .collect(),
+        _ => Vec::new(),
+    };
     let out = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let out = node.step(input.clone());
         node.check_invariants();
@@ -434,7 +445,7 @@ fn step(
         same_table(tables, node)?;
     }
     granted_is_backed(node, &out)?;
-    expires_are_due(node, last_before)?;
+    expires_are_due(node, last_before, &ran_out_before, &leases_before)?;
     lock_properties(shadow, node, &out)?;
     let table = node.table();
     if shadow.last_applied() != table.last_applied() {
@@ -546,8 +557,21 @@ fn same_table(tables: &mut BTreeMap<u64, (NodeId, u64)>, node: &Node) -> Result<
 
 /// An Expire a leader appended in this step is for a lease whose timer fired on its own
 /// clock (`actor::undue_expire`, as the model checks it).
-fn expires_are_due(node: &Node, last_before: u64) -> Result<(), String> {
-    match undue_expire(node, last_before) {
+fn expires_are_due(
+    node: &Node,
+    last_before: u64,
+    ran_out: &[(Key, Token)],
+    leases: &[(Timer, u64)],
+) -> Result<(), String> {
+    let now = node.now_ms();
+    let due_before = |key: &str, token| {
+        ran_out.iter().any(|(k, t)| k == key && *t == token)
+            || leases.iter().any(|(t, at)| {
+                matches!(t, Timer::Lease { key: k, token: n } if k == key && *n == token)
+                    && *at <= now
+            })
+    };
+    match undue_expire(node, last_before, due_before) {
         Some(why) => Err(format!("{} violated: {why}", properties::EXPIRE_DUE)),
         None => Ok(()),
     }

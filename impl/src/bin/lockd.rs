@@ -56,16 +56,42 @@ struct Args {
     /// The seed of the node's RNG (election timeouts); defaults to the node id.
     #[arg(long)]
     seed: Option<u64>,
-    /// The election timeout range in milliseconds, LOW-HIGH (default from Config::new).
+    /// The election timing for the network the cluster runs on: `lan` (loopback and LAN:
+    /// election timeout 150-300 ms, heartbeat 30 ms, the Raft paper's §9.3 range) or `wan`
+    /// (1000-2000 ms, heartbeat 100 ms). `--election-timeout-ms` and `--heartbeat-ms`
+    /// override it.
+    #[arg(long, value_enum, default_value_t = Timing::Lan)]
+    timing: Timing,
+    /// The election timeout range in milliseconds, LOW-HIGH (default from `--timing`).
     #[arg(long, value_parser = parse_range)]
     election_timeout_ms: Option<(u64, u64)>,
-    /// The leader's heartbeat interval in milliseconds (default from Config::new).
+    /// The leader's heartbeat interval in milliseconds (default from `--timing`).
     #[arg(long)]
     heartbeat_ms: Option<u64>,
     /// Append a trace of every input the core steps to FILE (`lockd::trace`), for
     /// `locksmith model replay`.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+}
+
+/// Election timing presets (see `--timing`; the safety argument is in the README: timing
+/// decides only how soon a failed leader is replaced, never what is committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Timing {
+    /// Loopback and LAN: round trips under a millisecond.
+    Lan,
+    /// Links with round trips of tens of milliseconds.
+    Wan,
+}
+
+impl Timing {
+    /// (election timeout low, high, heartbeat), in milliseconds.
+    fn millis(self) -> (u64, u64, u64) {
+        match self {
+            Timing::Lan => (150, 300, 30),
+            Timing::Wan => (1000, 2000, 100),
+        }
+    }
 }
 
 /// Node id to address, as given on the command line.
@@ -120,13 +146,14 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
     if let Some(seed) = args.seed {
         raft.seed = seed;
     }
-    if let Some((low, high)) = args.election_timeout_ms {
-        raft.election_timeout_min_ms = low;
-        raft.election_timeout_max_ms = high;
-    }
-    if let Some(heartbeat_ms) = args.heartbeat_ms {
-        raft.heartbeat_ms = heartbeat_ms;
-    }
+    let (low, high, heartbeat_ms) = args.timing.millis();
+    let (low, high) = args.election_timeout_ms.unwrap_or((low, high));
+    raft.election_timeout_min_ms = low;
+    raft.election_timeout_max_ms = high;
+    raft.heartbeat_ms = args.heartbeat_ms.unwrap_or(heartbeat_ms);
+    // A snapshot chunk is resent well within the election timeout, so that a follower that
+    // gets only chunks keeps following.
+    raft.snapshot_retransmit_ms = (low / 2).max(1);
     let mut config = ServerConfig::new(raft, args.peers.0, args.client_listen, args.data_dir);
     if let Some(dial) = args.dial {
         config.dial.extend(dial.0);

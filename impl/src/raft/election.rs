@@ -128,6 +128,7 @@ impl Node {
                     next_index,
                     match_index: 0,
                     recent_active: false,
+                    snapshot: None,
                 };
                 (peer, progress)
             })
@@ -234,6 +235,41 @@ impl Node {
         }
         self.broadcast_append();
         self.set_timer(Timer::Heartbeat, self.now_ms + self.config.heartbeat_ms);
+    }
+
+    /// A clean exit (`Input::Exit`, thesis §3.10): a leader tells every follower to forget its
+    /// lease, and the follower with the highest match index (the lowest id among equals) to
+    /// campaign now, then steps down. This changes only when elections start, never how
+    /// votes are granted (one durable vote per term, the up-to-date check, pre-vote first),
+    /// so it cannot elect a leader that a timeout could not have elected.
+    pub(super) fn handle_exit(&mut self) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let successor = self
+            .progress
+            .iter()
+            .max_by_key(|(id, p)| (p.match_index, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id);
+        let term = self.term;
+        for peer in self.peers() {
+            let campaign = Some(peer) == successor;
+            self.send_now(peer, Message::TimeoutNow { term, campaign });
+        }
+        self.become_follower(self.term, None);
+    }
+
+    /// A follower hears that its leader stops: out of its lease at once, and with `campaign`
+    /// an election now.
+    pub(super) fn handle_timeout_now(&mut self, from: NodeId, campaign: bool) {
+        if self.role != Role::Follower || self.leader != Some(from) {
+            return;
+        }
+        self.leader = None;
+        self.leader_contact_ms = None;
+        if campaign {
+            self.campaign();
+        }
     }
 
     /// Check-quorum: step down unless a majority (this node included) was heard from since
@@ -354,6 +390,78 @@ mod tests {
             out.send_after_persist[0].msg,
             Message::RequestVoteResponse { granted: false, .. }
         ));
+    }
+
+    #[test]
+    fn a_leader_that_exits_hands_over_to_its_most_up_to_date_follower() {
+        // Raft thesis §3.10 (leadership transfer), etcd's MsgTimeoutNow: on a clean exit the
+        // follower with the longest matching log campaigns at once.
+        let mut n = leader();
+        n.step(super::super::test_support::ack(2, 1, 1));
+        let out = n.step(Input::Exit);
+        let sent: Vec<(u64, &Message)> = out.send_now.iter().map(|e| (e.target, &e.msg)).collect();
+        assert_eq!(
+            sent,
+            vec![
+                (
+                    2,
+                    &Message::TimeoutNow {
+                        term: 1,
+                        campaign: true
+                    }
+                ),
+                (
+                    3,
+                    &Message::TimeoutNow {
+                        term: 1,
+                        campaign: false
+                    }
+                ),
+            ]
+        );
+        assert_eq!(n.status().role, Role::Follower);
+    }
+
+    #[test]
+    fn timeout_now_ends_the_lease_and_the_successor_campaigns_at_once() {
+        // Raft thesis §3.10 and §9.6: a follower in its leader's lease refuses pre-votes; a
+        // TimeoutNow from that leader ends the lease, and with `campaign` starts a pre-vote
+        // round without waiting for the election timer.
+        let pre_vote = Input::Message {
+            from: 2,
+            msg: Message::PreVote {
+                term: 2,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        };
+        let granted = |out: &super::super::Output| {
+            out.send_now
+                .iter()
+                .any(|e| matches!(e.msg, Message::PreVoteResponse { granted: true, .. }))
+        };
+        let mut voter = node(3);
+        voter.step(append(1, 1, (0, 0), vec![], 0));
+        assert!(!granted(&voter.step(pre_vote.clone())), "in the lease");
+        voter.step(Input::Message {
+            from: 1,
+            msg: Message::TimeoutNow {
+                term: 1,
+                campaign: false,
+            },
+        });
+        assert!(granted(&voter.step(pre_vote)), "the leader left");
+
+        let mut successor = node(2);
+        successor.step(append(1, 1, (0, 0), vec![], 0));
+        successor.step(Input::Message {
+            from: 1,
+            msg: Message::TimeoutNow {
+                term: 1,
+                campaign: true,
+            },
+        });
+        assert_eq!(successor.status().role, Role::PreCandidate);
     }
 
     #[test]

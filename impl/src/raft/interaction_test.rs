@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use crate::bugs::Bug;
 use crate::lock::{Command, Origin, Proposal};
-use crate::raft::{ClientRequest, NodeId, RequestId, Timer};
+use crate::raft::{ClientRequest, Config, NodeId, RequestId, Timer};
 use crate::testkit::Cluster;
 use crate::testkit::datadriven::{TestCase, run_file};
 
@@ -59,8 +59,10 @@ impl Harness {
         Ok(self.cluster()?.take_trace().join("\n"))
     }
 
-    /// `add-nodes 3 pre_vote=false check_quorum=false snapshot=5 append_max=1 waiters_max=2
-    /// bug=early-expire seed=1`: a new cluster of nodes 1..=3 (seed default 1).
+    /// `add-nodes 3 pre_vote=false check_quorum=false snapshot=5 trailing=0 chunk=64
+    /// append_max=1 waiters_max=2 bug=early-expire seed=1`: a new cluster of nodes 1..=3 (seed
+    /// default 1; `trailing` and `chunk` are the snapshot's trailing window in entries and
+    /// chunk size in bytes, defaults from `Config::new`).
     fn add_nodes(&mut self, case: &TestCase) -> Result<String, String> {
         let size: u64 = parse_arg(case.args.first().map(String::as_str), "node count")?;
         let seed: u64 = case
@@ -71,6 +73,15 @@ impl Harness {
         let snapshot = match case.arg("snapshot") {
             Some(s) => parse_arg(Some(s), "snapshot")?,
             None => 1000,
+        };
+        let defaults = Config::new(1, vec![1]);
+        let trailing = match case.arg("trailing") {
+            Some(s) => parse_arg(Some(s), "trailing")?,
+            None => defaults.snapshot_trailing_entries,
+        };
+        let chunk = match case.arg("chunk") {
+            Some(s) => parse_arg(Some(s), "chunk")?,
+            None => defaults.snapshot_chunk_bytes,
         };
         let bugs: Vec<Bug> = match case.arg("bug") {
             Some(name) => vec![name.parse().map_err(|e| format!("{e}"))?],
@@ -90,6 +101,8 @@ impl Harness {
             config.pre_vote = pre_vote;
             config.check_quorum = check_quorum;
             config.snapshot_threshold_entries = snapshot;
+            config.snapshot_trailing_entries = trailing;
+            config.snapshot_chunk_bytes = chunk;
             config.bugs = crate::bugs::BugSet::of(&bugs);
         });
         cluster.set_trace(true);
@@ -376,6 +389,7 @@ const SCRIPTS: &[&str] = &[
     "partitioned_leader",
     "lease_takeover",
     "snapshot_install",
+    "snapshot_chunks",
     "pre_vote_check_quorum",
     "phantom_release",
     "waiters",
@@ -408,6 +422,7 @@ scripts!(
     partitioned_leader,
     lease_takeover,
     snapshot_install,
+    snapshot_chunks,
     pre_vote_check_quorum,
     phantom_release,
     waiters,

@@ -104,6 +104,10 @@ pub enum Input {
     Propose(Proposal),
     /// Start an election now, as if the election timer fired (interaction scripts, tests).
     Campaign,
+    /// The node is about to stop cleanly. A leader hands over: it sends
+    /// [`super::Message::TimeoutNow`] to its followers (the one with the longest matching log
+    /// campaigns at once) and steps down, answering its pending requests as unknown.
+    Exit,
     /// The driver finished the `persist` of an earlier output: everything up to log index
     /// `index` of term `term`, and the hard state, is durable. The leader counts its own log
     /// toward a commit quorum only up to what was reported here.

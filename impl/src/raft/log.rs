@@ -3,6 +3,12 @@
 //! Indexes are absolute. The base is the snapshot's `last_index` (0 without a snapshot), and
 //! `entries[i]` has index `base + 1 + i`. `term_at(base)` is the snapshot's `last_term`, so
 //! the consistency check of AppendEntries works across the compaction point (Raft paper §7).
+//!
+//! Compaction keeps a trailing window of entries at or below the base (`retained`,
+//! `Config::snapshot_trailing_entries`), in memory only: they are committed, so they never
+//! change, and a leader can send them to a follower a little behind instead of the whole
+//! snapshot. A restarted node has none until it compacts again; storage keeps only the
+//! entries after its snapshot.
 
 use super::message::{Entry, Index, Snapshot, Term};
 
@@ -13,12 +19,34 @@ pub(crate) struct RaftLog {
     pub(crate) snapshot: Option<Snapshot>,
     /// The entries after the snapshot, contiguous.
     pub(crate) entries: Vec<Entry>,
+    /// Up to `snapshot_trailing_entries` entries at or below the base, contiguous, ending at
+    /// the base (empty, or its last entry has the base's index and term).
+    pub(crate) retained: Vec<Entry>,
+    /// A snapshot being received from the leader, in chunks.
+    pub(crate) receiving: Option<SnapshotReceive>,
+}
+
+/// The part of a snapshot received so far: the bytes from offset 0 on, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SnapshotReceive {
+    /// The term of the leader that sends it.
+    pub(crate) term: Term,
+    /// The snapshot's last index and term.
+    pub(crate) last_index: Index,
+    pub(crate) last_term: Term,
+    /// The bytes received so far.
+    pub(crate) bytes: Vec<u8>,
 }
 
 impl RaftLog {
     /// A log from what storage loaded.
     pub(crate) fn new(snapshot: Option<Snapshot>, entries: Vec<Entry>) -> Self {
-        let log = RaftLog { snapshot, entries };
+        let log = RaftLog {
+            snapshot,
+            entries,
+            retained: Vec::new(),
+            receiving: None,
+        };
         log.assert_contiguous();
         log
     }
@@ -51,30 +79,49 @@ impl RaftLog {
         self.entry(index).map(|e| e.term)
     }
 
-    /// The entry at `index`, if it is in memory.
+    /// The entry at `index`, if it is in memory (after the base, or in the trailing window).
     pub(crate) fn entry(&self, index: Index) -> Option<&Entry> {
         let base = self.base_index();
         if index <= base {
-            return None;
+            let first = self.retained.first()?.index;
+            return self
+                .retained
+                .get(usize::try_from(index.checked_sub(first)?).ok()?);
         }
         self.entries.get(usize::try_from(index - base - 1).ok()?)
     }
 
-    /// At most `max` entries from `from` on (an empty slice when `from` is past the end).
+    /// The lowest index whose entry is in memory (the base + 1 without a trailing window).
+    pub(crate) fn first_index(&self) -> Index {
+        self.retained
+            .first()
+            .map_or(self.base_index() + 1, |e| e.index)
+    }
+
+    /// At most `max` entries from `from` on (none when `from` is past the end).
     ///
     /// # Panics
     ///
-    /// Panics if `from` is at or below the base: those entries are compacted.
-    pub(crate) fn entries_from(&self, from: Index, max: usize) -> &[Entry] {
-        let base = self.base_index();
+    /// Panics if `from` is below [`RaftLog::first_index`]: those entries are compacted.
+    pub(crate) fn entries_from(&self, from: Index, max: usize) -> Vec<Entry> {
+        let first = self.first_index();
         assert!(
-            from > base,
-            "entries_from({from}) at or below the base {base}"
+            from >= first,
+            "entries_from({from}) below the first index {first} in memory"
         );
-        let start = usize::try_from(from - base - 1).unwrap_or(usize::MAX);
+        let base = self.base_index();
+        let mut out = Vec::new();
+        if from <= base {
+            let start = usize::try_from(from - first).unwrap_or(usize::MAX);
+            out.extend(self.retained.iter().skip(start).take(max).cloned());
+        }
+        let start = usize::try_from(from.saturating_sub(base + 1)).unwrap_or(usize::MAX);
         let start = start.min(self.entries.len());
-        let end = start.saturating_add(max).min(self.entries.len());
-        &self.entries[start..end]
+        let end = start
+            .saturating_add(max - out.len())
+            .min(self.entries.len());
+        out.extend_from_slice(&self.entries[start..end]);
+        out
     }
 
     /// Appends `entry`, which must follow the last entry.
@@ -124,15 +171,30 @@ impl RaftLog {
 
     /// Replaces the prefix up to `snapshot.last_index` by `snapshot` (local compaction, or an
     /// installed snapshot). Keeps the suffix when the log holds the snapshot's last entry with
-    /// its term (Raft paper §7); otherwise discards the whole log. Returns whether the suffix
-    /// was discarded.
-    pub(crate) fn install(&mut self, snapshot: Snapshot) -> bool {
+    /// its term (Raft paper §7), and then up to `trailing` entries at or below the snapshot
+    /// in memory; otherwise discards the whole log. Returns whether the suffix was discarded.
+    pub(crate) fn install(&mut self, snapshot: Snapshot, trailing: u64) -> bool {
         let keep = self.term_at(snapshot.last_index) == Some(snapshot.last_term);
         let last = snapshot.last_index;
         if keep {
-            self.entries.retain(|e| e.index > last);
+            let moved = self.entries.iter().take_while(|e| e.index <= last).count();
+            self.retained.extend(self.entries.drain(..moved));
+            self.retained.retain(|e| e.index <= last);
+            let excess = self
+                .retained
+                .len()
+                .saturating_sub(usize::try_from(trailing).unwrap_or(usize::MAX));
+            self.retained.drain(..excess);
         } else {
             self.entries.clear();
+            self.retained.clear();
+        }
+        if self
+            .receiving
+            .as_ref()
+            .is_some_and(|r| r.last_index <= last)
+        {
+            self.receiving = None;
         }
         self.snapshot = Some(snapshot);
         self.assert_contiguous();
@@ -140,6 +202,20 @@ impl RaftLog {
     }
 
     fn assert_contiguous(&self) {
+        if let (Some(last), Some(snapshot)) = (self.retained.last(), &self.snapshot) {
+            assert_eq!(
+                (last.index, last.term),
+                (snapshot.last_index, snapshot.last_term),
+                "the trailing window does not end at the snapshot"
+            );
+        }
+        for pair in self.retained.windows(2) {
+            assert_eq!(
+                pair[1].index,
+                pair[0].index + 1,
+                "trailing window not contiguous"
+            );
+        }
         let base = self.base_index();
         for (i, e) in self.entries.iter().enumerate() {
             let expected = base + 1 + i as u64;
@@ -174,11 +250,14 @@ mod tests {
     fn term_at_reads_through_the_snapshot_base() {
         // Raft paper §7: the snapshot keeps the last included index and term.
         let mut log = log_of(&[1, 1, 2, 2, 3]);
-        let discarded = log.install(Snapshot {
-            last_index: 3,
-            last_term: 2,
-            table: LockTable::new(),
-        });
+        let discarded = log.install(
+            Snapshot {
+                last_index: 3,
+                last_term: 2,
+                table: LockTable::new(),
+            },
+            0,
+        );
         assert!(!discarded);
         assert_eq!(log.term_at(3), Some(2));
         assert_eq!(log.term_at(2), None);
@@ -192,14 +271,38 @@ mod tests {
         // Raft paper §7: "If existing log entry has same index and term as snapshot's last
         // included entry, retain log entries following it" -- otherwise discard the log.
         let mut log = log_of(&[1, 1, 2]);
-        let discarded = log.install(Snapshot {
-            last_index: 2,
-            last_term: 4,
-            table: LockTable::new(),
-        });
+        let discarded = log.install(
+            Snapshot {
+                last_index: 2,
+                last_term: 4,
+                table: LockTable::new(),
+            },
+            5,
+        );
         assert!(discarded);
+        assert!(log.retained.is_empty(), "a conflicting log keeps no window");
         assert_eq!(log.last_index(), 2);
         assert_eq!(log.last_term(), 4);
+    }
+
+    #[test]
+    fn compaction_keeps_a_trailing_window_that_reads_like_the_log() {
+        // Issue 27: a follower a little behind gets entries, not a snapshot; the window holds
+        // the last `trailing` entries at or below the snapshot.
+        let mut log = log_of(&[1, 1, 2, 2, 3]);
+        log.install(
+            Snapshot {
+                last_index: 4,
+                last_term: 2,
+                table: LockTable::new(),
+            },
+            2,
+        );
+        assert_eq!(log.first_index(), 3);
+        assert_eq!((log.term_at(2), log.term_at(3)), (None, Some(2)));
+        let from_three: Vec<Index> = log.entries_from(3, 10).iter().map(|e| e.index).collect();
+        assert_eq!(from_three, vec![3, 4, 5]);
+        assert_eq!(log.entries_from(4, 1).len(), 1);
     }
 
     #[test]

@@ -112,19 +112,47 @@ pub enum Message {
         /// `RejectHint` with `findConflictByTerm`). The leader retries from the entry after it.
         reject_hint: Index,
     },
-    /// InstallSnapshot (Raft paper §7), in one message: the lock table is small.
+    /// InstallSnapshot (Raft paper §7), one chunk of the encoded snapshot: the bytes from
+    /// `offset` on. The leader keeps one chunk in flight per follower and sends the next one
+    /// when this one is acknowledged, or this one again after `Config::snapshot_retransmit_ms`
+    /// without an answer. A snapshot therefore never needs a frame larger than one chunk,
+    /// whatever the lock table holds.
     InstallSnapshot {
         /// The leader's term.
         term: Term,
-        /// The snapshot.
-        snapshot: Snapshot,
+        /// The index of the last entry the snapshot covers.
+        last_index: Index,
+        /// The term of that entry.
+        last_term: Term,
+        /// Where `data` starts in the encoded snapshot.
+        offset: u64,
+        /// At most `Config::snapshot_chunk_bytes` bytes of the encoded snapshot.
+        data: Vec<u8>,
+        /// Whether `data` ends the encoded snapshot.
+        done: bool,
     },
     /// The answer to a [`Message::InstallSnapshot`].
     InstallSnapshotResponse {
         /// The follower's current term.
         term: Term,
-        /// The snapshot's last index, now the follower's match index.
+        /// The snapshot's last index.
         last_index: Index,
+        /// How many bytes of the encoded snapshot the follower holds in order: the leader
+        /// sends from there (0 after a gap or a damaged snapshot).
+        received: u64,
+        /// Whether the snapshot is installed and durable (or the follower's commit index is
+        /// already past it): `last_index` is then the follower's match index.
+        done: bool,
+    },
+    /// The leader is stopping cleanly (Raft thesis §3.10, leadership transfer, and etcd's
+    /// `MsgTimeoutNow`): the receiver forgets the leader's lease, so that it grants pre-votes
+    /// and votes at once, and with `campaign` (the most up-to-date follower) starts an
+    /// election now instead of after an election timeout.
+    TimeoutNow {
+        /// The leader's term.
+        term: Term,
+        /// Whether the receiver should campaign now.
+        campaign: bool,
     },
 }
 
@@ -139,7 +167,8 @@ impl Message {
             | Message::AppendEntries { term, .. }
             | Message::AppendEntriesResponse { term, .. }
             | Message::InstallSnapshot { term, .. }
-            | Message::InstallSnapshotResponse { term, .. } => *term,
+            | Message::InstallSnapshotResponse { term, .. }
+            | Message::TimeoutNow { term, .. } => *term,
         }
     }
 }

@@ -38,6 +38,7 @@ mod quorum;
 mod replication;
 mod requests;
 mod rewrite;
+mod snapshot;
 
 pub use io::{
     ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
@@ -47,6 +48,7 @@ pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,
 };
+pub use snapshot::SNAPSHOT_BYTES_MAX;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -78,6 +80,14 @@ pub struct Config {
     /// Take a snapshot and compact the log once this many entries were applied since the
     /// last one.
     pub snapshot_threshold_entries: u64,
+    /// Compaction keeps up to this many entries at or below the snapshot in memory, so that
+    /// a follower a little behind gets entries rather than the whole snapshot.
+    pub snapshot_trailing_entries: u64,
+    /// At most this many bytes of the encoded snapshot per InstallSnapshot message.
+    pub snapshot_chunk_bytes: u64,
+    /// A snapshot chunk not acknowledged within this long is sent again (checked on every
+    /// heartbeat and proposal; below the election timeout so the follower keeps following).
+    pub snapshot_retransmit_ms: u64,
     /// At most this many entries per AppendEntries.
     pub append_entries_max: usize,
     /// At most this many waiters queued per key at the leader.
@@ -106,6 +116,9 @@ impl Config {
             pre_vote: true,
             check_quorum: true,
             snapshot_threshold_entries: 1000,
+            snapshot_trailing_entries: 500,
+            snapshot_chunk_bytes: 1 << 20,
+            snapshot_retransmit_ms: 200,
             append_entries_max: 256,
             waiters_per_key_max: 64,
             uncommitted_entries_max: 4096,
@@ -161,6 +174,26 @@ struct Progress {
     match_index: Index,
     /// Whether the follower was heard from in the current check-quorum window.
     recent_active: bool,
+    /// The snapshot being sent to the follower, when its `next_index` lies in the compacted
+    /// prefix.
+    snapshot: Option<SnapshotSend>,
+}
+
+/// A snapshot on its way to one follower: one chunk in flight at a time (Raft paper §7, the
+/// `offset`/`done` fields of InstallSnapshot).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SnapshotSend {
+    /// The snapshot's last index and term.
+    last_index: Index,
+    last_term: Term,
+    /// The encoded snapshot (shared by every follower that gets this snapshot). Kept until
+    /// the transfer ends, even when the leader compacts again meanwhile, so that a large
+    /// snapshot finishes instead of restarting with every compaction.
+    bytes: std::sync::Arc<Vec<u8>>,
+    /// How many bytes the follower acknowledged; the chunk in flight starts there.
+    acked: u64,
+    /// When the chunk in flight was sent, on the local clock.
+    sent_at_ms: u64,
 }
 
 /// An acquire waiting in the leader's FIFO queue for its key, or proposed on its behalf.
@@ -324,6 +357,7 @@ impl Node {
                 }
             }
             Input::Campaign => self.campaign(),
+            Input::Exit => self.handle_exit(),
             Input::Persisted { term, index } => self.handle_persisted(term, index),
         }
         self.finish_step();
@@ -385,6 +419,11 @@ impl Node {
     /// fired while the lock was held): the only locks a leader may propose an Expire for.
     pub fn lease_ran_out(&self, key: &str, token: Token) -> bool {
         self.expired.contains(&(key.to_owned(), token))
+    }
+
+    /// Every lease that ran out on this node's clock and whose lock it still holds.
+    pub fn leases_ran_out(&self) -> impl Iterator<Item = &(Key, Token)> {
+        self.expired.iter()
     }
 
     /// The index of the last entry the driver reported durable.

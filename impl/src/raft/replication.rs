@@ -40,8 +40,17 @@ fn well_formed(msg: &Message) -> bool {
                     ok
                 })
         }
-        Message::InstallSnapshot { term, snapshot } => {
-            snapshot.last_term <= *term && snapshot.table.last_applied() == snapshot.last_index
+        Message::InstallSnapshot {
+            term,
+            last_term,
+            offset,
+            data,
+            ..
+        } => {
+            last_term <= term
+                && offset
+                    .checked_add(data.len() as u64)
+                    .is_some_and(|end| end <= super::snapshot::SNAPSHOT_BYTES_MAX)
         }
         _ => true,
     }
@@ -122,12 +131,31 @@ impl Node {
                 reject_hint,
                 ..
             } => self.handle_append_entries_response(from, success, match_index, reject_hint),
-            Message::InstallSnapshot { snapshot, .. } => {
-                self.handle_install_snapshot(from, snapshot)
+            Message::InstallSnapshot {
+                term,
+                last_index,
+                last_term,
+                offset,
+                data,
+                done,
+            } => {
+                let chunk = super::snapshot::Chunk {
+                    term,
+                    last_index,
+                    last_term,
+                    offset,
+                    data,
+                    done,
+                };
+                self.handle_install_snapshot(from, chunk);
             }
-            Message::InstallSnapshotResponse { last_index, .. } => {
-                self.handle_install_snapshot_response(from, last_index);
-            }
+            Message::InstallSnapshotResponse {
+                last_index,
+                received,
+                done,
+                ..
+            } => self.handle_install_snapshot_response(from, last_index, received, done),
+            Message::TimeoutNow { campaign, .. } => self.handle_timeout_now(from, campaign),
             Message::PreVote { .. } | Message::PreVoteResponse { .. } => {}
         }
     }
@@ -175,16 +203,12 @@ impl Node {
         };
         let prev_log_index = progress.next_index - 1;
         let Some(prev_log_term) = self.log.term_at(prev_log_index) else {
-            if let Some(snapshot) = self.log.snapshot.clone() {
-                let term = self.term;
-                self.send_now(peer, Message::InstallSnapshot { term, snapshot });
-            }
+            self.send_snapshot_chunk(peer);
             return;
         };
         let entries = self
             .log
-            .entries_from(prev_log_index + 1, self.config.append_entries_max)
-            .to_vec();
+            .entries_from(prev_log_index + 1, self.config.append_entries_max);
         let msg = Message::AppendEntries {
             term: self.term,
             prev_log_index,
@@ -196,7 +220,7 @@ impl Node {
     }
 
     /// Accepts `from` as the leader of the current term and restarts the election timer.
-    fn follow(&mut self, from: NodeId) {
+    pub(super) fn follow(&mut self, from: NodeId) {
         if self.role != Role::Follower || self.leader != Some(from) {
             self.become_follower(self.term, Some(from));
         } else {
@@ -323,52 +347,6 @@ impl Node {
         }
     }
 
-    /// InstallSnapshot at a follower (Raft paper §7).
-    fn handle_install_snapshot(&mut self, from: NodeId, snapshot: Snapshot) {
-        self.follow(from);
-        let last_index = snapshot.last_index;
-        if last_index > self.commit_index {
-            let discarded = self.log.install(snapshot.clone());
-            self.persisted_index = self.persisted_index.min(last_index);
-            self.commit_index = last_index;
-            self.table = snapshot.table.clone();
-            if self.bug(crate::bugs::Bug::SnapshotLosesState) {
-                self.table.forget_retries(); // mutant: the dedupe entries lost on install
-            }
-            if !self.table.locks().is_empty() {
-                crate::probe!("snapshot-installed-with-locks");
-            }
-            self.rearm_all_leases();
-            let truncate_from = discarded.then_some(last_index + 1);
-            self.persist(Persist {
-                snapshot: Some(snapshot),
-                truncate_from,
-                ..Persist::default()
-            });
-        }
-        let term = self.term;
-        self.send_after_persist(from, Message::InstallSnapshotResponse { term, last_index });
-    }
-
-    fn handle_install_snapshot_response(&mut self, from: NodeId, last_index: Index) {
-        if self.role != Role::Leader {
-            return;
-        }
-        let last = self.log.last_index();
-        if let Some(progress) = self.progress.get_mut(&from) {
-            progress.match_index = progress.match_index.max(last_index.min(last));
-            progress.next_index = progress.next_index.max(progress.match_index + 1);
-        }
-        self.maybe_commit();
-        if self
-            .progress
-            .get(&from)
-            .is_some_and(|p| p.next_index <= last)
-        {
-            self.append_due.insert(from);
-        }
-    }
-
     /// Commits the highest index a majority matched, if it is of the current term.
     pub(super) fn maybe_commit(&mut self) {
         let mut matches: Vec<Index> = self.progress.values().map(|p| p.match_index).collect();
@@ -454,7 +432,8 @@ impl Node {
             last_term,
             table: self.table.clone(),
         };
-        self.log.install(snapshot.clone());
+        self.log
+            .install(snapshot.clone(), self.config.snapshot_trailing_entries);
         self.persist(Persist {
             snapshot: Some(snapshot),
             ..Persist::default()
@@ -465,8 +444,118 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{ack, append, entry, leader, node};
-    use super::super::{Input, Message};
-    use crate::lock::Command;
+    use super::super::{Config, Durable, Envelope, Input, Message, Node, NodeId, Role};
+    use crate::lock::{Command, Proposal};
+
+    /// Node 1 of {1, 2, 3} made leader of term 1 by node 2's votes, snapshotting every
+    /// `threshold` applied entries.
+    fn leader_snapshotting(threshold: u64) -> Node {
+        let mut config = Config::new(1, vec![1, 2, 3]);
+        config.snapshot_threshold_entries = threshold;
+        let (mut n, _) = Node::new(config, Durable::default(), 0);
+        n.step(Input::Campaign);
+        for msg in [
+            Message::PreVoteResponse {
+                term: 1,
+                granted: true,
+            },
+            Message::RequestVoteResponse {
+                term: 1,
+                granted: true,
+            },
+        ] {
+            n.step(Input::Message { from: 2, msg });
+        }
+        assert_eq!(n.status().role, Role::Leader);
+        n
+    }
+
+    /// Proposes a Noop, reports it durable, and has node 2 acknowledge it; returns every
+    /// message of the three steps.
+    fn propose_acked_by_2(n: &mut Node) -> Vec<Envelope> {
+        let mut sent = n
+            .step(Input::Propose(Proposal::system(Command::Noop)))
+            .send_now;
+        let index = n.status().last_log_index;
+        sent.extend(n.step(Input::Persisted { term: 1, index }).send_now);
+        sent.extend(n.step(ack(2, 1, index)).send_now);
+        sent
+    }
+
+    fn snapshots_to(sent: &[Envelope], target: NodeId) -> usize {
+        sent.iter()
+            .filter(|e| e.target == target && matches!(e.msg, Message::InstallSnapshot { .. }))
+            .count()
+    }
+
+    #[test]
+    fn a_lagging_follower_gets_the_snapshot_once_per_retransmit_interval_not_per_heartbeat() {
+        // Issue 27, review finding: a snapshot went out as a deep copy on every heartbeat and
+        // every proposal, with no in-flight state. Raft paper §7 sends it in chunks; here
+        // one chunk is in flight, resent only when unanswered for the retransmit interval
+        // (200 ms by default, 4 heartbeats). Node 3 never answers; node 2 acknowledges all.
+        let mut n = leader_snapshotting(10);
+        n.step(Input::Persisted { term: 1, index: 1 });
+        n.step(ack(2, 1, 1));
+        let mut sent = Vec::new();
+        for _ in 0..700 {
+            sent.extend(propose_acked_by_2(&mut n));
+        }
+        let base = n.snapshot().map_or(0, |s| s.last_index);
+        assert!(base > 600, "the leader compacted: snapshot at {base}");
+        let during_proposals = snapshots_to(&sent, 3);
+        let mut sent = Vec::new();
+        for beat in 1..=20u64 {
+            sent.extend(n.step(Input::Tick { now_ms: beat * 50 }).send_now);
+            sent.extend(n.step(ack(2, 1, n.status().last_log_index)).send_now);
+        }
+        let during_heartbeats = snapshots_to(&sent, 3);
+        assert!(
+            (1..=2).contains(&during_proposals),
+            "700 proposals, no time passing: the snapshot was sent {during_proposals} times"
+        );
+        assert!(
+            (4..=6).contains(&during_heartbeats),
+            "20 heartbeats over 1000 ms: {during_heartbeats} snapshot sends, want one per 200 ms"
+        );
+    }
+
+    #[test]
+    fn a_follower_one_entry_behind_after_compaction_gets_append_entries() {
+        // Issue 27, review finding: compaction kept no trailing entries, so a follower one
+        // entry behind needed a whole snapshot. Node 3 acknowledges all but the last entry;
+        // the threshold makes the first compaction cover the last entry exactly.
+        let mut n = leader_snapshotting(11);
+        n.step(Input::Persisted { term: 1, index: 1 });
+        n.step(ack(2, 1, 1));
+        n.step(ack(3, 1, 1));
+        for _ in 0..10 {
+            propose_acked_by_2(&mut n);
+            let last = n.status().last_log_index;
+            n.step(ack(3, 1, last - 1));
+        }
+        let last = n.status().last_log_index;
+        let out = n.step(Input::Tick { now_ms: 50 });
+        assert_eq!(
+            n.snapshot().map(|s| s.last_index),
+            Some(last),
+            "compacted up to the last entry"
+        );
+        let to_3: Vec<&Message> = out
+            .send_now
+            .iter()
+            .filter(|e| e.target == 3)
+            .map(|e| &e.msg)
+            .collect();
+        assert!(
+            matches!(
+                to_3.as_slice(),
+                [Message::AppendEntries { prev_log_index, entries, .. }]
+                    if *prev_log_index == last - 1 && entries.len() == 1
+            ),
+            "node 3 is one entry behind: {to_3:?}"
+        );
+    }
 
     #[test]
     fn the_leader_counts_itself_only_up_to_what_was_persisted() {

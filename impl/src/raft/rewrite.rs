@@ -137,6 +137,19 @@ fn rewrite_waiter(r: &impl Renaming, w: &Waiter) -> Waiter {
     }
 }
 
+/// `progress` with the snapshot it is sending re-encoded with its clients renamed.
+fn rewrite_progress(r: &impl Renaming, progress: &super::Progress) -> super::Progress {
+    let mut progress = progress.clone();
+    if let Some(send) = &mut progress.snapshot {
+        let renamed = serde_json::from_slice::<Snapshot>(&send.bytes)
+            .map(|s| super::snapshot::encode(&rewrite_snapshot(r, &s)));
+        if let Ok(bytes) = renamed {
+            send.bytes = std::sync::Arc::new(bytes);
+        }
+    }
+    progress
+}
+
 fn rewrite_pending(r: &impl Renaming, p: &Pending) -> Pending {
     let kind = match &p.kind {
         PendingKind::Grant { waiter } => PendingKind::Grant {
@@ -199,6 +212,16 @@ impl Node {
                 .iter()
                 .map(|e| rewrite_entry(r, e))
                 .collect(),
+            retained: self
+                .log
+                .retained
+                .iter()
+                .map(|e| rewrite_entry(r, e))
+                .collect(),
+            // Bytes of a snapshot half received cannot be decoded to rename the clients they
+            // name: dropped, the follower asks for the transfer again (the model's snapshots
+            // fit one chunk, so it never holds any between steps).
+            receiving: None,
         };
         Node {
             config,
@@ -217,7 +240,7 @@ impl Node {
             progress: self
                 .progress
                 .iter()
-                .map(|(k, v)| (r.node(*k), v.clone()))
+                .map(|(k, v)| (r.node(*k), rewrite_progress(r, v)))
                 .collect(),
             noop_index: self.noop_index,
             timers: self
@@ -267,6 +290,13 @@ impl Node {
             .map(|at| shift(at.max(old.saturating_sub(window))));
         for at in self.timers.values_mut() {
             *at = shift(*at);
+        }
+        // A chunk sent longer ago than the retransmit interval is due, now and later.
+        let retransmit = self.config.snapshot_retransmit_ms;
+        for progress in self.progress.values_mut() {
+            if let Some(send) = &mut progress.snapshot {
+                send.sent_at_ms = shift(send.sent_at_ms.max(old.saturating_sub(retransmit)));
+            }
         }
         for queue in self.waiters.values_mut() {
             for w in queue.iter_mut() {
@@ -400,6 +430,9 @@ impl HashParts for Node {
             pre_vote,
             check_quorum,
             snapshot_threshold_entries,
+            snapshot_trailing_entries,
+            snapshot_chunk_bytes,
+            snapshot_retransmit_ms,
             append_entries_max,
             waiters_per_key_max,
             uncommitted_entries_max,
@@ -417,6 +450,12 @@ impl HashParts for Node {
             pre_vote,
             check_quorum,
             snapshot_threshold_entries,
+        )
+            .hash(free);
+        (
+            snapshot_trailing_entries,
+            snapshot_chunk_bytes,
+            snapshot_retransmit_ms,
         )
             .hash(free);
         (

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -18,8 +19,9 @@ use crate::lock::{Command, Key, Proposal, Token};
 use crate::raft::{
     ClientRequest, Config, Durable, Input, Node, NodeId, Output, RequestId, Response, Role, Term,
 };
+use crate::raft::{Persist, Snapshot};
 use crate::rpc::NodeStatus;
-use crate::storage::DataDir;
+use crate::storage::{DataDir, StorageError};
 use crate::trace::TraceWriter;
 
 /// A client request the core has not answered yet.
@@ -43,6 +45,24 @@ pub(super) struct Core {
     persisted_unreported: bool,
     seen: (Role, Term, Option<NodeId>),
     trace: Option<Trace>,
+    /// Answered once the output of `Input::Exit` was carried out.
+    exiting: Vec<oneshot::Sender<()>>,
+    snapshots: SnapshotWriter,
+}
+
+/// Local snapshots written off the core's thread (see [`Core::defer_snapshot`]).
+struct SnapshotWriter {
+    /// A write is under way.
+    in_flight: bool,
+    /// The newest snapshot that waits for it (an older one waiting is skipped).
+    next: Option<Snapshot>,
+    /// Held while the snapshot file is written, by the writer and by a snapshot persist on
+    /// the core's thread; holds the last index of the snapshot in the file, so that an
+    /// older snapshot is never written over a newer one.
+    file: Arc<Mutex<u64>>,
+    /// Finished writes come back here.
+    done_tx: mpsc::UnboundedSender<(Snapshot, Result<(), StorageError>)>,
+    done_rx: mpsc::UnboundedReceiver<(Snapshot, Result<(), StorageError>)>,
 }
 
 /// The trace of the core's inputs (`ServerConfig::trace`, format in `lockd::trace`). Lines are
@@ -66,6 +86,19 @@ impl Core {
         let mut clock = Clock::new(rate);
         let (node, startup) = Node::new(config, durable, clock.now_ms());
         let status = node.status();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let written = storage
+            .durable()
+            .snapshot
+            .as_ref()
+            .map_or(0, |s| s.last_index);
+        let snapshots = SnapshotWriter {
+            in_flight: false,
+            next: None,
+            file: Arc::new(Mutex::new(written)),
+            done_tx,
+            done_rx,
+        };
         Core {
             node,
             startup,
@@ -77,6 +110,8 @@ impl Core {
             persisted_unreported: false,
             seen: (status.role, status.term, status.leader),
             trace: None,
+            exiting: Vec::new(),
+            snapshots,
         }
     }
 
@@ -160,6 +195,12 @@ impl Core {
             // Biased: the same inputs give the same order, so a simulated run replays.
             let first = tokio::select! {
                 biased;
+                written = self.snapshots.done_rx.recv() => {
+                    if let Some((snapshot, result)) = written {
+                        self.snapshot_written(snapshot, result)?;
+                    }
+                    continue;
+                }
                 event = events.recv() => match event {
                     Some(event) => Some(event),
                     None => return Ok(()),
@@ -192,6 +233,9 @@ impl Core {
             }
             let started = Instant::now();
             self.carry_out(output)?;
+            for reply in self.exiting.drain(..) {
+                let _ = reply.send(());
+            }
             if crate::sys::simulated() {
                 // Under simulation the core's invariants run after every turn, also in a
                 // release build, so that `locksmith sim` catches a broken core at once.
@@ -229,6 +273,11 @@ impl Core {
                 if self.pending.remove(&id).is_some() {
                     output.extend(self.step(Input::ClientGone { id }));
                 }
+            }
+            Event::Exit { reply } => {
+                info!("clean exit: handing leadership over");
+                output.extend(self.step(Input::Exit));
+                self.exiting.push(reply);
             }
             Event::Status { reply } => {
                 let _ = reply.send(NodeStatus {
@@ -285,16 +334,33 @@ impl Core {
             self.links.send(envelope);
         }
         let persisted = output.persist.is_some();
-        if let Some(persist) = &output.persist {
-            debug!(persist = %describe_persist(persist), "persist");
-            if let Err(e) = self.storage.persist(persist) {
+        if let Some(persist) = output.persist {
+            let (persist, deferred) = self.split_local_snapshot(persist);
+            debug!(persist = %describe_persist(&persist), "persist");
+            let result = match &persist.snapshot {
+                // A snapshot from the leader is durable before it is acknowledged, and never
+                // written over by an older local one (the file lock).
+                Some(snapshot) => {
+                    let mut written = lock_file(&self.snapshots.file);
+                    let result = self.storage.persist(&persist);
+                    if result.is_ok() {
+                        *written = (*written).max(snapshot.last_index);
+                    }
+                    result
+                }
+                None => self.storage.persist(&persist),
+            };
+            if let Err(e) = result {
                 error!(
                     error = %e,
-                    persist = %describe_persist(persist),
+                    persist = %describe_persist(&persist),
                     durable_last_index = self.storage.durable().last_index(),
                     "storage failed; stopping without acknowledging"
                 );
                 return Err(e.into());
+            }
+            if let Some(snapshot) = deferred {
+                self.defer_snapshot(snapshot);
             }
         }
         for envelope in output.send_after_persist {
@@ -321,6 +387,85 @@ impl Core {
             }
         }
         Ok(persisted)
+    }
+
+    /// Takes a local compaction's snapshot out of `persist`, to write it off the core's
+    /// thread: when the log on disk already holds the snapshot's last entry (with its term)
+    /// and nothing is truncated, the snapshot only lets storage drop entries it holds, and
+    /// nothing sent after this persist depends on it. A snapshot installed from the leader,
+    /// or one past the durable log, stays in the persist and is written now.
+    fn split_local_snapshot(&self, mut persist: Persist) -> (Persist, Option<Snapshot>) {
+        let Some(snapshot) = &persist.snapshot else {
+            return (persist, None);
+        };
+        let durable = self.storage.durable();
+        let first = durable.entries.first().map_or(u64::MAX, |e| e.index);
+        let held = snapshot
+            .last_index
+            .checked_sub(first)
+            .and_then(|offset| durable.entries.get(usize::try_from(offset).ok()?))
+            .is_some_and(|e| e.term == snapshot.last_term);
+        if !held || persist.truncate_from.is_some() {
+            return (persist, None);
+        }
+        let snapshot = persist.snapshot.take();
+        (persist, snapshot)
+    }
+
+    /// Writes `snapshot` on a blocking thread (a task of the host when simulated), after the
+    /// write under way if there is one; [`Core::snapshot_written`] then adopts it. The core
+    /// goes on stepping meanwhile: the write of a large table no longer stalls it.
+    fn defer_snapshot(&mut self, snapshot: Snapshot) {
+        if self.snapshots.in_flight {
+            self.snapshots.next = Some(snapshot);
+            return;
+        }
+        self.snapshots.in_flight = true;
+        let path = self.storage.path().to_path_buf();
+        let sync = self.storage.sync_mode();
+        let file = self.snapshots.file.clone();
+        let done = self.snapshots.done_tx.clone();
+        let write = move || {
+            let mut written = lock_file(&file);
+            let result = if *written >= snapshot.last_index {
+                Ok(()) // a newer snapshot is in the file already
+            } else {
+                DataDir::write_snapshot_file(&path, &snapshot, sync)
+            };
+            if result.is_ok() {
+                *written = (*written).max(snapshot.last_index);
+            }
+            drop(written);
+            let _ = done.send((snapshot, result));
+        };
+        if crate::sys::simulated() {
+            // One thread runs the simulation: a task of the host, run when it is polled.
+            tokio::spawn(async move { write() });
+        } else {
+            tokio::task::spawn_blocking(write);
+        }
+    }
+
+    /// A deferred snapshot is in its file: storage drops the log up to it. A failed write is
+    /// fatal, as any storage error.
+    fn snapshot_written(
+        &mut self,
+        snapshot: Snapshot,
+        result: Result<(), StorageError>,
+    ) -> Result<(), ServerError> {
+        self.snapshots.in_flight = false;
+        if let Err(e) = result.and_then(|()| self.storage.adopt_snapshot(&snapshot)) {
+            error!(error = %e, last_index = snapshot.last_index, "snapshot write failed; stopping");
+            return Err(e.into());
+        }
+        debug!(
+            last_index = snapshot.last_index,
+            "snapshot written off the core thread"
+        );
+        if let Some(next) = self.snapshots.next.take() {
+            self.defer_snapshot(next);
+        }
+        Ok(())
     }
 
     /// The phantom-lock release of a grant the core answered but whose client left before
@@ -369,6 +514,12 @@ fn describe_persist(persist: &crate::raft::Persist) -> String {
             .map(|(first, last)| (first.index, last.index)),
         persist.hard_state,
     )
+}
+
+/// Locks the snapshot file's mutex; a writer that panicked left the index it had written.
+fn lock_file(file: &Mutex<u64>) -> std::sync::MutexGuard<'_, u64> {
+    file.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn sleep_until_some(wake: Option<Instant>) {

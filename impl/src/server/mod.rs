@@ -112,6 +112,12 @@ pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
 /// nanosecond would take 290 years), and the core computes `term + 1`, which must not
 /// overflow on a hostile or corrupted message.
 pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
+/// The largest snapshot chunk: JSON writes a byte as at most 4 characters, so a chunk's
+/// frame stays within [`FRAME_LEN_MAX`] with room for the envelope.
+pub const SNAPSHOT_CHUNK_BYTES_MAX: u64 = (FRAME_LEN_MAX as u64) / 8;
+/// On a clean exit, how long to wait for the core's hand-over and then for the peer links to
+/// send it.
+pub const EXIT_FLUSH_MS: u64 = 50;
 /// Steps of `Input::Persisted` chained after one output (each may persist again).
 const PERSIST_CHAIN_MAX: usize = 8;
 
@@ -288,6 +294,19 @@ impl ServerConfig {
                 "election timeout {min}-{max} ms: need 0 < low < high"
             ));
         }
+        if self.raft.snapshot_retransmit_ms == 0 || self.raft.snapshot_retransmit_ms >= min {
+            return invalid(format!(
+                "snapshot retransmit {} ms: need 0 < retransmit < election timeout low {min}",
+                self.raft.snapshot_retransmit_ms
+            ));
+        }
+        if !(1..=SNAPSHOT_CHUNK_BYTES_MAX).contains(&self.raft.snapshot_chunk_bytes) {
+            return invalid(format!(
+                "snapshot chunk {} bytes: need 1 to {SNAPSHOT_CHUNK_BYTES_MAX} (a chunk travels \
+                 as JSON, up to 4 characters a byte, in frames of at most {FRAME_LEN_MAX})",
+                self.raft.snapshot_chunk_bytes
+            ));
+        }
         if self.raft.heartbeat_ms == 0 || self.raft.heartbeat_ms >= min {
             return invalid(format!(
                 "heartbeat {} ms: need 0 < heartbeat < election timeout low {min}",
@@ -356,6 +375,9 @@ pub(crate) enum Event {
     Orphaned { key: Key, token: Token },
     /// A status query.
     Status { reply: oneshot::Sender<NodeStatus> },
+    /// The node stops cleanly (SIGTERM): the core steps `Input::Exit` (a leader hands over
+    /// with TimeoutNow), carries out its output, then answers.
+    Exit { reply: oneshot::Sender<()> },
     /// The clock nemesis.
     SetClock {
         rate: f64,
@@ -377,7 +399,9 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
     } else {
         SyncMode::Fsync
     };
-    let (data_dir, durable) = DataDir::open(&config.data_dir, sync)?;
+    let mut options = crate::storage::Options::new(sync);
+    options.defer_commit_hint = true;
+    let (data_dir, durable) = DataDir::open_with(&config.data_dir, options)?;
     data_dir.claim(id, &config.raft.members)?;
     if !data_dir.recovered().is_clean() {
         warn!(recovered = ?data_dir.recovered(), "the data dir was repaired on open");
@@ -399,6 +423,7 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         config.raft.members.clone(),
         events_tx.clone(),
     ));
+    let exit_events = events_tx.clone();
     tokio::spawn(clients::serve_clients(client_listener, events_tx));
 
     let core = core::Core::new(
@@ -417,7 +442,7 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         // One thread runs every simulated host: the core is a task of this host.
         return core.run(events_rx, gate).await;
     }
-    let (done_tx, done_rx) = oneshot::channel();
+    let (done_tx, done_rx) = oneshot::channel::<Result<(), ServerError>>();
     std::thread::Builder::new()
         .name(format!("lockd-core-{id}"))
         .spawn(move || {
@@ -433,11 +458,40 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Core {
             reason: format!("cannot spawn: {e}"),
         })?;
-    done_rx.await.unwrap_or_else(|_| {
-        Err(ServerError::Core {
-            reason: "it ended without a result (panicked)".to_owned(),
+    let core_done = async {
+        done_rx.await.unwrap_or_else(|_| {
+            Err(ServerError::Core {
+                reason: "it ended without a result (panicked)".to_owned(),
+            })
         })
-    })
+    };
+    tokio::select! {
+        result = core_done => result,
+        () = hand_over_on_terminate(exit_events) => Ok(()),
+    }
+}
+
+/// Waits for SIGTERM or SIGINT, then has the core hand leadership over (`Event::Exit`) and
+/// gives the peer links [`EXIT_FLUSH_MS`] to send the TimeoutNow messages. Never returns when
+/// the signals cannot be watched (the process then stops as before, without a hand-over).
+async fn hand_over_on_terminate(events: mpsc::Sender<Event>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return futures::future::pending().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    info!("stopping: handing leadership over");
+    let (reply, done) = oneshot::channel();
+    if events.send(Event::Exit { reply }).await.is_ok() {
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(EXIT_FLUSH_MS), done).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(EXIT_FLUSH_MS)).await;
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {

@@ -5,7 +5,10 @@
 //! depend on it (the IO contract on [`crate::raft::Output`]). [`DataDir::open`] verifies and
 //! loads what an earlier process left. The on-disk state always equals the reference
 //! semantics [`Durable::apply`] applied to the persists that returned `Ok`, in order, plus
-//! possibly a part of the one that was under way at a crash (see "Crash points" below).
+//! possibly a part of the one that was under way at a crash (see "Crash points" below); a
+//! persist that only raises the commit hint is kept in memory and written with the next
+//! record, so a crash may lose the latest hint (never anything promised: see
+//! `commit_hint_only`).
 //!
 //! # Format (version 1)
 //!
@@ -180,6 +183,10 @@ pub struct Options {
     pub sync: SyncMode,
     /// A segment is never rewritten (compacted) while smaller than this, in bytes.
     pub compact_segment_bytes_min: u64,
+    /// Keep a persist that only raises the commit hint in memory and write it with the next
+    /// record (see [`commit_hint_only`]); the server turns it on. Off: every persist is
+    /// written and fsync'd when it returns.
+    pub defer_commit_hint: bool,
 }
 
 impl Options {
@@ -188,6 +195,7 @@ impl Options {
         Options {
             sync,
             compact_segment_bytes_min: COMPACT_SEGMENT_BYTES_MIN_DEFAULT,
+            defer_commit_hint: false,
         }
     }
 }
@@ -315,6 +323,8 @@ pub struct DataDir {
     scratch: Vec<u8>,
     recovered: Recovered,
     poisoned: bool,
+    /// The commit hint in `durable` is above the one on disk (see [`commit_hint_only`]).
+    hint_unwritten: bool,
 }
 
 impl DataDir {
@@ -363,6 +373,7 @@ impl DataDir {
             scratch: Vec::new(),
             recovered,
             poisoned: false,
+            hint_unwritten: false,
         };
         if loaded.snapshot_reapplied {
             // Finish the interrupted snapshot persist, so the segment's base is the snapshot.
@@ -421,7 +432,8 @@ impl DataDir {
     }
 
     /// The state as of the last persist that returned `Ok` (what a reopen after a clean
-    /// shutdown loads).
+    /// shutdown loads, but for a raised commit hint not yet written: see
+    /// [`commit_hint_only`]).
     pub fn durable(&self) -> &Durable {
         &self.durable
     }
@@ -457,6 +469,63 @@ impl DataDir {
         Ok(())
     }
 
+    /// How this dir makes writes durable.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.options.sync
+    }
+
+    /// Writes `snapshot` into the snapshot file of the data dir at `path` (tmp, fsync, rename,
+    /// fsync the directory) and nothing else: the slow half of a snapshot persist, which the
+    /// server runs off the core's thread (as raft-rs and etcd write snapshots off their
+    /// event loops). Until [`DataDir::adopt_snapshot`] the log still holds every entry the
+    /// snapshot covers, so a crash in between recovers as after a crash in the middle of a
+    /// snapshot persist: the newer snapshot is applied to the log ("Crash points").
+    ///
+    /// The caller must never write a snapshot older than the log's: recovery would apply it
+    /// over a log that starts after it.
+    pub fn write_snapshot_file(
+        path: &Path,
+        snapshot: &Snapshot,
+        sync: SyncMode,
+    ) -> Result<(), StorageError> {
+        let mut payload = Vec::new();
+        encode_payload(&mut payload, snapshot)?;
+        let mut file = file_header(SNAPSHOT_MAGIC);
+        push_frame(&mut file, &payload);
+        write_file_atomic(path, SNAPSHOT_FILE, &file, sync)
+    }
+
+    /// The fast half of a snapshot persist: `snapshot`, already written by
+    /// [`DataDir::write_snapshot_file`], replaces the log up to it (a new segment whose
+    /// checkpoint is what remains). Does nothing when the log's snapshot is already at or
+    /// past it.
+    pub fn adopt_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StorageError> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let current = self.durable.snapshot.as_ref().map_or(0, |s| s.last_index);
+        if current >= snapshot.last_index {
+            return Ok(());
+        }
+        let persist = Persist {
+            snapshot: Some(snapshot.clone()),
+            ..Persist::default()
+        };
+        check_persist(&self.durable, &persist)
+            .map_err(|reason| StorageError::InvalidPersist { reason })?;
+        let mut next = self.durable.clone();
+        next.apply(&persist);
+        let result = segment_file(&next).and_then(|file| self.rewrite_segment(&file));
+        if let Err(StorageError::Io { .. }) = &result {
+            self.poisoned = true;
+        }
+        result?;
+        self.durable = next;
+        Ok(())
+    }
+
     /// What [`DataDir::open`] repaired.
     pub fn recovered(&self) -> &Recovered {
         &self.recovered
@@ -467,15 +536,23 @@ impl DataDir {
         &self.segment.path
     }
 
-    /// The common case: one `Ops` record, one write, one fdatasync.
+    /// The common case: one `Ops` record, one write, one fdatasync; no fdatasync when only
+    /// the commit hint changed (see [`commit_hint_only`]).
     fn append_ops(&mut self, persist: &Persist) -> Result<(), StorageError> {
+        if self.options.defer_commit_hint && commit_hint_only(&self.durable, persist) {
+            self.durable.apply(persist);
+            self.hint_unwritten = true;
+            return Ok(());
+        }
+        // A raised commit hint kept in memory goes out with this record.
+        let hint = self.hint_unwritten.then(|| self.durable.hard_state.clone());
         let mut frame = std::mem::take(&mut self.scratch);
         let encoded = encode_record(
             &mut frame,
             &RecordRef::Ops {
                 truncate_from: persist.truncate_from,
                 entries: &persist.entries,
-                hard_state: persist.hard_state.as_ref(),
+                hard_state: persist.hard_state.as_ref().or(hint.as_ref()),
             },
         );
         let result = encoded.and_then(|()| {
@@ -489,6 +566,7 @@ impl DataDir {
         self.scratch = frame;
         result?;
         self.durable.apply(persist);
+        self.hint_unwritten = false;
         Ok(())
     }
 
@@ -571,8 +649,10 @@ impl DataDir {
                 checkpoint_bytes,
             },
         );
-        // The buffered records are part of the state now in the new checkpoint.
+        // The buffered records (and a commit hint kept in memory) are part of the state now
+        // in the new checkpoint.
         self.pending.clear();
+        self.hint_unwritten = false;
         drop(old.file);
         fs::remove_file(&old.path).map_err(io_error(&old.path, "remove old segment"))?;
         if self.options.sync == SyncMode::Fsync {
@@ -580,6 +660,26 @@ impl DataDir {
         }
         Ok(())
     }
+}
+
+/// Whether `persist` only raises the commit hint: no entries, no truncation, no snapshot, and
+/// a hard state with the durable term and vote. Such a persist is not written at once: the
+/// hint is kept in memory and written with the next record (or checkpoint), as etcd does not
+/// sync a hard state whose only change is the commit index (`MustSync`). The commit index is
+/// a hint that a restart may re-apply up to, and the leader learns it again from a quorum, so
+/// losing it at a crash loses nothing that was promised. This takes the second fdatasync off
+/// the acquire path: the leader's answer no longer waits for the commit index to reach the
+/// disk after the entry did. (Writing the record without fdatasync was tried first: then
+/// several records could be in doubt at a crash, and a disk that writes back pages out of
+/// order left a hole before a later record, which recovery rightly refuses as corruption;
+/// `locksmith sim` found it, seed 11.)
+fn commit_hint_only(durable: &Durable, persist: &Persist) -> bool {
+    persist.snapshot.is_none()
+        && persist.truncate_from.is_none()
+        && persist.entries.is_empty()
+        && persist.hard_state.as_ref().is_some_and(|h| {
+            h.term == durable.hard_state.term && h.voted_for == durable.hard_state.voted_for
+        })
 }
 
 impl Drop for DataDir {

@@ -375,6 +375,10 @@ impl Lockd {
                 raft.seed = seed;
                 raft.bugs = bugs;
                 raft.snapshot_threshold_entries = snapshot_threshold;
+                // A window shorter than the threshold, so that a follower behind by more
+                // still needs InstallSnapshot (in chunks small enough to take several).
+                raft.snapshot_trailing_entries = snapshot_threshold / 4;
+                raft.snapshot_chunk_bytes = 4096;
                 let (members, pause_gate) = (members.clone(), pause_gate.clone());
                 let (link_faults, trace) = (link_faults.clone(), trace.clone());
                 let stopped = stopped.clone();

@@ -498,12 +498,24 @@ fn message_text(msg: &Message) -> String {
             match_index,
             ..
         } => format!("AE ok? t{term} {} m{match_index}", yes(*success)),
-        Message::InstallSnapshot { term, snapshot } => {
-            format!("Snapshot t{term} to {}", snapshot.last_index)
+        Message::InstallSnapshot {
+            term,
+            last_index,
+            offset,
+            ..
+        } => format!("Snapshot t{term} to {last_index} @{offset}"),
+        Message::TimeoutNow { term, campaign } => {
+            format!("TimeoutNow t{term} {}", yes(*campaign))
         }
-        Message::InstallSnapshotResponse { term, last_index } => {
-            format!("Snapshot ok t{term} {last_index}")
-        }
+        Message::InstallSnapshotResponse {
+            term,
+            last_index,
+            received,
+            done,
+        } => format!(
+            "Snapshot ok? t{term} {last_index} {} {received}",
+            yes(*done)
+        ),
     }
 }
 
