@@ -602,7 +602,12 @@ pub(crate) mod test_support {
     /// Node 1 made leader of term 1 by hand (pre-vote and vote granted by node 2), its Noop
     /// appended but not yet reported durable.
     pub(crate) fn leader() -> Node {
-        let mut node = node(1);
+        leader_with(Config::new(1, vec![1, 2, 3]))
+    }
+
+    /// [`leader`] with a configuration of the test's own (node 1 of {1, 2, 3}).
+    pub(crate) fn leader_with(config: Config) -> Node {
+        let (mut node, _) = Node::new(config, Durable::default(), 0);
         node.step(Input::Campaign);
         node.step(Input::Message {
             from: 2,

@@ -452,21 +452,7 @@ mod tests {
     fn leader_snapshotting(threshold: u64) -> Node {
         let mut config = Config::new(1, vec![1, 2, 3]);
         config.snapshot_threshold_entries = threshold;
-        let (mut n, _) = Node::new(config, Durable::default(), 0);
-        n.step(Input::Campaign);
-        for msg in [
-            Message::PreVoteResponse {
-                term: 1,
-                granted: true,
-            },
-            Message::RequestVoteResponse {
-                term: 1,
-                granted: true,
-            },
-        ] {
-            n.step(Input::Message { from: 2, msg });
-        }
-        assert_eq!(n.status().role, Role::Leader);
+        let mut n = super::super::test_support::leader_with(config);
         n
     }
 

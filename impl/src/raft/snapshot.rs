@@ -280,21 +280,7 @@ mod tests {
         config.snapshot_threshold_entries = 10;
         config.snapshot_trailing_entries = 0;
         config.snapshot_chunk_bytes = 64;
-        let (mut n, _) = Node::new(config, Durable::default(), 0);
-        n.step(Input::Campaign);
-        for msg in [
-            Message::PreVoteResponse {
-                term: 1,
-                granted: true,
-            },
-            Message::RequestVoteResponse {
-                term: 1,
-                granted: true,
-            },
-        ] {
-            n.step(Input::Message { from: 2, msg });
-        }
-        assert_eq!(n.status().role, Role::Leader);
+        let mut n = super::super::test_support::leader_with(config);
         for _ in 0..12 {
             let grant = Command::Grant {
                 key: format!("k{}", n.status().last_log_index),
