@@ -444,7 +444,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{ack, append, entry, leader, node};
-    use super::super::{Config, Durable, Envelope, Input, Message, Node, NodeId, Role};
+    use super::super::{Config, Envelope, Input, Message, Node, NodeId};
     use crate::lock::{Command, Proposal};
 
     /// Node 1 of {1, 2, 3} made leader of term 1 by node 2's votes, snapshotting every
@@ -452,8 +452,7 @@ mod tests {
     fn leader_snapshotting(threshold: u64) -> Node {
         let mut config = Config::new(1, vec![1, 2, 3]);
         config.snapshot_threshold_entries = threshold;
-        let mut n = super::super::test_support::leader_with(config);
-        n
+        super::super::test_support::leader_with(config)
     }
 
     /// Proposes a Noop, reports it durable, and has node 2 acknowledge it; returns every

@@ -271,7 +271,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::ack;
-    use super::super::{Config, Durable, Envelope, Input, Message, Node, Role};
+    use super::super::{Config, Durable, Envelope, Input, Message, Node};
     use crate::lock::{Command, Proposal};
 
     /// Leader 1 of {1, 2, 3}, compacted past anything node 3 has, sending 64-byte chunks.
