@@ -41,6 +41,9 @@ pub trait LockService {
     ) -> Response;
     /// Releases `key` held under `token` (`timeout_ms` as for `acquire`).
     async fn release(key: Key, token: Token, origin: Option<Origin>, timeout_ms: u64) -> Response;
+    /// Registers a client session (`Response::Registered { session }` once committed;
+    /// `timeout_ms` as for `acquire`).
+    async fn register_session(timeout_ms: u64) -> Response;
     /// This node's view of the cluster.
     async fn status() -> NodeStatus;
     /// The harness's clock nemesis: from now on this node's clock runs at `rate` times real

@@ -219,7 +219,7 @@ impl Node {
         waiter: Option<Waiter>,
     ) {
         let command = Command::Grant { key, lease_ms };
-        let index = self.append_proposal(Proposal { origin, command });
+        let index = self.append_proposal(Proposal::client(origin, command));
         let pending = Pending {
             id,
             term: self.term,

@@ -143,8 +143,12 @@ impl Node {
 
     /// Appends `proposal` to the leader's log as a new entry of its term and sends it.
     /// Returns the entry's index.
-    pub(super) fn append_proposal(&mut self, proposal: Proposal) -> Index {
+    pub(super) fn append_proposal(&mut self, mut proposal: Proposal) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
+        if proposal.wants_time() {
+            // The committed time of sessions (lock.rs): the leader's clock when it proposes.
+            proposal.time_ms = self.now_ms;
+        }
         let entry = Entry {
             term: self.term,
             index: self.log.last_index() + 1,

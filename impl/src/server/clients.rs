@@ -153,7 +153,7 @@ impl LockServer {
         let (reply, answer) = oneshot::channel();
         let key = match &request {
             ClientRequest::Acquire { key, .. } => Some(key.clone()),
-            ClientRequest::Release { .. } => None,
+            ClientRequest::Release { .. } | ClientRequest::RegisterSession => None,
         };
         let mut guard = GoneGuard {
             id,
@@ -244,6 +244,11 @@ impl LockService for LockServer {
     ) -> Response {
         let request = ClientRequest::Release { key, token, origin };
         self.call_within(timeout_ms, request).await
+    }
+
+    async fn register_session(self, _: context::Context, timeout_ms: u64) -> Response {
+        self.call_within(timeout_ms, ClientRequest::RegisterSession)
+            .await
     }
 
     async fn status(self, _: context::Context) -> NodeStatus {

@@ -176,7 +176,8 @@ impl<'a> Flow<'a> {
             if let Some(Input::Request { id, request }) = step.input {
                 let client = match request {
                     ClientRequest::Acquire { origin, .. }
-                    | ClientRequest::Release { origin, .. } => origin.map(|o| o.client),
+                    | ClientRequest::Release { origin, .. } => origin.map(|o| o.session),
+                    ClientRequest::RegisterSession => None,
                 };
                 self.requests.insert(i, (client, request));
                 open.insert((step.node, *id), i);
