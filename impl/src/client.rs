@@ -55,7 +55,7 @@ use tokio::time::Instant;
 
 use crate::lock::{Key, Origin, SessionId, Token};
 use crate::raft::{NodeId, Response};
-use crate::rpc::{ClockReading, LockServiceClient, NodeStatus};
+use crate::rpc::{AdminClient, ClockReading, LockServiceClient, NodeStatus};
 use crate::sys::net::TcpStream;
 
 /// An operation's outcome when it is not plain success.
@@ -360,26 +360,6 @@ impl Client {
         }
     }
 
-    /// The clock nemesis: sets the clock of the node at `node` (0-based index).
-    pub async fn set_clock(
-        &self,
-        node: usize,
-        rate: f64,
-        jump_ms: i64,
-    ) -> Result<ClockReading, ClientError> {
-        let deadline = Instant::now() + Duration::from_millis(self.options.status_timeout_ms);
-        let conn = self.conn(node).await.map_err(ClientError::Unavailable)?;
-        let call = conn.rpc.set_clock(context_until(deadline), rate, jump_ms);
-        match with_backstop(deadline, call).await {
-            Ok(Ok(reading)) => Ok(reading),
-            Ok(Err(reason)) => Err(ClientError::Invalid(reason)),
-            Err(e) => {
-                self.drop_conn(node, &e);
-                Err(ClientError::Unknown(format!("{}: {e}", self.cluster[node])))
-            }
-        }
-    }
-
     /// Runs `op` until a definite answer, the deadline or the attempt bound. Returns the
     /// answer and whether an earlier attempt was abandoned after it may have been sent, and
     /// the node that gave the answer.
@@ -635,6 +615,47 @@ impl Client {
     }
 }
 
+/// The clock nemesis through a node's admin endpoint at `admin` (`lockd --admin-addr`),
+/// with the node's admin secret (`admin.secret` in its data dir): from now on its clock runs
+/// at `rate` times real time, after jumping by `jump_ms`. One connection per call.
+///
+/// # Errors
+///
+/// `Invalid` with the node's reason when it refused (wrong secret, a bound); `Unavailable`
+/// when the endpoint could not be reached; `Unknown` when the call went out and no answer
+/// came by `timeout_ms`.
+pub async fn admin_set_clock(
+    admin: SocketAddr,
+    secret: &str,
+    rate: f64,
+    jump_ms: i64,
+    timeout_ms: u64,
+) -> Result<ClockReading, ClientError> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(admin)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(ClientError::Unavailable(format!("{admin}: connect: {e}"))),
+        Err(_) => {
+            return Err(ClientError::Unavailable(format!(
+                "{admin}: connect timed out"
+            )));
+        }
+    };
+    let NewClient { client, dispatch } = AdminClient::new(
+        tarpc::client::Config::default(),
+        crate::server::transport(stream),
+    );
+    let dispatch = tokio::spawn(dispatch);
+    let call = client.set_clock(context_until(deadline), secret.to_owned(), rate, jump_ms);
+    let result = with_backstop(deadline, call).await;
+    dispatch.abort();
+    match result {
+        Ok(Ok(reading)) => Ok(reading),
+        Ok(Err(refusal)) => Err(ClientError::Invalid(refusal.to_string())),
+        Err(e) => Err(ClientError::Unknown(format!("{admin}: {e}"))),
+    }
+}
+
 /// A tarpc context for a call that ends at `deadline` on tokio's clock.
 ///
 /// tarpc measures deadlines on `std::time::Instant`, which a simulation does not drive, so
@@ -736,15 +757,6 @@ mod tests {
 
         async fn status(self, _: context::Context) -> NodeStatus {
             futures::future::pending().await
-        }
-
-        async fn set_clock(
-            self,
-            _: context::Context,
-            _rate: f64,
-            _jump_ms: i64,
-        ) -> Result<ClockReading, String> {
-            Err("scripted".into())
         }
     }
 

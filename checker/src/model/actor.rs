@@ -526,9 +526,8 @@ impl LockdActor {
                 }
                 return Some(next);
             }
-            // The model's sessions never expire (their clock stays within one step of
-            // REBASED_NOW_MS) and its clients do not register: both end the client as an
-            // unknown answer does.
+            // The model's sessions never expire (see `first_storage`) and its clients do not
+            // register: both end the client as an unknown answer does.
             Response::Unknown { .. }
             | Response::Invalid { .. }
             | Response::SessionExpired
@@ -635,11 +634,12 @@ pub(super) fn gone_while_pending(node: &Node, origin: Origin) -> Option<(Term, O
 }
 
 /// A server's storage at its first start: a snapshot at index 0 of the table with every
-/// client's session registered at [`REBASED_NOW_MS`], the time the model's clocks read.
+/// client's session registered at committed time 0 (the model's runs are far shorter than
+/// the session timeout, so no session expires in the model).
 fn first_storage(config: &Config, sessions: &[SessionId]) -> ServerStorage {
     let table = sessions.iter().fold(
         LockTable::with_bugs(config.bugs).with_session_limits(config.session_limits),
-        |table, session| table.with_session(*session, REBASED_NOW_MS),
+        |table, session| table.with_session(*session, 0),
     );
     let durable = Durable {
         snapshot: Some(Snapshot {
