@@ -46,11 +46,16 @@
 //! request's old grant from the table, an expired token while another client held the key
 //! (two holders, one token granted twice; the review finding of issue 27).
 //!
-//! Sessions expire by *committed* time: the leader stamps the proposals that need it
-//! ([`Proposal::time_ms`]: registrations and client requests) with its clock, and the table's
-//! clock is the largest stamp applied so far, so every node expires the same sessions at the
-//! same log position, whatever its own clock reads when it applies. At every stamped entry
-//! the sessions idle for longer than [`SessionLimits::timeout_ms`] are dropped, oldest first.
+//! Sessions expire by *committed* time: the leader stamps every registration with its clock
+//! ([`Proposal::time_ms`]), and the table's clock is the largest stamp applied so far, so
+//! every node expires the same sessions at the same log position, whatever its own clock
+//! reads when it applies. A request marks its session active at the committed clock. At
+//! every stamped entry the sessions idle for longer than [`SessionLimits::timeout_ms`] are
+//! dropped, oldest first. Only registrations carry time because only they make the table
+//! grow: while no client registers, no session needs to go (a session idle for an hour
+//! stays until the next registration finds it idle), and the lock requests' entries stay
+//! free of a clock reading, which would make every interleaving of the model's timers a new
+//! state.
 //! The table holds at most [`SessionLimits::sessions_max`] sessions: a registration at the cap
 //! evicts the least recently active one (ties by the smaller id), on every node alike. A
 //! request of an expired, evicted or unknown session is applied as
@@ -195,10 +200,10 @@ impl Proposal {
         }
     }
 
-    /// Whether the leader stamps this proposal with its clock: registrations and requests
-    /// of a session, the entries whose apply reads the committed time.
+    /// Whether the leader stamps this proposal with its clock: registrations (see the
+    /// module doc on sessions for why only they).
     pub fn wants_time(&self) -> bool {
-        self.origin.is_some() || self.command == Command::RegisterSession
+        self.command == Command::RegisterSession
     }
 }
 

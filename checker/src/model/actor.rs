@@ -261,7 +261,9 @@ impl Actor for LockdActor {
                     .as_deref()
                     .cloned()
                     .unwrap_or_else(|| first_storage(config, sessions));
-                if storage.is_some() {
+                // A first start from the sessions' snapshot is recorded as a start from it, so
+                // that a replay's fresh core starts from the same table.
+                if storage.is_some() || !sessions.is_empty() {
                     super::replay::with_recording(|w| {
                         let _ = w.restart(config.id, &durable, 0);
                     });

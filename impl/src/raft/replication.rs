@@ -146,9 +146,11 @@ impl Node {
     pub(super) fn append_proposal(&mut self, mut proposal: Proposal) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
         if proposal.wants_time() {
-            // The committed time of sessions (lock.rs), see `Node::clock_base_ms`.
-            let (base_now_ms, base_clock_ms) = self.clock_base_ms;
-            proposal.time_ms = base_clock_ms + self.now_ms.saturating_sub(base_now_ms);
+            // The committed time of sessions (lock.rs): the leader's clock. Each process's
+            // clock starts at 0, so after a leader change committed time may stand still
+            // until the new leader's clock passes it: sessions then live longer, never
+            // shorter, and the cap still bounds the table.
+            proposal.time_ms = self.now_ms;
         }
         let entry = Entry {
             term: self.term,

@@ -223,7 +223,6 @@ impl Node {
                 .map(|(k, v)| (r.node(*k), v.clone()))
                 .collect(),
             noop_index: self.noop_index,
-            clock_base_ms: self.clock_base_ms,
             timers: self
                 .timers
                 .iter()
@@ -272,12 +271,6 @@ impl Node {
         for at in self.timers.values_mut() {
             *at = shift(*at);
         }
-        // Only a leader reads its base, and only as a difference to now.
-        self.clock_base_ms.0 = if self.role == super::Role::Leader {
-            shift(self.clock_base_ms.0)
-        } else {
-            now_ms
-        };
         for queue in self.waiters.values_mut() {
             for w in queue.iter_mut() {
                 w.deadline_ms = shift(w.deadline_ms);
@@ -389,7 +382,6 @@ impl HashParts for Node {
             votes,
             progress,
             noop_index,
-            clock_base_ms,
             timers,
             hard_state,
             pending,
@@ -453,7 +445,7 @@ impl HashParts for Node {
         hash_sorted_renamed(progress.keys().copied(), node, ids, |old, h| {
             progress[&old].hash(h)
         });
-        (noop_index, clock_base_ms, timers).hash(free);
+        (noop_index, timers).hash(free);
         hard_state.hash_parts(node, free, ids);
         (pending, waiters, expired).hash(free);
     }
