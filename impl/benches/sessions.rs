@@ -51,8 +51,7 @@ fn main() -> Result<(), String> {
             command: Command::RegisterSession,
             time_ms: n,
         };
-        let Outcome::SessionRegistered { session } = table.apply_proposal(index, &register)
-        else {
+        let Outcome::SessionRegistered { session } = table.apply_proposal(index, &register) else {
             return Err(format!("registration {n} refused"));
         };
         // The last `keys` sessions each take a key (the earlier ones are evicted by then,
@@ -65,7 +64,10 @@ fn main() -> Result<(), String> {
                     session,
                     request: 1,
                 }),
-                command: Command::Grant { key, lease_ms: 600_000 },
+                command: Command::Grant {
+                    key,
+                    lease_ms: 600_000,
+                },
                 time_ms: 0,
             };
             match table.apply_proposal(index, &grant) {
@@ -94,8 +96,16 @@ fn main() -> Result<(), String> {
     println!(
         "snapshot (JSON)        {} bytes, encoded in {encode_s:.2} s; frame limit {frame_max} ({}), record limit {record_max} ({})",
         snapshot.len(),
-        if snapshot.len() <= frame_max { "under" } else { "OVER" },
-        if snapshot.len() <= record_max { "under" } else { "OVER" },
+        if snapshot.len() <= frame_max {
+            "under"
+        } else {
+            "OVER"
+        },
+        if snapshot.len() <= record_max {
+            "under"
+        } else {
+            "OVER"
+        },
     );
     match peak_rss_kib() {
         Some(kib) => println!("peak RSS               {} MiB", kib / 1024),

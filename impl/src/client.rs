@@ -549,7 +549,8 @@ impl Client {
                 .await
             }
             Op::RegisterSession => {
-                with_backstop(deadline, conn.rpc.register_session(ctx, timeout_ms)).await
+                let label = self.client_id;
+                with_backstop(deadline, conn.rpc.register_session(ctx, label, timeout_ms)).await
             }
         };
         match result {
@@ -751,7 +752,12 @@ mod tests {
             Response::Released
         }
 
-        async fn register_session(self, _: context::Context, _timeout_ms: u64) -> Response {
+        async fn register_session(
+            self,
+            _: context::Context,
+            _label: u64,
+            _timeout_ms: u64,
+        ) -> Response {
             Response::Registered { session: 1 }
         }
 

@@ -53,8 +53,8 @@ pub trait LockService {
     /// Releases `key` held under `token` (`timeout_ms` as for `acquire`).
     async fn release(key: Key, token: Token, origin: Option<Origin>, timeout_ms: u64) -> Response;
     /// Registers a client session (`Response::Registered { session }` once committed;
-    /// `timeout_ms` as for `acquire`).
-    async fn register_session(timeout_ms: u64) -> Response;
+    /// `label` only names it in logs and reports; `timeout_ms` as for `acquire`).
+    async fn register_session(label: u64, timeout_ms: u64) -> Response;
     /// This node's view of the cluster.
     async fn status() -> NodeStatus;
 }

@@ -226,7 +226,9 @@ impl Chaos {
             })
             .collect();
         if sessions.is_empty() || self.below(8) == 0 {
-            let id = self.cluster.request(target, ClientRequest::RegisterSession);
+            let id = self
+                .cluster
+                .request(target, ClientRequest::RegisterSession { label: 0 });
             self.sent.push((target, id));
             return;
         }

@@ -129,7 +129,7 @@ pub fn describe_msg(msg: &ModelMsg) -> String {
                 ClientRequest::Release { key, token, .. } => {
                     format!("Release {key:?} token {token} (request {seq})")
                 }
-                ClientRequest::RegisterSession => format!("RegisterSession (request {seq})"),
+                ClientRequest::RegisterSession { .. } => format!("RegisterSession (request {seq})"),
             }
         }
         ModelMsg::Cancel { id } => format!("Cancel request {}", id.0 & 0xFFFF_FFFF),

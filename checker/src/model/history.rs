@@ -184,7 +184,7 @@ fn lock_op(request: &ClientRequest) -> Option<LockOp> {
             key: key.clone(),
             token: *token,
         }),
-        ClientRequest::RegisterSession => None,
+        ClientRequest::RegisterSession { .. } => None,
     }
 }
 
@@ -215,7 +215,7 @@ pub fn record_invoke(
         ClientRequest::Release { .. } => {
             next.beliefs.remove(&envelope.src);
         }
-        ClientRequest::RegisterSession => {}
+        ClientRequest::RegisterSession { .. } => {}
     }
     Some(next)
 }

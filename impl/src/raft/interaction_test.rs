@@ -177,7 +177,7 @@ impl Harness {
                 token: parse_arg(case.arg("token"), "token")?,
                 origin,
             },
-            Some("register") => ClientRequest::RegisterSession,
+            Some("register") => ClientRequest::RegisterSession { label: 0 },
             other => return Err(format!("unknown request {other:?}")),
         };
         let request_id = self.cluster()?.request(id, request);

@@ -36,7 +36,11 @@ pub enum ClientRequest {
         origin: Option<Origin>,
     },
     /// Register a client session (the answer is [`Response::Registered`]).
-    RegisterSession,
+    RegisterSession {
+        /// The client's label (`--client-id`): not replicated and never trusted, it only
+        /// names the session in logs and reports.
+        label: u64,
+    },
 }
 
 /// The core's answer to a [`ClientRequest`].

@@ -61,7 +61,7 @@ impl Node {
                 origin,
                 deadline_ms: self.now_ms + wait_ms,
             }),
-            ClientRequest::RegisterSession => {
+            ClientRequest::RegisterSession { .. } => {
                 let index = self.append_proposal(Proposal::client(None, Command::RegisterSession));
                 let pending = Pending {
                     id,
@@ -117,7 +117,7 @@ impl Node {
                 key
             }
             ClientRequest::Release { key, .. } => key,
-            ClientRequest::RegisterSession => return Ok(()),
+            ClientRequest::RegisterSession { .. } => return Ok(()),
         };
         validate_key(key).map_err(|e| format!("key: {e}"))
     }

@@ -115,7 +115,9 @@ pub fn rewrite_request(r: &impl Renaming, request: &ClientRequest) -> ClientRequ
             token: *token,
             origin: origin(r, o),
         },
-        ClientRequest::RegisterSession => ClientRequest::RegisterSession,
+        ClientRequest::RegisterSession { label } => {
+            ClientRequest::RegisterSession { label: *label }
+        }
     }
 }
 

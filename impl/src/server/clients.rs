@@ -150,7 +150,7 @@ impl LockServer {
         let (reply, answer) = oneshot::channel();
         let key = match &request {
             ClientRequest::Acquire { key, .. } => Some(key.clone()),
-            ClientRequest::Release { .. } | ClientRequest::RegisterSession => None,
+            ClientRequest::Release { .. } | ClientRequest::RegisterSession { .. } => None,
         };
         let mut guard = GoneGuard {
             id,
@@ -250,9 +250,9 @@ impl LockService for LockServer {
         self.call_within(timeout_ms, request).await
     }
 
-    async fn register_session(self, _: context::Context, timeout_ms: u64) -> Response {
-        self.call_within(timeout_ms, ClientRequest::RegisterSession)
-            .await
+    async fn register_session(self, _: context::Context, label: u64, timeout_ms: u64) -> Response {
+        let request = ClientRequest::RegisterSession { label };
+        self.call_within(timeout_ms, request).await
     }
 
     async fn status(self, _: context::Context) -> NodeStatus {

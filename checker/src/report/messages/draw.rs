@@ -526,7 +526,7 @@ fn request_text(request: &ClientRequest) -> String {
             }
         }
         ClientRequest::Release { key, token, .. } => format!("Release {key} t{token}"),
-        ClientRequest::RegisterSession => "RegisterSession".to_owned(),
+        ClientRequest::RegisterSession { .. } => "RegisterSession".to_owned(),
     }
 }
 

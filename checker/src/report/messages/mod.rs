@@ -272,8 +272,8 @@ fn find_anchor(
             let candidates = |strict: bool| -> Vec<(usize, Option<usize>)> {
                 flow.requests
                     .iter()
-                    .filter(|(_, (client, request))| {
-                        *client == Some(op.process) && request_matches(request, op)
+                    .filter(|(step, (_, request))| {
+                        flow.client_of(**step) == Some(op.process) && request_matches(request, op)
                     })
                     .filter(|(step, _)| {
                         op.node
@@ -321,7 +321,7 @@ fn request_matches(request: &ClientRequest, op: &OpAnchor) -> bool {
     match request {
         ClientRequest::Acquire { key, .. } => op.f == "acquire" && *key == op.key,
         ClientRequest::Release { key, .. } => op.f == "release" && *key == op.key,
-        ClientRequest::RegisterSession => false,
+        ClientRequest::RegisterSession { .. } => false,
     }
 }
 
