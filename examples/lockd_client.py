@@ -9,8 +9,9 @@ lockd's clients speak tarpc, so this adapter talks to lockd through a small shim
 `locksmith client --cluster ADDRS --client-id N lines`, which serves the same JSON lines
 with lockd's own client library (leader discovery, redirects, deadlines, retries). The
 adapter checks each request and each answer, forwards them, and passes the shim's init
-line on. Its client id is the history's process id, as the native harness's is, so an exec
-run of lockd differs from a native one only by the protocol's hops.
+line on. Its client id is the history's process id, as the native harness's is (a label
+only: the shim's client library registers a session with the cluster, which assigns its
+id), so an exec run of lockd differs from a native one only by the protocol's hops.
 
 Arguments: CLIENT_ADDRS (comma-separated, node 1 first) and PROCESS (the client id).
 The harness sets LOCKSMITH_BIN to the locksmith binary that runs it.

@@ -9,11 +9,22 @@
 //!
 //! # Outcomes
 //!
-//! Each operation gets one [`Origin`] (client id, request sequence number) and keeps it
-//! through every retry, so the lock table's dedupe returns a retried acquire its own token.
-//! The dedupe remembers only the *last* request of each client id, so one `Client` runs one
-//! acquire or release at a time (concurrent calls queue on an internal lock): use one
-//! `Client` per concurrent worker.
+//! # Sessions (Raft dissertation §6.3)
+//!
+//! Before its first operation a `Client` registers a session with the cluster (a committed
+//! `RegisterSession`; the cluster assigns the id). Each operation gets one [`Origin`]
+//! (session, request sequence number) and keeps it through every retry, so the lock table's
+//! dedupe returns a retried acquire its own token. The client id given to [`Client::new`] is
+//! only a label (logs, `Debug`): two processes under one label have two sessions, and one
+//! never gets the other's answers. The dedupe remembers only the *last* request of each
+//! session, so one `Client` runs one acquire or release at a time (concurrent calls queue on
+//! an internal lock): use one `Client` per concurrent worker.
+//!
+//! A session expires when it stays idle longer than the cluster's session timeout (in
+//! committed time), or when the table is full and it is the least recently active. A request
+//! of an expired session is answered `SessionExpired`: the client forgets the session,
+//! reports that op [`ClientError::Unknown`] (an earlier attempt of it, under the session
+//! before it expired, may have taken effect) and registers a new session for its next op.
 //! The error says what is known:
 //! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
 //!   answer from the leader (or, for Invalid, from the request's validation).
@@ -42,9 +53,9 @@ use tarpc::client::{NewClient, RpcError};
 use tarpc::context;
 use tokio::time::Instant;
 
-use crate::lock::{Key, Origin, Token};
+use crate::lock::{Key, Origin, SessionId, Token};
 use crate::raft::{NodeId, Response};
-use crate::rpc::{ClockReading, LockServiceClient, NodeStatus};
+use crate::rpc::{AdminClient, ClockReading, LockServiceClient, NodeStatus};
 use crate::sys::net::TcpStream;
 
 /// An operation's outcome when it is not plain success.
@@ -140,11 +151,22 @@ enum Attempt {
     Lost(String),
 }
 
-/// A lockd client: one per client process (its id is part of every request's origin).
+/// A client session: its id and the next request number.
+#[derive(Clone, Copy, Debug)]
+struct Session {
+    id: SessionId,
+    next_request: u64,
+}
+
+/// A lockd client: one per concurrent worker (it has one session with the cluster).
 pub struct Client {
     cluster: Vec<SocketAddr>,
+    /// A label only (see the module doc on sessions).
     client_id: u64,
-    next_request: AtomicU64,
+    /// The registered session, if any; taken and put back under `one_op_at_a_time`.
+    session: Mutex<Option<Session>>,
+    /// Sessions registered so far (a new one after each expiry).
+    registrations: AtomicU64,
     leader: AtomicUsize,
     conns: Mutex<Vec<Option<Conn>>>,
     /// Held for the whole of one acquire or release: see the module docs on dedupe.
@@ -174,6 +196,7 @@ enum Op {
         key: Key,
         token: Token,
     },
+    RegisterSession,
 }
 
 impl Client {
@@ -200,7 +223,8 @@ impl Client {
         Client {
             cluster,
             client_id,
-            next_request: AtomicU64::new(first_request_number()),
+            session: Mutex::new(None),
+            registrations: AtomicU64::new(0),
             leader: AtomicUsize::new(0),
             conns,
             one_op_at_a_time: tokio::sync::Mutex::new(()),
@@ -208,9 +232,24 @@ impl Client {
         }
     }
 
-    /// This client's id (the `client` of every origin it sends).
+    /// This client's label (not sent: the cluster knows it by its session).
     pub fn client_id(&self) -> u64 {
         self.client_id
+    }
+
+    /// The session this client registered, if it has one now.
+    pub fn session(&self) -> Option<SessionId> {
+        self.lock_session().map(|s| s.id)
+    }
+
+    /// How many sessions this client registered so far.
+    pub fn registrations(&self) -> u64 {
+        self.registrations.load(Ordering::Relaxed)
+    }
+
+    fn lock_session(&self) -> std::sync::MutexGuard<'_, Option<Session>> {
+        // Poisoned only if a task panicked holding it; the value is still a valid session.
+        self.session.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The node id this client currently believes leads.
@@ -323,26 +362,6 @@ impl Client {
         }
     }
 
-    /// The clock nemesis: sets the clock of the node at `node` (0-based index).
-    pub async fn set_clock(
-        &self,
-        node: usize,
-        rate: f64,
-        jump_ms: i64,
-    ) -> Result<ClockReading, ClientError> {
-        let deadline = Instant::now() + Duration::from_millis(self.options.status_timeout_ms);
-        let conn = self.conn(node).await.map_err(ClientError::Unavailable)?;
-        let call = conn.rpc.set_clock(context_until(deadline), rate, jump_ms);
-        match with_backstop(deadline, call).await {
-            Ok(Ok(reading)) => Ok(reading),
-            Ok(Err(reason)) => Err(ClientError::Invalid(reason)),
-            Err(e) => {
-                self.drop_conn(node, &e);
-                Err(ClientError::Unknown(format!("{}: {e}", self.cluster[node])))
-            }
-        }
-    }
-
     /// Runs `op` until a definite answer, the deadline or the attempt bound. Returns the
     /// answer and whether an earlier attempt was abandoned after it may have been sent, and
     /// the node that gave the answer.
@@ -353,10 +372,69 @@ impl Client {
         deadline: Instant,
     ) -> (Result<(Response, bool), ClientError>, Option<NodeId>) {
         let _one_op = self.one_op_at_a_time.lock().await;
-        let origin = Origin {
-            client: self.client_id,
-            request: self.next_request.fetch_add(1, Ordering::Relaxed),
+        let session = match self.registered(deadline).await {
+            Ok(session) => session,
+            Err(error) => return (Err(error), None),
         };
+        let origin = Origin {
+            session: session.id,
+            request: session.next_request,
+        };
+        *self.lock_session() = Some(Session {
+            next_request: session.next_request + 1,
+            ..session
+        });
+        let (result, node) = self.attempts(op, Some(origin), wait_ms, deadline).await;
+        if let Ok((Response::SessionExpired, _)) = result {
+            // Register anew for the next op; this one may have taken effect under the old
+            // session on an earlier attempt.
+            *self.lock_session() = None;
+            let error = ClientError::Unknown(format!(
+                "session {} expired; a new one is registered for the next op",
+                session.id
+            ));
+            return (Err(error), node);
+        }
+        (result, node)
+    }
+
+    /// The registered session, registering one first when there is none. An error means the
+    /// op was not sent (history `fail`): a registration is not the op.
+    async fn registered(&self, deadline: Instant) -> Result<Session, ClientError> {
+        if let Some(session) = *self.lock_session() {
+            return Ok(session);
+        }
+        let (result, _) = self.attempts(Op::RegisterSession, None, 0, deadline).await;
+        match result {
+            Ok((Response::Registered { session }, _)) => {
+                let session = Session {
+                    id: session,
+                    next_request: 1,
+                };
+                *self.lock_session() = Some(session);
+                self.registrations.fetch_add(1, Ordering::Relaxed);
+                Ok(session)
+            }
+            Ok((other, _)) => Err(ClientError::Unavailable(format!(
+                "registering a session: unexpected answer {other:?}"
+            ))),
+            // A registration that may have committed only leaves a session that expires
+            // unused; the op itself was never sent.
+            Err(e) => Err(ClientError::Unavailable(format!(
+                "registering a session: {e}"
+            ))),
+        }
+    }
+
+    /// Runs the attempts of one request until a definite answer, the deadline or the
+    /// attempt bound (see [`Client::run`]).
+    async fn attempts(
+        &self,
+        op: Op,
+        origin: Option<Origin>,
+        wait_ms: u64,
+        deadline: Instant,
+    ) -> (Result<(Response, bool), ClientError>, Option<NodeId>) {
         let mut target = self.leader.load(Ordering::Relaxed);
         let mut sent = false;
         let mut abandoned = false;
@@ -437,7 +515,13 @@ impl Client {
     }
 
     /// One attempt of `op` at the node at index `node`.
-    async fn attempt(&self, node: usize, op: &Op, origin: Origin, deadline: Instant) -> Attempt {
+    async fn attempt(
+        &self,
+        node: usize,
+        op: &Op,
+        origin: Option<Origin>,
+        deadline: Instant,
+    ) -> Attempt {
         let conn = match self.conn(node).await {
             Ok(conn) => conn,
             Err(reason) => return Attempt::NotSent(reason),
@@ -446,7 +530,6 @@ impl Client {
         let timeout_ms = deadline
             .saturating_duration_since(Instant::now())
             .as_millis() as u64;
-        let origin = Some(origin);
         let result = match op.clone() {
             Op::Acquire {
                 key,
@@ -466,6 +549,10 @@ impl Client {
                     conn.rpc.release(ctx, key, token, origin, timeout_ms),
                 )
                 .await
+            }
+            Op::RegisterSession => {
+                let label = self.client_id;
+                with_backstop(deadline, conn.rpc.register_session(ctx, label, timeout_ms)).await
             }
         };
         match result {
@@ -531,14 +618,45 @@ impl Client {
     }
 }
 
-/// The first request number of a new [`Client`]: each client of this process numbers its
-/// requests in a range of its own (2^32 apart). The lock table's dedupe answers a request by
-/// (client id, request number); two clients given the same id both counting from 1 made it
-/// answer one client's new acquire with the other's old grant (a token granted twice, seen in
-/// the harness). Process-wide and counted, not random, so a simulated run still replays.
-fn first_request_number() -> u64 {
-    static CLIENTS: AtomicU64 = AtomicU64::new(0);
-    (CLIENTS.fetch_add(1, Ordering::Relaxed) << 32) + 1
+/// The clock nemesis through a node's admin endpoint at `admin` (`lockd --admin-addr`),
+/// with the node's admin secret (`admin.secret` in its data dir): from now on its clock runs
+/// at `rate` times real time, after jumping by `jump_ms`. One connection per call.
+///
+/// # Errors
+///
+/// `Invalid` with the node's reason when it refused (wrong secret, a bound); `Unavailable`
+/// when the endpoint could not be reached; `Unknown` when the call went out and no answer
+/// came by `timeout_ms`.
+pub async fn admin_set_clock(
+    admin: SocketAddr,
+    secret: &str,
+    rate: f64,
+    jump_ms: i64,
+    timeout_ms: u64,
+) -> Result<ClockReading, ClientError> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(admin)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(ClientError::Unavailable(format!("{admin}: connect: {e}"))),
+        Err(_) => {
+            return Err(ClientError::Unavailable(format!(
+                "{admin}: connect timed out"
+            )));
+        }
+    };
+    let NewClient { client, dispatch } = AdminClient::new(
+        tarpc::client::Config::default(),
+        crate::server::transport(stream),
+    );
+    let dispatch = tokio::spawn(dispatch);
+    let call = client.set_clock(context_until(deadline), secret.to_owned(), rate, jump_ms);
+    let result = with_backstop(deadline, call).await;
+    dispatch.abort();
+    match result {
+        Ok(Ok(reading)) => Ok(reading),
+        Ok(Err(refusal)) => Err(ClientError::Invalid(refusal.to_string())),
+        Err(e) => Err(ClientError::Unknown(format!("{admin}: {e}"))),
+    }
 }
 
 /// A tarpc context for a call that ends at `deadline` on tokio's clock.
@@ -636,17 +754,17 @@ mod tests {
             Response::Released
         }
 
-        async fn status(self, _: context::Context) -> NodeStatus {
-            futures::future::pending().await
-        }
-
-        async fn set_clock(
+        async fn register_session(
             self,
             _: context::Context,
-            _rate: f64,
-            _jump_ms: i64,
-        ) -> Result<ClockReading, String> {
-            Err("scripted".into())
+            _label: u64,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::Registered { session: 1 }
+        }
+
+        async fn status(self, _: context::Context) -> NodeStatus {
+            futures::future::pending().await
         }
     }
 

@@ -33,8 +33,34 @@
 //!   linearizable as the old one. Replaying a refusal stranded a waiting acquire whose lost
 //!   `Busy` it retried: its Grant came back refused from the table, round after round, while
 //!   the key was free.
-//! - The table keeps one request per client: a retry that arrives after the client's next
-//!   request was applied is applied as new. Clients run one request at a time per id.
+//! - The table keeps one request per session: a retry that arrives after the session's next
+//!   request was applied is applied as new. Clients run one request at a time per session.
+//!
+//! # Client sessions (Raft dissertation §6.3)
+//!
+//! The `session` of an [`Origin`] is not chosen by the client: a client registers with a
+//! committed [`Command::RegisterSession`], and the session id is the log index of that entry,
+//! the same on every node. A second process can therefore never share a session (and its
+//! dedupe entry) with an earlier one, whatever label it runs under: a restarted job that
+//! counted its requests from 1 again under the same `--client-id` was answered a retried
+//! request's old grant from the table, an expired token while another client held the key
+//! (two holders, one token granted twice; the review finding of issue 27).
+//!
+//! Sessions expire by *committed* time: the leader stamps every registration with its clock
+//! ([`Proposal::time_ms`]), and the table's clock is the largest stamp applied so far, so
+//! every node expires the same sessions at the same log position, whatever its own clock
+//! reads when it applies. A request marks its session active at the committed clock. At
+//! every stamped entry the sessions idle for longer than [`SessionLimits::timeout_ms`] are
+//! dropped, oldest first. Only registrations carry time because only they make the table
+//! grow: while no client registers, no session needs to go (a session idle for an hour
+//! stays until the next registration finds it idle), and the lock requests' entries stay
+//! free of a clock reading, which would make every interleaving of the model's timers a new
+//! state.
+//! The table holds at most [`SessionLimits::sessions_max`] sessions: a registration at the cap
+//! evicts the least recently active one (ties by the smaller id), on every node alike. A
+//! request of an expired, evicted or unknown session is applied as
+//! [`Outcome::SessionExpired`] and changes nothing: the client registers again and reports
+//! that op's outcome as unknown (an earlier attempt of it may have taken effect).
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -78,6 +104,8 @@ pub enum Command {
     },
     /// Raft's entry at the start of each term.
     Noop,
+    /// A client registers a session; its id is this entry's log index (dissertation §6.3).
+    RegisterSession,
 }
 
 impl Command {
@@ -87,7 +115,7 @@ impl Command {
             Command::Grant { key, .. }
             | Command::Release { key, .. }
             | Command::Expire { key, .. } => Some(key),
-            Command::Noop => None,
+            Command::Noop | Command::RegisterSession => None,
         }
     }
 }
@@ -113,14 +141,25 @@ pub enum Outcome {
     },
     /// Nothing happened.
     Noop,
+    /// The session `session` was registered (its id is the entry's index).
+    SessionRegistered {
+        /// The new session's id.
+        session: SessionId,
+    },
+    /// The request's session is expired, evicted or unknown: nothing was applied.
+    SessionExpired,
 }
 
-/// Who proposed an entry: a client and its request sequence number, for deduplication.
+/// A client session id: the log index of its [`Command::RegisterSession`] entry.
+pub type SessionId = u64;
+
+/// Who proposed an entry: a client session and its request sequence number, for
+/// deduplication.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Origin {
-    /// A client id, unique per client process (chosen by the client library).
-    pub client: u64,
-    /// The client's request sequence number; a retry reuses it with the same command, and a
+    /// The session, as the cluster assigned it (see the module doc on sessions).
+    pub session: SessionId,
+    /// The session's request sequence number; a retry reuses it with the same command, and a
     /// new command takes a new number.
     pub request: u64,
 }
@@ -133,6 +172,14 @@ pub struct Proposal {
     pub origin: Option<Origin>,
     /// The command.
     pub command: Command,
+    /// The proposing leader's clock when it proposed (session expiry, see the module doc);
+    /// 0 on entries the leader does not stamp (Noop, Expire, phantom releases).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub time_ms: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl Proposal {
@@ -141,7 +188,116 @@ impl Proposal {
         Proposal {
             origin: None,
             command,
+            time_ms: 0,
         }
+    }
+
+    /// A client's proposal, unstamped (the leader stamps it when it appends it).
+    pub fn client(origin: Option<Origin>, command: Command) -> Self {
+        Proposal {
+            origin,
+            command,
+            time_ms: 0,
+        }
+    }
+
+    /// Whether the leader stamps this proposal with its clock: registrations (see the
+    /// module doc on sessions for why only they).
+    pub fn wants_time(&self) -> bool {
+        self.command == Command::RegisterSession
+    }
+}
+
+/// The bounds of the session table; the same on every node of a cluster (they are part of
+/// the table, like the injected bugs, and a snapshot carries them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SessionLimits {
+    /// A session idle for longer than this, in committed time, expires.
+    pub timeout_ms: u64,
+    /// At most this many sessions; a registration at the cap evicts the least recently
+    /// active one.
+    pub sessions_max: usize,
+}
+
+impl SessionLimits {
+    /// The default: 10 minutes (longer than the longest lease, so that a client holding a
+    /// lock keeps its session while it could still release it) and 50,000 sessions. A
+    /// session's entry in a snapshot is at most about 400 bytes of JSON (a key of
+    /// `KEY_LEN_MAX` bytes in its remembered command), so the sessions alone stay under
+    /// 20 MiB of snapshot however many clients register.
+    pub const DEFAULT: SessionLimits = SessionLimits {
+        timeout_ms: 600_000,
+        sessions_max: 50_000,
+    };
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits::DEFAULT
+    }
+}
+
+/// One registered session.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+struct Session {
+    /// The committed time of its registration or of its last request.
+    active_ms: u64,
+    /// Its last applied request, to answer a retry of it.
+    answered: Option<Answered>,
+    /// How many locks it holds (bounded per session at the leader).
+    #[serde(default)]
+    held: u64,
+}
+
+/// The session table: sessions by id, and the same sessions ordered by last activity (the
+/// eviction and expiry order). Serialized as the map alone; the order is rebuilt on load.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Sessions {
+    by_id: BTreeMap<SessionId, Session>,
+    by_activity: std::collections::BTreeSet<(u64, SessionId)>,
+}
+
+impl Serialize for Sessions {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.by_id.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Sessions {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let by_id = BTreeMap::<SessionId, Session>::deserialize(deserializer)?;
+        let by_activity = by_id.iter().map(|(id, s)| (s.active_ms, *id)).collect();
+        Ok(Sessions { by_id, by_activity })
+    }
+}
+
+impl Sessions {
+    fn insert(&mut self, id: SessionId, session: Session) {
+        if let Some(old) = self.by_id.insert(id, session.clone()) {
+            self.by_activity.remove(&(old.active_ms, id));
+        }
+        self.by_activity.insert((session.active_ms, id));
+    }
+
+    fn remove(&mut self, id: SessionId) -> Option<Session> {
+        let old = self.by_id.remove(&id)?;
+        self.by_activity.remove(&(old.active_ms, id));
+        Some(old)
+    }
+
+    /// Removes and returns the least recently active session (the smaller id on a tie).
+    fn pop_oldest(&mut self) -> Option<(u64, SessionId)> {
+        let oldest = self.by_activity.pop_first()?;
+        self.by_id.remove(&oldest.1);
+        Some(oldest)
+    }
+
+    fn oldest_active_ms(&self) -> Option<u64> {
+        self.by_activity.first().map(|(at, _)| *at)
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
     }
 }
 
@@ -187,8 +343,15 @@ pub struct LockTable {
     last_applied: u64,
     /// The highest token issued so far (0 before any).
     last_token: Token,
-    /// The last request of each client, to answer its retries.
-    dedupe: BTreeMap<u64, Answered>,
+    /// The registered sessions, each with its last request (to answer its retries).
+    #[serde(default)]
+    sessions: Sessions,
+    /// The committed clock: the largest `time_ms` of the entries applied so far.
+    #[serde(default)]
+    clock_ms: u64,
+    /// The bounds of the session table.
+    #[serde(default)]
+    session_limits: SessionLimits,
     /// Injected bugs (`lockd --bug`); empty in a correct build. Part of the state so that a
     /// snapshot carries it, and the same on every node of one cluster.
     bugs: BugSet,
@@ -209,6 +372,52 @@ impl LockTable {
             bugs,
             ..LockTable::default()
         }
+    }
+
+    /// This table with the session bounds `limits` (every node of a cluster uses the same).
+    pub fn with_session_limits(mut self, limits: SessionLimits) -> Self {
+        self.session_limits = limits;
+        self
+    }
+
+    /// This table with session `session` registered at committed time `time_ms`, as a
+    /// committed `RegisterSession` would leave it. For the model, whose clients start
+    /// registered (registration through the log is tested in the core and the simulator).
+    pub fn with_session(mut self, session: SessionId, time_ms: u64) -> Self {
+        self.sessions.insert(
+            session,
+            Session {
+                active_ms: time_ms,
+                answered: None,
+                held: 0,
+            },
+        );
+        self
+    }
+
+    /// The committed clock: the largest time stamp applied so far.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    /// How many sessions are registered.
+    pub fn sessions_len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Whether `session` is registered (not expired, evicted or unknown).
+    pub fn has_session(&self, session: SessionId) -> bool {
+        self.sessions.by_id.contains_key(&session)
+    }
+
+    /// The bounds of the session table.
+    pub fn session_limits(&self) -> SessionLimits {
+        self.session_limits
+    }
+
+    /// How many locks `session` holds (0 for a session that is not registered).
+    pub fn held_by(&self, session: SessionId) -> u64 {
+        self.sessions.by_id.get(&session).map_or(0, |s| s.held)
     }
 
     /// The held lock of `key`, if any.
@@ -244,7 +453,7 @@ impl LockTable {
             .iter()
             .map(|(key, held)| {
                 let origin = held.origin.map(|o| Origin {
-                    client: rename(o.client),
+                    session: rename(o.session),
                     request: o.request,
                 });
                 (
@@ -256,17 +465,18 @@ impl LockTable {
                 )
             })
             .collect();
-        let dedupe = self
-            .dedupe
-            .iter()
-            // The remembered request, command and outcome name no client: only the key moves.
-            .map(|(client, answer)| (rename(*client), answer.clone()))
-            .collect();
+        let mut sessions = Sessions::default();
+        // The remembered request, command and outcome name no client: only the id moves.
+        for (id, session) in &self.sessions.by_id {
+            sessions.insert(rename(*id), session.clone());
+        }
         LockTable {
             locks,
             last_applied: self.last_applied,
             last_token: self.last_token,
-            dedupe,
+            sessions,
+            clock_ms: self.clock_ms,
+            session_limits: self.session_limits,
             bugs: self.bugs,
             local_counter: self.local_counter,
         }
@@ -283,18 +493,24 @@ impl LockTable {
             locks,
             last_applied,
             last_token,
-            dedupe,
+            sessions,
+            clock_ms,
+            session_limits,
             bugs,
             local_counter: _,
         } = self;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (locks, last_applied, last_token, dedupe, bugs).hash(&mut hasher);
+        let replicated = (locks, last_applied, last_token, sessions, clock_ms);
+        (replicated, session_limits, bugs).hash(&mut hasher);
         hasher.finish()
     }
 
-    /// Forgets every remembered request (only the `snapshot-loses-state` mutant does this).
+    /// Forgets every session's remembered request (only the `snapshot-loses-state` mutant
+    /// does this).
     pub fn forget_retries(&mut self) {
-        self.dedupe.clear();
+        for session in self.sessions.by_id.values_mut() {
+            session.answered = None;
+        }
     }
 
     /// Forgets node-local state after a restart (only the `token-from-local-counter` mutant
@@ -311,35 +527,97 @@ impl LockTable {
     /// Panics if `index` is not greater than the last applied index: entries are applied once,
     /// in log order, and anything else is a bug in the caller.
     pub fn apply_proposal(&mut self, index: u64, proposal: &Proposal) -> Outcome {
-        if let Some(origin) = proposal.origin
-            && let Some(outcome) = self
-                .dedupe
-                .get(&origin.client)
-                .and_then(|answered| answered.replay(origin, &proposal.command))
+        self.advance_clock(proposal.time_ms);
+        if proposal.command == Command::RegisterSession {
+            self.advance(index);
+            return self.register_session(index);
+        }
+        let Some(origin) = proposal.origin else {
+            let outcome = self.apply(index, &proposal.command);
+            if outcome == Outcome::Released && matches!(proposal.command, Command::Release { .. }) {
+                crate::probe!("phantom-release-applied");
+            }
+            return outcome;
+        };
+        let Some(session) = self.sessions.by_id.get(&origin.session) else {
+            self.advance(index);
+            return Outcome::SessionExpired;
+        };
+        if let Some(outcome) = session
+            .answered
+            .as_ref()
+            .and_then(|answered| answered.replay(origin, &proposal.command))
         {
             crate::probe!("retry-answered-from-dedupe");
             self.advance(index);
+            self.touch(origin.session, None);
             return outcome;
         }
         let outcome = self.apply(index, &proposal.command);
-        if proposal.origin.is_none()
-            && outcome == Outcome::Released
-            && matches!(proposal.command, Command::Release { .. })
-        {
-            crate::probe!("phantom-release-applied");
-        }
-        if let Some(origin) = proposal.origin {
-            let answered = Answered {
-                request: origin.request,
-                command: proposal.command.clone(),
-                outcome: outcome.clone(),
-            };
-            self.dedupe.insert(origin.client, answered);
-            if let Some(held) = self.granted_lock(&outcome, &proposal.command) {
-                held.origin = Some(origin);
+        let answered = Answered {
+            request: origin.request,
+            command: proposal.command.clone(),
+            outcome: outcome.clone(),
+        };
+        self.touch(origin.session, Some(answered));
+        if let Some(held) = self.granted_lock(&outcome, &proposal.command) {
+            held.origin = Some(origin);
+            if let Some(session) = self.sessions.by_id.get_mut(&origin.session) {
+                session.held += 1;
             }
         }
         outcome
+    }
+
+    /// Removes the lock of `key`, counting it off its session's holdings.
+    fn remove_lock(&mut self, key: &str) {
+        let Some(held) = self.locks.remove(key) else {
+            return;
+        };
+        if let Some(origin) = held.origin
+            && let Some(session) = self.sessions.by_id.get_mut(&origin.session)
+        {
+            session.held = session.held.saturating_sub(1);
+        }
+    }
+
+    /// Moves the committed clock to `time_ms` (never back) and drops the sessions idle for
+    /// longer than the timeout, oldest first. Every node does this at the same entry.
+    fn advance_clock(&mut self, time_ms: u64) {
+        self.clock_ms = self.clock_ms.max(time_ms);
+        let timeout_ms = self.session_limits.timeout_ms;
+        while let Some(active_ms) = self.sessions.oldest_active_ms() {
+            if active_ms.saturating_add(timeout_ms) >= self.clock_ms {
+                break;
+            }
+            self.sessions.pop_oldest();
+        }
+    }
+
+    /// Registers session `index`, evicting the least recently active sessions at the cap.
+    fn register_session(&mut self, index: u64) -> Outcome {
+        while self.sessions.len() >= self.session_limits.sessions_max.max(1) {
+            self.sessions.pop_oldest();
+        }
+        let session = Session {
+            active_ms: self.clock_ms,
+            answered: None,
+            held: 0,
+        };
+        self.sessions.insert(index, session);
+        Outcome::SessionRegistered { session: index }
+    }
+
+    /// Marks `session` active now, remembering `answered` when given.
+    fn touch(&mut self, session: SessionId, answered: Option<Answered>) {
+        let Some(mut entry) = self.sessions.remove(session) else {
+            return;
+        };
+        entry.active_ms = self.clock_ms;
+        if answered.is_some() {
+            entry.answered = answered;
+        }
+        self.sessions.insert(session, entry);
     }
 
     /// Applies one committed command at log `index`.
@@ -355,6 +633,9 @@ impl LockTable {
             Command::Release { key, token } => self.apply_release(key, *token),
             Command::Expire { key, token } => self.apply_expire(key, *token),
             Command::Noop => Outcome::Noop,
+            // Only through `apply_proposal`, which assigns the id; a bare apply registers
+            // nothing.
+            Command::RegisterSession => Outcome::Noop,
         }
     }
 
@@ -401,7 +682,7 @@ impl LockTable {
             None => false,
         };
         if matches {
-            self.locks.remove(key);
+            self.remove_lock(key);
             Outcome::Released
         } else {
             Outcome::NotFound
@@ -415,7 +696,7 @@ impl LockTable {
         };
         if matches {
             crate::probe!("lease-expired-by-leader");
-            self.locks.remove(key);
+            self.remove_lock(key);
         }
         Outcome::Expired { existed: matches }
     }
@@ -635,14 +916,15 @@ mod tests {
     #[test]
     fn retried_grant_gets_its_own_token_back() {
         // DESIGN.md, "Retries": a retried acquire gets its own token back, not GrantRejected.
-        let mut t = LockTable::new();
+        let mut t = LockTable::new().with_session(9, 0);
         let origin = Some(Origin {
-            client: 9,
+            session: 9,
             request: 1,
         });
         let p = Proposal {
             origin,
             command: grant("x"),
+            time_ms: 0,
         };
         assert_eq!(t.apply_proposal(1, &p), Outcome::Granted { token: 1 });
         assert_eq!(t.apply_proposal(2, &p), Outcome::Granted { token: 1 });
@@ -655,18 +937,20 @@ mod tests {
         // reuses a (client, request) pair for another command (a restarted client counting
         // from 1 again, two clients sharing an id) must not be handed the old grant's token:
         // the same token granted twice in the harness.
-        let mut t = LockTable::new();
+        let mut t = LockTable::new().with_session(9, 0);
         let origin = Some(Origin {
-            client: 9,
+            session: 9,
             request: 1,
         });
         let first = Proposal {
             origin,
             command: grant("x"),
+            time_ms: 0,
         };
         let other = Proposal {
             origin,
             command: grant("y"),
+            time_ms: 0,
         };
         assert_eq!(t.apply_proposal(1, &first), Outcome::Granted { token: 1 });
         assert_eq!(t.apply_proposal(2, &other), Outcome::Granted { token: 2 });
@@ -678,14 +962,15 @@ mod tests {
     fn a_release_under_a_used_request_is_applied_not_answered_granted() {
         // DESIGN.md, "Retries": the dedupe answers a retry of the same command only; a
         // Release reusing an acquire's (client, request) is a new command.
-        let mut t = LockTable::new();
+        let mut t = LockTable::new().with_session(9, 0);
         let origin = Some(Origin {
-            client: 9,
+            session: 9,
             request: 1,
         });
         let acquire = Proposal {
             origin,
             command: grant("x"),
+            time_ms: 0,
         };
         let release = Proposal {
             origin,
@@ -693,6 +978,7 @@ mod tests {
                 key: "x".into(),
                 token: 1,
             },
+            time_ms: 0,
         };
         assert_eq!(t.apply_proposal(1, &acquire), Outcome::Granted { token: 1 });
         assert_eq!(t.apply_proposal(2, &release), Outcome::Released);
@@ -704,14 +990,15 @@ mod tests {
         // DESIGN.md, "Retries" and requests.rs: a refused Grant changed nothing, so its retry
         // is applied afresh and answered from the state at its own log position (a waiter
         // retried after a lost Busy must be able to get the key once it is free).
-        let mut t = LockTable::new();
+        let mut t = LockTable::new().with_session(9, 0);
         let origin = Some(Origin {
-            client: 9,
+            session: 9,
             request: 1,
         });
         let p = Proposal {
             origin,
             command: grant("x"),
+            time_ms: 0,
         };
         t.apply(1, &grant("x"));
         assert_eq!(t.apply_proposal(2, &p), Outcome::GrantRejected);
@@ -730,9 +1017,9 @@ mod tests {
     fn a_retried_release_gets_released_again() {
         // DESIGN.md, "Retries": a Release that freed the key answers its retry Released, not
         // NotFound (the key it freed is no longer held under that token).
-        let mut t = LockTable::new();
+        let mut t = LockTable::new().with_session(9, 0);
         let origin = Some(Origin {
-            client: 9,
+            session: 9,
             request: 2,
         });
         let p = Proposal {
@@ -741,6 +1028,7 @@ mod tests {
                 key: "x".into(),
                 token: 1,
             },
+            time_ms: 0,
         };
         t.apply(1, &grant("x"));
         assert_eq!(t.apply_proposal(2, &p), Outcome::Released);
@@ -792,5 +1080,185 @@ mod tests {
             Err(KeyError::BadCharacter { found: ' ', at: 1 })
         );
         assert_eq!(validate_key("jobs/nightly-1"), Ok(()));
+    }
+
+    fn register(t: &mut LockTable, index: u64, time_ms: u64) -> SessionId {
+        let register = Proposal {
+            origin: None,
+            command: Command::RegisterSession,
+            time_ms,
+        };
+        match t.apply_proposal(index, &register) {
+            Outcome::SessionRegistered { session } => session,
+            other => panic!("registration at {index} answered {other:?}"),
+        }
+    }
+
+    fn request(session: SessionId, request: u64, command: Command, time_ms: u64) -> Proposal {
+        Proposal {
+            origin: Some(Origin { session, request }),
+            command,
+            time_ms,
+        }
+    }
+
+    #[test]
+    fn a_second_process_under_the_same_client_id_never_gets_an_old_grant() {
+        // Review finding of issue 27: request numbers restart at 1 in every process, so a
+        // restarted job under the same --client-id sent (client 5, request 1, Grant x) again
+        // and was answered the first process's grant from the dedupe table: an expired token
+        // while another client held the key (two holders, one token granted twice). Shown
+        // failing on the code before sessions, where the origin was (client id, request).
+        // With sessions the second process registers and gets a session of its own.
+        let mut t = LockTable::new();
+        let first = register(&mut t, 1, 10);
+        let grant_x = request(first, 1, grant("x"), 10);
+        assert_eq!(t.apply_proposal(2, &grant_x), Outcome::Granted { token: 2 });
+        t.apply(
+            3,
+            &Command::Expire {
+                key: "x".into(),
+                token: 2,
+            },
+        );
+        let other = register(&mut t, 4, 20);
+        assert_eq!(
+            t.apply_proposal(5, &request(other, 1, grant("x"), 20)),
+            Outcome::Granted { token: 5 }
+        );
+        // The second process under the same label: request numbers from 1 again, the same
+        // command, but its own session.
+        let second = register(&mut t, 6, 30);
+        assert_ne!(
+            second, first,
+            "the cluster assigns each registration its own id"
+        );
+        let answer = t.apply_proposal(7, &request(second, 1, grant("x"), 30));
+        assert_eq!(answer, Outcome::GrantRejected, "no old token granted again");
+        assert_eq!(t.holder("x").map(|h| h.token), Some(5));
+    }
+
+    #[test]
+    fn a_request_of_an_unknown_session_is_session_expired_and_changes_nothing() {
+        // Dissertation §6.3: a request of a session the table does not know is refused.
+        let mut t = LockTable::new();
+        let answer = t.apply_proposal(1, &request(42, 1, grant("x"), 5));
+        assert_eq!(answer, Outcome::SessionExpired);
+        assert!(t.holder("x").is_none());
+        assert_eq!(t.last_applied(), 1);
+    }
+
+    #[test]
+    fn sessions_expire_by_committed_time_not_by_apply_order_alone() {
+        // Issue 27 item 1: a session idle for longer than the timeout (in the time the
+        // leader stamped on entries) expires; an active one lives on.
+        let limits = SessionLimits {
+            timeout_ms: 1_000,
+            sessions_max: 10,
+        };
+        let mut t = LockTable::new().with_session_limits(limits);
+        let idle = register(&mut t, 1, 0);
+        let busy = register(&mut t, 2, 0);
+        t.apply_proposal(3, &request(busy, 1, grant("a"), 900));
+        // 1,001 ms after the idle session's last activity: it expires at this entry.
+        let answer = t.apply_proposal(4, &request(busy, 2, grant("b"), 1_001));
+        assert_eq!(answer, Outcome::Granted { token: 4 });
+        assert!(!t.has_session(idle), "idle past the timeout");
+        assert!(t.has_session(busy), "active 101 ms ago");
+        assert_eq!(
+            t.apply_proposal(5, &request(idle, 1, grant("c"), 1_001)),
+            Outcome::SessionExpired
+        );
+        // A stamp older than the committed clock does not move it back.
+        t.apply_proposal(6, &request(busy, 3, grant("d"), 10));
+        assert_eq!(t.clock_ms(), 1_001);
+    }
+
+    #[test]
+    fn the_session_table_is_bounded_and_evicts_the_oldest_alike_on_every_node() {
+        // Review finding of issue 27: the dedupe table kept one entry per client id forever
+        // (a snapshot past the frame limit at ~110k ids). Now it holds at most sessions_max,
+        // and two nodes applying the same log evict the same sessions.
+        let limits = SessionLimits {
+            timeout_ms: u64::MAX / 4,
+            sessions_max: 100,
+        };
+        let mut seed = 27_u64;
+        let mut log = Vec::new();
+        let mut sessions: Vec<SessionId> = Vec::new();
+        for index in 1..=5_000_u64 {
+            let draw = crate::rng::splitmix64(&mut seed);
+            let time_ms = index * 3;
+            let proposal = if sessions.is_empty() || draw % 3 == 0 {
+                sessions.push(index);
+                Proposal {
+                    origin: None,
+                    command: Command::RegisterSession,
+                    time_ms,
+                }
+            } else {
+                let session = sessions[(draw >> 8) as usize % sessions.len()];
+                request(session, index, grant(&format!("k{}", draw % 50)), time_ms)
+            };
+            log.push((index, proposal));
+        }
+        let mut a = LockTable::new().with_session_limits(limits);
+        let mut b = LockTable::new().with_session_limits(limits);
+        for (index, proposal) in &log {
+            assert_eq!(
+                a.apply_proposal(*index, proposal),
+                b.apply_proposal(*index, proposal)
+            );
+            assert!(
+                a.sessions_len() <= 100,
+                "{} sessions at {index}",
+                a.sessions_len()
+            );
+        }
+        assert_eq!(a, b, "seed 27: both nodes hold the same sessions");
+        assert_eq!(a.sessions_len(), 100);
+        let registered = sessions.len();
+        assert!(registered > 1_000, "{registered} registrations");
+        // The most recent registration is kept, the first long evicted.
+        assert!(a.has_session(*sessions.last().unwrap()));
+        assert!(!a.has_session(sessions[0]));
+        // The table survives a snapshot's encoding with its eviction order.
+        let json = serde_json::to_string(&a).unwrap();
+        let mut c: LockTable = serde_json::from_str(&json).unwrap();
+        assert_eq!(c, a);
+        let next = 5_001;
+        register(&mut a, next, next * 3);
+        register(&mut c, next, next * 3);
+        assert_eq!(c, a, "the decoded table evicts the same session");
+    }
+
+    #[test]
+    fn a_session_counts_the_locks_it_holds() {
+        // Issue 27 item 2: keys held per session are bounded at the leader, from this count.
+        let mut t = LockTable::new();
+        let s = register(&mut t, 1, 0);
+        t.apply_proposal(2, &request(s, 1, grant("a"), 0));
+        t.apply_proposal(3, &request(s, 2, grant("b"), 0));
+        assert_eq!(t.held_by(s), 2);
+        t.apply(
+            4,
+            &Command::Expire {
+                key: "a".into(),
+                token: 2,
+            },
+        );
+        t.apply_proposal(
+            5,
+            &request(
+                s,
+                3,
+                Command::Release {
+                    key: "b".into(),
+                    token: 3,
+                },
+                0,
+            ),
+        );
+        assert_eq!(t.held_by(s), 0);
     }
 }

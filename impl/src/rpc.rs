@@ -1,5 +1,16 @@
-//! The tarpc services of a lockd node: [`Peer`] (Raft messages between nodes) and
-//! [`LockService`] (the client API, plus the harness's clock control).
+//! The tarpc services of a lockd node: [`Peer`] (Raft messages between nodes),
+//! [`LockService`] (the client API: lock commands, sessions and status, nothing else) and
+//! [`Admin`] (the harness's controls, on an endpoint of its own that is off by default).
+//!
+//! # Ports by role
+//!
+//! The client port serves clients only. The harness's clock control was once answered there
+//! to anyone, with no bound on a forward jump: any client could expire every lease at once
+//! or overflow the node's clock (review finding of issue 27). It now lives on the admin
+//! endpoint, which a node serves only when started with `--admin-addr` (a loopback address),
+//! and every call must carry the secret the node keeps in `admin.secret` in its data dir
+//! (the harness reads it there). A call to an admin control on the client port is not part
+//! of the client protocol: the node cannot decode it and closes that connection.
 //!
 //! Both use the JSON codec over TCP (length-delimited frames, at most [`FRAME_LEN_MAX`]
 //! bytes): it is debuggable, and foreign harnesses can speak it. Each directed peer link is
@@ -41,14 +52,64 @@ pub trait LockService {
     ) -> Response;
     /// Releases `key` held under `token` (`timeout_ms` as for `acquire`).
     async fn release(key: Key, token: Token, origin: Option<Origin>, timeout_ms: u64) -> Response;
+    /// Registers a client session (`Response::Registered { session }` once committed;
+    /// `label` only names it in logs and reports; `timeout_ms` as for `acquire`).
+    async fn register_session(label: u64, timeout_ms: u64) -> Response;
     /// This node's view of the cluster.
     async fn status() -> NodeStatus;
+}
+
+/// The harness's controls of a node (the admin endpoint, `lockd --admin-addr`).
+#[tarpc::service]
+pub trait Admin {
     /// The harness's clock nemesis: from now on this node's clock runs at `rate` times real
     /// time, after jumping by `jump_ms` (negative jumps are clamped so that the clock the
-    /// core sees never goes backwards). Refused unless `rate` is finite and within
-    /// [`CLOCK_RATE_MIN`, `CLOCK_RATE_MAX`].
-    async fn set_clock(rate: f64, jump_ms: i64) -> Result<ClockReading, String>;
+    /// core sees never goes backwards). Refused unless `secret` is the node's admin secret,
+    /// `rate` is finite and within [`CLOCK_RATE_MIN`, `CLOCK_RATE_MAX`], and `jump_ms` is
+    /// within [`CLOCK_JUMP_BACK_MS_MAX`] back and [`CLOCK_JUMP_FORWARD_MS_MAX`] forward.
+    async fn set_clock(
+        secret: String,
+        rate: f64,
+        jump_ms: i64,
+    ) -> Result<ClockReading, AdminRefusal>;
 }
+
+/// Why the admin endpoint refused a call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum AdminRefusal {
+    /// The secret is not the node's admin secret.
+    #[error("wrong admin secret")]
+    WrongSecret,
+    /// The clock rate is out of range.
+    #[error("clock rate {rate} is not within {CLOCK_RATE_MIN}..={CLOCK_RATE_MAX}")]
+    RateOutOfRange {
+        /// The rate asked for.
+        rate: f64,
+    },
+    /// The clock jump is out of range.
+    #[error(
+        "clock jump {jump_ms} ms is not within -{CLOCK_JUMP_BACK_MS_MAX}..={CLOCK_JUMP_FORWARD_MS_MAX} ms"
+    )]
+    JumpOutOfRange {
+        /// The jump asked for.
+        jump_ms: i64,
+    },
+    /// The node is shutting down.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+}
+
+/// The longest forward jump of a node's clock `set_clock` accepts, ms: a minute, far less
+/// than the longest lease (`Config::lease_ms_max`), so that one call cannot expire every
+/// lease at once, and far from any overflow.
+pub const CLOCK_JUMP_FORWARD_MS_MAX: i64 = 60_000;
+
+/// The longest backward jump `set_clock` accepts, ms (the node holds its clock still
+/// instead, so a backward jump is safe; the bound keeps the arithmetic far from overflow).
+pub const CLOCK_JUMP_BACK_MS_MAX: i64 = 3_600_000;
+
+/// The name of the file in a node's data dir that holds its admin secret.
+pub const ADMIN_SECRET_FILE: &str = "admin.secret";
 
 /// The slowest clock rate `set_clock` and `--clock-rate` accept.
 pub const CLOCK_RATE_MIN: f64 = 0.01;

@@ -78,6 +78,19 @@ impl Cluster {
 
     /// A cluster whose configurations `adjust` changes (timing, bugs, thresholds).
     pub fn with_config(size: u64, seed: u64, adjust: impl Fn(&mut Config)) -> Self {
+        Cluster::with_sessions(size, seed, adjust, &[])
+    }
+
+    /// [`Cluster::with_config`] whose nodes start with client sessions `sessions` registered
+    /// (a snapshot at index 0 of a table holding them, active at time 0), as if a
+    /// `RegisterSession` of each had committed before: for scripts that name their clients'
+    /// sessions instead of registering them through the log.
+    pub fn with_sessions(
+        size: u64,
+        seed: u64,
+        adjust: impl Fn(&mut Config),
+        sessions: &[crate::lock::SessionId],
+    ) -> Self {
         let ids: Vec<NodeId> = (1..=size).collect();
         let mut cluster = Cluster {
             seed,
@@ -98,10 +111,27 @@ impl Cluster {
             let mut config = Config::new(*id, ids.clone());
             config.seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(*id);
             adjust(&mut config);
+            let durable = if sessions.is_empty() {
+                Durable::default()
+            } else {
+                let table = sessions.iter().fold(
+                    crate::lock::LockTable::with_bugs(config.bugs)
+                        .with_session_limits(config.session_limits),
+                    |table, session| table.with_session(*session, 0),
+                );
+                Durable {
+                    snapshot: Some(crate::raft::Snapshot {
+                        last_index: 0,
+                        last_term: 0,
+                        table,
+                    }),
+                    ..Durable::default()
+                }
+            };
             let member = Member {
                 config,
                 node: None,
-                durable: Durable::default(),
+                durable,
                 clock_ms: 0,
             };
             cluster.members.insert(*id, member);
@@ -647,6 +677,7 @@ pub fn describe_command(proposal: &Proposal) -> String {
         Command::Release { key, token } => format!("Release{{{key}, {token}}}"),
         Command::Expire { key, token } => format!("Expire{{{key}, {token}}}"),
         Command::Noop => "Noop".to_owned(),
+        Command::RegisterSession => "RegisterSession".to_owned(),
     }
 }
 

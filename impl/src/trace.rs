@@ -284,16 +284,17 @@ mod tests {
         // untagged `TraceLine`, that key could not become a number again ("not a trace
         // record"), so no run whose node restarted from such a snapshot could be replayed.
         use crate::lock::{Command, LockTable, Origin, Proposal};
-        let mut table = LockTable::new();
+        let mut table = LockTable::new().with_session(7, 0);
         let grant = Proposal {
             origin: Some(Origin {
-                client: 7,
+                session: 7,
                 request: 1,
             }),
             command: Command::Grant {
                 key: "k".to_owned(),
                 lease_ms: 1000,
             },
+            time_ms: 5,
         };
         table.apply_proposal(1, &grant);
         let durable = Durable {

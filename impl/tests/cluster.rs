@@ -214,9 +214,28 @@ impl Chaos {
             (_, Some(leader)) => leader,
         };
         let key = format!("k{}", self.below(3));
+        // Sessions come from the cluster: a request registers one now and then, and the
+        // others run under a session some registration got (each with a new request number).
+        let sessions: Vec<u64> = self
+            .cluster
+            .responses()
+            .iter()
+            .filter_map(|(_, _, r)| match r {
+                Response::Registered { session } => Some(*session),
+                _ => None,
+            })
+            .collect();
+        if sessions.is_empty() || self.below(8) == 0 {
+            let id = self
+                .cluster
+                .request(target, ClientRequest::RegisterSession { label: 0 });
+            self.sent.push((target, id));
+            return;
+        }
+        let session = sessions[self.below(sessions.len() as u64) as usize];
         let origin = Some(Origin {
-            client: self.next_client,
-            request: 1,
+            session,
+            request: self.next_client,
         });
         let origin_copy = origin;
         self.next_client += 1;
@@ -446,6 +465,8 @@ impl Chaos {
                 Response::NotLeader { .. } => "not-leader",
                 Response::Unknown { .. } => "unknown",
                 Response::Invalid { .. } => "invalid",
+                Response::Registered { .. } => "registered",
+                Response::SessionExpired => "session-expired",
             };
             *kinds.entry(kind).or_default() += 1;
         }

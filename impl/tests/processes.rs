@@ -616,6 +616,7 @@ mod phantom {
 
 mod transport {
     use super::*;
+    use lockd::client::{ClientError, admin_set_clock};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::net::{TcpListener, TcpStream};
@@ -689,10 +690,11 @@ mod transport {
     }
 
     #[tokio::test]
-    async fn the_clock_rate_flag_and_set_clock_reach_the_node() {
+    async fn the_clock_rate_flag_and_the_admin_set_clock_reach_the_node() {
         // Issue 4: `--clock-rate R` scales the node's clock; `set_clock(rate, jump_ms)` is the
-        // harness's skew and strobe nemesis; an out-of-range rate is refused.
-        let cluster = Cluster::start(lockd(), 3, &["--clock-rate", "0.5"]);
+        // harness's skew and strobe nemesis, served on the admin endpoint (issue 27); an
+        // out-of-range rate or jump and a wrong secret are refused, typed.
+        let (cluster, admin) = Cluster::start_with_admin(lockd(), 3);
         let client = cluster.client(1);
         assert!(
             cluster
@@ -700,23 +702,149 @@ mod transport {
                 .await
                 .is_some()
         );
+        let secret = cluster.admin_secret(1);
         let before = client.status(0).await.unwrap().clock;
-        assert_eq!(before.rate, 0.5);
-        let reading = client.set_clock(0, 2.0, 10_000).await.unwrap();
+        assert_eq!(before.rate, 1.0);
+        let reading = admin_set_clock(admin[0], &secret, 2.0, 10_000, 2_000)
+            .await
+            .unwrap();
         assert_eq!(reading.rate, 2.0);
         assert!(
             reading.now_ms >= before.now_ms + 10_000,
             "jumped ahead: {before:?} then {reading:?}"
         );
-        assert!(matches!(
-            client.set_clock(0, 0.0, 0).await,
-            Err(lockd::client::ClientError::Invalid(_))
-        ));
+        for (rate, jump_ms) in [(0.0, 0), (1.0, 60_001), (1.0, i64::MAX), (1.0, i64::MIN)] {
+            let refused = admin_set_clock(admin[0], &secret, rate, jump_ms, 2_000).await;
+            assert!(
+                matches!(refused, Err(ClientError::Invalid(_))),
+                "rate {rate} jump {jump_ms}: {refused:?}"
+            );
+        }
+        let wrong = admin_set_clock(admin[0], "not-the-secret", 1.0, 0, 2_000).await;
+        assert!(
+            matches!(&wrong, Err(ClientError::Invalid(reason)) if reason.contains("secret")),
+            "{wrong:?}"
+        );
         let later = client.status(0).await.unwrap().clock;
-        assert_eq!(later.rate, 2.0);
+        assert_eq!(later.rate, 2.0, "no refused call changed the clock");
         assert!(later.now_ms >= reading.now_ms);
         client
             .acquire("clocked", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn admin_controls_on_the_client_port_are_refused() {
+        // Review finding of issue 27: `set_clock` was answered on the public client port, to
+        // anyone, with no bound on a forward jump. Now the client port serves lock commands,
+        // sessions and status only: an admin call there (even with the right secret) is
+        // not answered, the clock does not move, and the node keeps serving clients.
+        let (cluster, _admin) = Cluster::start_with_admin(lockd(), 3);
+        let client = cluster.client(1);
+        assert!(
+            cluster
+                .wait_for_leader(&client, LEADER_WITHIN)
+                .await
+                .is_some()
+        );
+        let secret = cluster.admin_secret(1);
+        let before = client.status(0).await.unwrap().clock;
+        let client_port = cluster.client_addrs()[0];
+        let refused = admin_set_clock(client_port, &secret, 100.0, 60_000, 2_000).await;
+        assert!(refused.is_err(), "answered on the client port: {refused:?}");
+        let after = client.status(0).await.unwrap().clock;
+        assert_eq!(after.rate, before.rate, "the rate did not change");
+        assert!(
+            after.now_ms < before.now_ms + 30_000,
+            "the clock did not jump: {before:?} then {after:?}"
+        );
+        client
+            .acquire("still-served", 60_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_the_flag_no_admin_endpoint_and_no_secret() {
+        // Issue 27: the admin endpoint is off by default.
+        let (cluster, client) = three_nodes().await;
+        client.status(0).await.unwrap();
+        let secret = cluster.dir().join("n1").join(lockd::rpc::ADMIN_SECRET_FILE);
+        assert!(
+            !secret.exists(),
+            "{} made without --admin-addr",
+            secret.display()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_admin_address_off_loopback_is_refused_at_start() {
+        // Issue 27: the admin endpoint binds loopback only.
+        let dir = tempfile::tempdir().unwrap();
+        let addrs = cluster::free_addrs(2);
+        let output = std::process::Command::new(lockd())
+            .args(["--id", "1", "--peers", &format!("1={}", addrs[0])])
+            .args(["--client-listen", &addrs[1].to_string()])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["--admin-addr", "0.0.0.0:7399"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("loopback"), "{stderr}");
+    }
+
+    #[tokio::test]
+    async fn client_values_out_of_bounds_get_a_typed_refusal() {
+        // Issue 27 item 2: lease, wait, timeout and key length are bounded; out of bounds is
+        // `Invalid`, never a panic, and the node keeps serving.
+        let (_cluster, client) = three_nodes().await;
+        let long_key = "k".repeat(lockd::lock::KEY_LEN_MAX + 1);
+        for (key, lease_ms, wait_ms) in [
+            ("a", 0, 0),
+            ("a", u64::MAX, 0),
+            ("a", 1_000, u64::MAX / 2),
+            (long_key.as_str(), 1_000, 0),
+            ("", 1_000, 0),
+        ] {
+            let refused = client
+                .acquire(key, lease_ms, wait_ms, within_ms(3000))
+                .await;
+            assert!(
+                matches!(refused, Err(ClientError::Invalid(_))),
+                "key {} lease {lease_ms} wait {wait_ms}: {refused:?}",
+                key.len()
+            );
+        }
+        let leader = client.leader_hint() as usize - 1;
+        let stream = tokio::net::TcpStream::connect(_cluster.client_addrs()[leader])
+            .await
+            .unwrap();
+        let transport = tarpc::serde_transport::Transport::from((
+            stream,
+            tarpc::tokio_serde::formats::Json::default(),
+        ));
+        let raw =
+            lockd::rpc::LockServiceClient::new(tarpc::client::Config::default(), transport).spawn();
+        let answer = raw
+            .acquire(
+                tarpc::context::current(),
+                "a".into(),
+                1_000,
+                0,
+                None,
+                u64::MAX,
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(answer, lockd::raft::Response::Invalid { .. }),
+            "timeout_ms u64::MAX: {answer:?}"
+        );
+        client
+            .acquire("a", 1_000, 0, within_ms(3000))
             .await
             .unwrap();
     }

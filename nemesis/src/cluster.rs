@@ -99,7 +99,7 @@ pub trait Launcher: Send + Sync {
 }
 
 /// The addresses and directories of a cluster on loopback.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Layout {
     /// Node ids, 1..=n.
     pub nodes: Vec<NodeId>,
@@ -107,6 +107,9 @@ pub struct Layout {
     pub peer: BTreeMap<NodeId, SocketAddr>,
     /// Where each node listens for clients.
     pub client: BTreeMap<NodeId, SocketAddr>,
+    /// Where each node serves the harness's controls (its admin endpoint, lockd's
+    /// `--admin-addr`); a node without an entry has none.
+    pub admin: BTreeMap<NodeId, SocketAddr>,
     /// Each node's data dir (kept across restarts).
     pub data_dir: BTreeMap<NodeId, PathBuf>,
     /// Where node logs go.
@@ -120,7 +123,7 @@ impl Layout {
     /// Picks free loopback ports for `n` nodes and creates their data dirs under `dir`.
     pub fn new(n: u64, dir: &Path) -> Result<Layout, Error> {
         let nodes: Vec<NodeId> = (1..=n).collect();
-        let ports = free_ports(2 * n as usize)?;
+        let ports = free_ports(3 * n as usize)?;
         let log_dir = dir.join("node-logs");
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| Error::Io(format!("{}: {e}", log_dir.display())))?;
@@ -128,6 +131,7 @@ impl Layout {
             nodes: nodes.clone(),
             peer: BTreeMap::new(),
             client: BTreeMap::new(),
+            admin: BTreeMap::new(),
             data_dir: BTreeMap::new(),
             log_dir,
             users: BTreeMap::new(),
@@ -135,6 +139,7 @@ impl Layout {
         for (i, id) in nodes.iter().enumerate() {
             layout.peer.insert(*id, ports[2 * i]);
             layout.client.insert(*id, ports[2 * i + 1]);
+            layout.admin.insert(*id, ports[2 * n as usize + i]);
             let data = dir.join("data").join(format!("n{id}"));
             std::fs::create_dir_all(&data)
                 .map_err(|e| Error::Io(format!("{}: {e}", data.display())))?;
@@ -147,7 +152,7 @@ impl Layout {
     /// that listeners bound meanwhile on port 0 (the fault proxy's) cannot take them. Release
     /// it right before the nodes start.
     pub fn reserve(n: u64, dir: &Path) -> Result<(Layout, PortReservation), Error> {
-        let listeners: Vec<TcpListener> = (0..2 * n)
+        let listeners: Vec<TcpListener> = (0..3 * n)
             .map(|_| TcpListener::bind("127.0.0.1:0"))
             .collect::<Result<_, _>>()
             .map_err(|e| Error::Io(format!("free port: {e}")))?;
@@ -159,6 +164,7 @@ impl Layout {
         for (i, id) in layout.nodes.clone().iter().enumerate() {
             layout.peer.insert(*id, ports[2 * i]);
             layout.client.insert(*id, ports[2 * i + 1]);
+            layout.admin.insert(*id, ports[2 * n as usize + i]);
         }
         Ok((layout, PortReservation { listeners }))
     }

@@ -613,8 +613,11 @@ fn a_valid_summary_lists_every_check_in_junit_order_and_a_failing_explanation_re
 /// `clock-skew-strobe.png`, `serve-messages.png`.
 #[test]
 fn a_failing_traced_seed_draws_its_messages_and_clock_and_serve_shows_them() {
-    // Seed 2 with the clock nemesis: two skews and a strobe, and follower grants.
-    const SEED: u64 = 2;
+    // Seed 7 with the clock and partition nemeses: skews and strobes, and follower grants.
+    // (Clock faults alone no longer reach a follower with a request: the client library now
+    // registers its session first, which finds the leader, and a leader that no fault
+    // deposes keeps every request.)
+    const SEED: u64 = 7;
     println!("seed {SEED}");
     let root = tempfile::tempdir().unwrap();
     let (traces, store) = (root.path().join("traces"), root.path().join("store"));
@@ -626,7 +629,15 @@ fn a_failing_traced_seed_draws_its_messages_and_clock_and_serve_shows_them() {
             "--bug",
             "follower-grants",
         ])
-        .args(["--nemesis", "clock", "--time-s", "10", "--no-shrink"])
+        .args([
+            "--nemesis",
+            "clock,partition",
+            "--nodes",
+            "5",
+            "--time-s",
+            "10",
+        ])
+        .arg("--no-shrink")
         .arg("--trace")
         .arg(&traces)
         .arg("--store")

@@ -29,11 +29,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lockd::bugs::{Bug, BugSet};
-use lockd::lock::{Command, LockTable, Origin, Outcome, Token};
+use lockd::lock::{Command, LockTable, Origin, Outcome, SessionId, Token};
 use lockd::raft::invariants::Ledger;
 use lockd::raft::{
     ClientRequest, Committed, Config, Durable, Index, Input, Message, Node, NodeId, Output,
-    REBASED_NOW_MS, RequestId, Response, Role, Term, Timer, TimerCmd,
+    REBASED_NOW_MS, RequestId, Response, Role, Snapshot, Term, Timer, TimerCmd,
 };
 use stateright::actor::{Actor, Id, Out, model_timeout};
 
@@ -210,6 +210,10 @@ pub enum LockdActor {
         config: Box<Config>,
         /// Whether the node's clock is rebased after every step (see `reduce.rs`).
         relative_time: bool,
+        /// The client sessions registered before the model starts: the id of each client
+        /// actor. Registration through the log (`RegisterSession`) is checked by the core's
+        /// tests and the simulator; the model explores what comes after it.
+        sessions: Vec<SessionId>,
     },
     /// A client.
     Client {
@@ -254,10 +258,15 @@ impl Actor for LockdActor {
             LockdActor::Server {
                 config,
                 relative_time,
+                sessions,
             } => {
-                let ServerStorage { durable, ledger } =
-                    storage.as_deref().cloned().unwrap_or_default();
-                if storage.is_some() {
+                let ServerStorage { durable, ledger } = storage
+                    .as_deref()
+                    .cloned()
+                    .unwrap_or_else(|| first_storage(config, sessions));
+                // A first start from the sessions' snapshot is recorded as a start from it, so
+                // that a replay's fresh core starts from the same table.
+                if storage.is_some() || !sessions.is_empty() {
                     super::replay::with_recording(|w| {
                         let _ = w.restart(config.id, &durable, 0);
                     });
@@ -324,6 +333,7 @@ impl Actor for LockdActor {
                 LockdActor::Server {
                     config,
                     relative_time,
+                    ..
                 },
                 ModelState::Server(server),
             ) => {
@@ -378,6 +388,7 @@ impl Actor for LockdActor {
                 LockdActor::Server {
                     config,
                     relative_time,
+                    ..
                 },
                 ModelState::Server(server),
                 ModelTimer::Core(t),
@@ -439,7 +450,7 @@ impl LockdActor {
             return;
         };
         let origin = Some(Origin {
-            client: usize::from(id) as u64,
+            session: usize::from(id) as u64,
             request: client.seq,
         });
         let request = match client.phase {
@@ -520,7 +531,12 @@ impl LockdActor {
                 }
                 return Some(next);
             }
-            Response::Unknown { .. } | Response::Invalid { .. } => {
+            // The model's sessions never expire (see `first_storage`) and its clients do not
+            // register: both end the client as an unknown answer does.
+            Response::Unknown { .. }
+            | Response::Invalid { .. }
+            | Response::SessionExpired
+            | Response::Registered { .. } => {
                 next.phase = Phase::Stopped;
             }
             Response::Granted { token } if client.phase == Phase::Acquiring => {
@@ -600,7 +616,7 @@ fn step_server(
 fn note_gone(server: &mut ServerState, rid: RequestId) {
     let (client, seq) = request_id_parts(rid);
     let origin = Origin {
-        client: usize::from(client) as u64,
+        session: usize::from(client) as u64,
         request: seq,
     };
     if let Some(gone) = gone_while_pending(&server.node, origin) {
@@ -620,6 +636,28 @@ pub(super) fn gone_while_pending(node: &Node, origin: Origin) -> Option<(Term, O
             && matches!(e.proposal.command, Command::Grant { .. })
     });
     (status.role == Role::Leader && pending).then_some((status.term, origin))
+}
+
+/// A server's storage at its first start: a snapshot at index 0 of the table with every
+/// client's session registered at committed time 0 (the model's runs are far shorter than
+/// the session timeout, so no session expires in the model).
+fn first_storage(config: &Config, sessions: &[SessionId]) -> ServerStorage {
+    let table = sessions.iter().fold(
+        LockTable::with_bugs(config.bugs).with_session_limits(config.session_limits),
+        |table, session| table.with_session(*session, 0),
+    );
+    let durable = Durable {
+        snapshot: Some(Snapshot {
+            last_index: 0,
+            last_term: 0,
+            table,
+        }),
+        ..Durable::default()
+    };
+    ServerStorage {
+        durable: Arc::new(durable),
+        ..ServerStorage::default()
+    }
 }
 
 /// The combined output of one actor step: the node's output with every `persist` applied to

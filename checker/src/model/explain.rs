@@ -129,6 +129,7 @@ pub fn describe_msg(msg: &ModelMsg) -> String {
                 ClientRequest::Release { key, token, .. } => {
                     format!("Release {key:?} token {token} (request {seq})")
                 }
+                ClientRequest::RegisterSession { .. } => format!("RegisterSession (request {seq})"),
             }
         }
         ModelMsg::Cancel { id } => format!("Cancel request {}", id.0 & 0xFFFF_FFFF),
@@ -152,6 +153,8 @@ pub(crate) fn describe_response(response: &Response) -> String {
         },
         Response::Unknown { reason } => format!("Unknown ({reason})"),
         Response::Invalid { reason } => format!("Invalid ({reason})"),
+        Response::Registered { session } => format!("Registered session {session}"),
+        Response::SessionExpired => "SessionExpired".to_owned(),
     }
 }
 

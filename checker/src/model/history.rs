@@ -175,14 +175,16 @@ impl Default for History {
     }
 }
 
-/// The specification's view of a client request.
-fn lock_op(request: &ClientRequest) -> LockOp {
+/// The specification's view of a client request (`None` for a session registration, which
+/// is no lock operation).
+fn lock_op(request: &ClientRequest) -> Option<LockOp> {
     match request {
-        ClientRequest::Acquire { key, .. } => LockOp::Acquire { key: key.clone() },
-        ClientRequest::Release { key, token, .. } => LockOp::Release {
+        ClientRequest::Acquire { key, .. } => Some(LockOp::Acquire { key: key.clone() }),
+        ClientRequest::Release { key, token, .. } => Some(LockOp::Release {
             key: key.clone(),
             token: *token,
-        },
+        }),
+        ClientRequest::RegisterSession { .. } => None,
     }
 }
 
@@ -199,10 +201,11 @@ pub fn record_invoke(
     if history.open.get(&envelope.src) == Some(&seq) {
         return None; // A retry of the operation in flight (after NotLeader).
     }
+    let op = lock_op(request)?;
     let mut next = history.clone();
     // A second invoke while one is open makes the tester's history invalid, which the
     // linearizability property then reports: the client actor never does that.
-    let _ = next.linear.on_invoke(envelope.src, lock_op(request));
+    let _ = next.linear.on_invoke(envelope.src, op);
     next.open.insert(envelope.src, seq);
     match &**request {
         ClientRequest::Acquire { .. } => {
@@ -212,6 +215,7 @@ pub fn record_invoke(
         ClientRequest::Release { .. } => {
             next.beliefs.remove(&envelope.src);
         }
+        ClientRequest::RegisterSession { .. } => {}
     }
     Some(next)
 }
@@ -239,7 +243,10 @@ pub fn record_return(
         Response::Invalid { reason } => LockRet::Invalid {
             reason: reason.clone(),
         },
-        Response::NotLeader { .. } | Response::Unknown { .. } => return None,
+        Response::NotLeader { .. }
+        | Response::Unknown { .. }
+        | Response::Registered { .. }
+        | Response::SessionExpired => return None,
     };
     let mut next = history.clone();
     let client = envelope.dst;

@@ -298,6 +298,9 @@ impl ModelConfig {
         let servers = (0..self.servers).map(|i| LockdActor::Server {
             config: Box::new(self.node_config(i)),
             relative_time: self.relative_time,
+            sessions: (self.servers..self.servers + self.clients)
+                .map(|c| c as u64)
+                .collect(),
         });
         let first_giving_up = self.clients.saturating_sub(self.give_up_clients);
         let clients = (0..self.clients).map(move |c| LockdActor::Client {

@@ -255,7 +255,7 @@ pub fn gone_released(node: &Node, gone: &BTreeSet<(Term, Origin)>) -> Result<(),
             return Err(format!(
                 "{PHANTOM_RELEASED}: leader {} holds {key:?} token {} for client {} that \
                  left, with no Release in its log",
-                status.id, held.token, origin.client
+                status.id, held.token, origin.session
             ));
         }
     }

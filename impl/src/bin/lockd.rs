@@ -4,8 +4,14 @@
 //! lockd --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 \
 //!       --client-listen 127.0.0.1:7201 --data-dir DIR [--bug NAME] \
 //!       [--dial 2=127.0.0.1:9012,...] [--clock-rate 1.0] [--seed N] \
-//!       [--election-timeout-ms 300-600] [--heartbeat-ms 50] [--trace FILE]
+//!       [--election-timeout-ms 300-600] [--heartbeat-ms 50] [--trace FILE] \
+//!       [--admin-addr 127.0.0.1:7301]
 //! ```
+//!
+//! The client port serves lock commands, sessions and status only. The harness's controls
+//! (the clock nemesis) are served on the admin endpoint, which is off unless `--admin-addr`
+//! names a loopback address; every admin call must carry the secret that lockd keeps in
+//! `DATA_DIR/admin.secret` (made on first use, readable by its owner only).
 //!
 //! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change,
 //! applied entry and error. Exit status: 2 for bad flags (an id not among the peers, one
@@ -72,6 +78,10 @@ struct Args {
     /// `locksmith model replay`.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Serve the harness's controls on this loopback address (off by default); calls need
+    /// the secret in DATA_DIR/admin.secret.
+    #[arg(long, value_name = "ADDR")]
+    admin_addr: Option<SocketAddr>,
 }
 
 /// Election timing presets (see `--timing`; the safety argument is in the README: timing
@@ -160,6 +170,11 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
     }
     config.clock_rate = args.clock_rate;
     config.trace = args.trace;
+    if let Some(listen) = args.admin_addr {
+        // The secret is read (or made) once the data dir is locked; validate checks the
+        // address now.
+        config.admin = Some(lockd::server::AdminConfig::new(listen, String::new()));
+    }
     config.validate().context("invalid flags")?;
     Ok(config)
 }
@@ -222,7 +237,7 @@ where
     let args = Args::parse_from(args);
     let id = args.id;
     let data_dir = args.data_dir.clone();
-    let config = match server_config(args) {
+    let mut config = match server_config(args) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("lockd: {e:#}");
@@ -238,6 +253,15 @@ where
             return ExitCode::from(1);
         }
     };
+    if let Some(admin) = &mut config.admin {
+        match lockd::server::admin_secret(&data_dir) {
+            Ok(secret) => admin.secret = secret,
+            Err(e) => {
+                eprintln!("lockd: the admin secret in {}: {e}", data_dir.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -95,7 +95,14 @@ impl Harness {
             Some(s) => parse_arg(Some(s), "waiters_max")?,
             None => 64,
         };
-        let mut cluster = Cluster::with_config(size, seed, |config| {
+        let sessions: Vec<u64> = match case.arg("sessions") {
+            Some(list) => list
+                .split(',')
+                .map(|s| parse_arg(Some(s), "sessions"))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let adjust = |config: &mut crate::raft::Config| {
             config.append_entries_max = append_max;
             config.waiters_per_key_max = waiters_max;
             config.pre_vote = pre_vote;
@@ -104,7 +111,8 @@ impl Harness {
             config.snapshot_trailing_entries = trailing;
             config.snapshot_chunk_bytes = chunk;
             config.bugs = crate::bugs::BugSet::of(&bugs);
-        });
+        };
+        let mut cluster = Cluster::with_sessions(size, seed, adjust, &sessions);
         cluster.set_trace(true);
         self.cluster = Some(cluster);
         Ok(format!("{size} nodes"))
@@ -156,14 +164,14 @@ impl Harness {
         self.trace()
     }
 
-    /// `request 1 acquire key=a lease_ms=100 wait_ms=0 client=7 seq=1` or
+    /// `request 1 acquire key=a lease_ms=100 wait_ms=0 session=7 seq=1`, `request 1 register` or
     /// `request 1 release key=a token=3`: a client request at node 1; prints its id.
     fn request(&mut self, case: &TestCase) -> Result<String, String> {
         let id = node_arg(case, 0)?;
         let key = case.arg("key").unwrap_or("a").to_owned();
-        let origin = match (case.arg("client"), case.arg("seq")) {
+        let origin = match (case.arg("session"), case.arg("seq")) {
             (Some(c), Some(s)) => Some(Origin {
-                client: parse_arg(Some(c), "client")?,
+                session: parse_arg(Some(c), "session")?,
                 request: parse_arg(Some(s), "seq")?,
             }),
             _ => None,
@@ -182,6 +190,7 @@ impl Harness {
                 token: parse_arg(case.arg("token"), "token")?,
                 origin,
             },
+            Some("register") => ClientRequest::RegisterSession { label: 0 },
             other => return Err(format!("unknown request {other:?}")),
         };
         let request_id = self.cluster()?.request(id, request);

@@ -487,13 +487,16 @@ mod tests {
         Committed {
             index,
             term: 1,
-            proposal: Proposal {
-                origin: Some(Origin { client, request: 1 }),
-                command: Command::Grant {
+            proposal: Proposal::client(
+                Some(Origin {
+                    session: client,
+                    request: 1,
+                }),
+                Command::Grant {
                     key: key.to_owned(),
                     lease_ms: 1_000,
                 },
-            },
+            ),
             outcome: Outcome::Granted { token },
         }
     }

@@ -35,6 +35,12 @@ pub enum ClientRequest {
         /// Who asks, for deduplication of retries.
         origin: Option<Origin>,
     },
+    /// Register a client session (the answer is [`Response::Registered`]).
+    RegisterSession {
+        /// The client's label (`--client-id`): not replicated and never trusted, it only
+        /// names the session in logs and reports.
+        label: u64,
+    },
 }
 
 /// The core's answer to a [`ClientRequest`].
@@ -68,6 +74,14 @@ pub enum Response {
         /// Why, in words.
         reason: String,
     },
+    /// The session is registered (committed) under id `session`.
+    Registered {
+        /// The session id to put in every request's origin.
+        session: crate::lock::SessionId,
+    },
+    /// The request's session is expired, evicted or unknown; this request changed nothing.
+    /// The client registers again (an earlier attempt of the op may have taken effect).
+    SessionExpired,
 }
 
 /// An input to [`super::Node::step`].

@@ -228,7 +228,7 @@ impl Node {
         waiter: Option<Waiter>,
     ) {
         let command = Command::Grant { key, lease_ms };
-        let index = self.append_proposal(Proposal { origin, command });
+        let index = self.append_proposal(Proposal::client(origin, command));
         if self.bug(Bug::GrantedBeforeCommit) {
             // Mutant: answered on append, with the token the entry will get if it commits.
             return self.respond(id, super::Response::Granted { token: index });

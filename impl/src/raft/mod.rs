@@ -55,7 +55,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::bugs::{Bug, BugSet};
-use crate::lock::{Key, LockTable, Origin, Token};
+use crate::lock::{Key, LockTable, Origin, SessionLimits, Token};
 use log::RaftLog;
 
 /// The configuration of one node. Every field with a unit has it last.
@@ -98,6 +98,11 @@ pub struct Config {
     pub lease_ms_max: u64,
     /// The longest wait a client may ask for.
     pub wait_ms_max: u64,
+    /// The bounds of the session table (the same on every node of a cluster).
+    pub session_limits: SessionLimits,
+    /// At most this many locks held by one session: an acquire beyond it is refused
+    /// `Invalid` at the leader.
+    pub keys_per_session_max: u64,
     /// The seed of the node's RNG (election timeouts).
     pub seed: u64,
     /// Injected bugs (`lockd --bug`); empty in a correct build.
@@ -124,6 +129,8 @@ impl Config {
             uncommitted_entries_max: 4096,
             lease_ms_max: 600_000,
             wait_ms_max: 60_000,
+            session_limits: SessionLimits::DEFAULT,
+            keys_per_session_max: 100_000,
             seed: id,
             bugs: BugSet::NONE,
         }
@@ -213,6 +220,8 @@ enum PendingKind {
     Grant { waiter: Option<Waiter> },
     /// A release.
     Release,
+    /// A session registration.
+    Register,
 }
 
 /// A client proposal in the leader's log, not yet applied.
@@ -296,7 +305,7 @@ impl Node {
                 crate::probe!("restart-from-snapshot");
                 s.table.clone()
             }
-            None => LockTable::with_bugs(config.bugs),
+            None => LockTable::with_bugs(config.bugs).with_session_limits(config.session_limits),
         };
         table.reset_local();
         let commit_index = durable

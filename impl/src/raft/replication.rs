@@ -172,8 +172,15 @@ impl Node {
 
     /// Appends `proposal` to the leader's log as a new entry of its term and sends it.
     /// Returns the entry's index.
-    pub(super) fn append_proposal(&mut self, proposal: Proposal) -> Index {
+    pub(super) fn append_proposal(&mut self, mut proposal: Proposal) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
+        if proposal.wants_time() {
+            // The committed time of sessions (lock.rs): the leader's clock. Each process's
+            // clock starts at 0, so after a leader change committed time may stand still
+            // until the new leader's clock passes it: sessions then live longer, never
+            // shorter, and the cap still bounds the table.
+            proposal.time_ms = self.now_ms;
+        }
         let entry = Entry {
             term: self.term,
             index: self.log.last_index() + 1,

@@ -61,9 +61,19 @@ impl Node {
                 origin,
                 deadline_ms: self.now_ms + wait_ms,
             }),
+            ClientRequest::RegisterSession { .. } => {
+                let index = self.append_proposal(Proposal::client(None, Command::RegisterSession));
+                let pending = Pending {
+                    id,
+                    term: self.term,
+                    kind: PendingKind::Register,
+                    gone: false,
+                };
+                self.pending.insert(index, pending);
+            }
             ClientRequest::Release { key, token, origin } => {
                 let command = Command::Release { key, token };
-                let index = self.append_proposal(Proposal { origin, command });
+                let index = self.append_proposal(Proposal::client(origin, command));
                 let pending = Pending {
                     id,
                     term: self.term,
@@ -82,8 +92,18 @@ impl Node {
                 key,
                 lease_ms,
                 wait_ms,
-                ..
+                origin,
             } => {
+                if let Some(origin) = origin {
+                    let held = self.table.held_by(origin.session);
+                    let held_max = self.config.keys_per_session_max;
+                    if held >= held_max {
+                        return Err(format!(
+                            "session {} holds {held} keys, keys_per_session_max {held_max}",
+                            origin.session
+                        ));
+                    }
+                }
                 let lease_ms_max = self.config.lease_ms_max;
                 if *lease_ms < 1 || *lease_ms > lease_ms_max {
                     return Err(format!("lease_ms {lease_ms} is not in 1..={lease_ms_max}"));
@@ -97,6 +117,7 @@ impl Node {
                 key
             }
             ClientRequest::Release { key, .. } => key,
+            ClientRequest::RegisterSession { .. } => return Ok(()),
         };
         validate_key(key).map_err(|e| format!("key: {e}"))
     }
@@ -198,10 +219,7 @@ impl Node {
             key: waiter.key,
             lease_ms: waiter.lease_ms,
         };
-        self.append_proposal(Proposal {
-            origin: waiter.origin,
-            command,
-        });
+        self.append_proposal(Proposal::client(waiter.origin, command));
         self.respond(waiter.id, Response::Granted { token });
     }
 
@@ -265,6 +283,8 @@ impl Node {
             Outcome::GrantRejected => Response::Busy,
             Outcome::Released => Response::Released,
             Outcome::NotFound => Response::NotHolder,
+            Outcome::SessionRegistered { session } => Response::Registered { session: *session },
+            Outcome::SessionExpired => Response::SessionExpired,
             other => Response::Unknown {
                 reason: format!("unexpected outcome {other:?} for a client request"),
             },
@@ -312,17 +332,13 @@ impl Node {
 mod tests {
     use super::super::test_support::{ack, leader, node};
     use super::super::{ClientRequest, Input, RequestId, Response};
-    use crate::lock::Origin;
 
     fn acquire(key: &str, lease_ms: u64, wait_ms: u64) -> ClientRequest {
         ClientRequest::Acquire {
             key: key.into(),
             lease_ms,
             wait_ms,
-            origin: Some(Origin {
-                client: 1,
-                request: 1,
-            }),
+            origin: None,
         }
     }
 

@@ -45,7 +45,7 @@ pub trait Renaming {
 
 fn origin(r: &impl Renaming, o: &Option<Origin>) -> Option<Origin> {
     o.map(|o| Origin {
-        client: r.client(o.client),
+        session: r.client(o.session),
         request: o.request,
     })
 }
@@ -55,6 +55,7 @@ pub fn rewrite_proposal(r: &impl Renaming, proposal: &Proposal) -> Proposal {
     Proposal {
         origin: origin(r, &proposal.origin),
         command: proposal.command.clone(),
+        time_ms: proposal.time_ms,
     }
 }
 
@@ -114,6 +115,9 @@ pub fn rewrite_request(r: &impl Renaming, request: &ClientRequest) -> ClientRequ
             token: *token,
             origin: origin(r, o),
         },
+        ClientRequest::RegisterSession { label } => {
+            ClientRequest::RegisterSession { label: *label }
+        }
     }
 }
 
@@ -156,6 +160,7 @@ fn rewrite_pending(r: &impl Renaming, p: &Pending) -> Pending {
             waiter: waiter.as_ref().map(|w| rewrite_waiter(r, w)),
         },
         PendingKind::Release => PendingKind::Release,
+        PendingKind::Register => PendingKind::Register,
     };
     Pending {
         id: r.request(p.id),
@@ -438,6 +443,8 @@ impl HashParts for Node {
             uncommitted_entries_max,
             lease_ms_max,
             wait_ms_max,
+            session_limits,
+            keys_per_session_max,
             seed,
             bugs,
         } = config;
@@ -464,6 +471,8 @@ impl HashParts for Node {
             uncommitted_entries_max,
             lease_ms_max,
             wait_ms_max,
+            session_limits,
+            keys_per_session_max,
             seed,
             bugs,
         )
@@ -584,7 +593,10 @@ mod tests {
                 key: "a".into(),
                 lease_ms: 100,
                 wait_ms: 0,
-                origin: Some(Origin { client, request: 1 }),
+                origin: Some(Origin {
+                    session: client,
+                    request: 1,
+                }),
             },
         }
     }

@@ -13,13 +13,10 @@ use tarpc::server::{BaseChannel, Channel};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
-use super::{
-    CLIENT_CONNECTIONS_MAX, CLIENT_REQUESTS_PER_CONNECTION_MAX, Event, clock_rate_in_range,
-    transport,
-};
+use super::{CLIENT_CONNECTIONS_MAX, CLIENT_REQUESTS_PER_CONNECTION_MAX, Event, transport};
 use crate::lock::{Key, Origin, Token};
 use crate::raft::{ClientRequest, RequestId, Response};
-use crate::rpc::{CLOCK_RATE_MAX, CLOCK_RATE_MIN, ClockReading, LockService, NodeStatus};
+use crate::rpc::{LockService, NodeStatus};
 use crate::sys::net::TcpListener;
 
 /// The longest a client may ask a node to work on one request, ms.
@@ -153,7 +150,7 @@ impl LockServer {
         let (reply, answer) = oneshot::channel();
         let key = match &request {
             ClientRequest::Acquire { key, .. } => Some(key.clone()),
-            ClientRequest::Release { .. } => None,
+            ClientRequest::Release { .. } | ClientRequest::RegisterSession { .. } => None,
         };
         let mut guard = GoneGuard {
             id,
@@ -195,7 +192,14 @@ impl LockServer {
     /// simulator's when simulated): dropping the call reports the departure, as when the
     /// client cancels.
     async fn call_within(self, timeout_ms: u64, request: ClientRequest) -> Response {
-        let timeout = Duration::from_millis(timeout_ms.min(CLIENT_TIMEOUT_MS_MAX));
+        if timeout_ms > CLIENT_TIMEOUT_MS_MAX {
+            return Response::Invalid {
+                reason: format!(
+                    "timeout_ms {timeout_ms} is more than {CLIENT_TIMEOUT_MS_MAX}, the longest a node works on one request"
+                ),
+            };
+        }
+        let timeout = Duration::from_millis(timeout_ms);
         match tokio::time::timeout(timeout, self.call(request)).await {
             Ok(response) => response,
             Err(_) => unknown("the caller's timeout passed before an answer"),
@@ -246,32 +250,17 @@ impl LockService for LockServer {
         self.call_within(timeout_ms, request).await
     }
 
+    async fn register_session(self, _: context::Context, label: u64, timeout_ms: u64) -> Response {
+        let request = ClientRequest::RegisterSession { label };
+        self.call_within(timeout_ms, request).await
+    }
+
     async fn status(self, _: context::Context) -> NodeStatus {
         match self.ask(|reply| Event::Status { reply }).await {
             Some(status) => status,
             // Only when the core thread is gone, and then the process is exiting.
             None => future::pending().await,
         }
-    }
-
-    async fn set_clock(
-        self,
-        _: context::Context,
-        rate: f64,
-        jump_ms: i64,
-    ) -> Result<ClockReading, String> {
-        if !clock_rate_in_range(rate) {
-            return Err(format!(
-                "clock rate {rate} is not within {CLOCK_RATE_MIN}..={CLOCK_RATE_MAX}"
-            ));
-        }
-        self.ask(|reply| Event::SetClock {
-            rate,
-            jump_ms,
-            reply,
-        })
-        .await
-        .ok_or_else(|| "the node is shutting down".to_owned())
     }
 }
 

@@ -262,7 +262,7 @@ impl Core {
             Event::Request { id, request, reply } => {
                 let key = match &request {
                     ClientRequest::Acquire { key, .. } => Some(key.clone()),
-                    ClientRequest::Release { .. } => None,
+                    ClientRequest::Release { .. } | ClientRequest::RegisterSession { .. } => None,
                 };
                 self.pending.insert(id, Pending { reply, key });
                 output.extend(self.step(Input::Request { id, request }));

@@ -77,11 +77,13 @@ use crate::rpc::{CLOCK_RATE_MAX, CLOCK_RATE_MIN, ClockReading, FRAME_LEN_MAX, No
 use crate::storage::{DataDir, StorageError, SyncMode};
 use crate::sys::net::{TcpListener, TcpStream};
 
+mod admin;
 mod clients;
 mod clock;
 mod core;
 mod peers;
 
+pub use admin::admin_secret;
 pub use clients::EofNotify;
 
 /// At most this many events are stepped before one group commit.
@@ -144,6 +146,27 @@ pub struct ServerConfig {
     /// Where the core appends a trace of every input it steps (`lockd::trace`, for
     /// `locksmith model replay`); `None`: no trace.
     pub trace: Option<PathBuf>,
+    /// The admin endpoint (the harness's controls); `None`, the default: no endpoint.
+    pub admin: Option<AdminConfig>,
+}
+
+/// Where the admin endpoint listens and the secret every call must carry (`rpc.rs`, "Ports
+/// by role").
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AdminConfig {
+    /// The listen address: loopback (checked by [`ServerConfig::validate`]), or in the
+    /// simulator a host's own address.
+    pub listen: SocketAddr,
+    /// The secret (the `lockd` binary reads it from the data dir with [`admin_secret`]).
+    pub secret: String,
+}
+
+impl AdminConfig {
+    /// An endpoint on `listen` with `secret`.
+    pub fn new(listen: SocketAddr, secret: String) -> Self {
+        AdminConfig { listen, secret }
+    }
 }
 
 /// Harness-only control of a node's core, as SIGSTOP and SIGCONT control a process: while
@@ -257,6 +280,7 @@ impl ServerConfig {
             pause_gate: None,
             link_faults: None,
             trace: None,
+            admin: None,
         }
     }
 
@@ -278,6 +302,15 @@ impl ServerConfig {
         }
         if let Some(extra) = self.dial.keys().find(|n| !self.raft.members.contains(n)) {
             return invalid(format!("a dial address for {extra}, which is not a member"));
+        }
+        if let Some(admin) = &self.admin
+            && !admin.listen.ip().is_loopback()
+            && !crate::sys::simulated()
+        {
+            return invalid(format!(
+                "admin address {}: the admin endpoint binds loopback only",
+                admin.listen
+            ));
         }
         if !clock_rate_in_range(self.clock_rate) {
             return invalid(format!(
@@ -423,6 +456,12 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         config.raft.members.clone(),
         events_tx.clone(),
     ));
+    if let Some(admin) = &config.admin {
+        let listener = bind(admin.listen).await?;
+        info!(admin_listen = %admin.listen, "admin endpoint on");
+        let secret = admin.secret.clone();
+        tokio::spawn(admin::serve_admin(listener, secret, events_tx.clone()));
+    }
     let exit_events = events_tx.clone();
     tokio::spawn(clients::serve_clients(client_listener, events_tx));
 

@@ -704,13 +704,14 @@ mod test_support {
             index,
             proposal: Proposal {
                 origin: Some(Origin {
-                    client: index % 7,
+                    session: index % 7,
                     request: index,
                 }),
                 command: Command::Grant {
                     key: format!("key-{index}"),
                     lease_ms: 100 + index,
                 },
+                time_ms: index,
             },
         }
     }

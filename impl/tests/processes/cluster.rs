@@ -91,6 +91,33 @@ impl Cluster {
         Cluster::launch(lockd, addrs, client_addrs, extra_args, |_| Vec::new())
     }
 
+    /// Like [`Cluster::start`], each node with its admin endpoint on (`--admin-addr`, a
+    /// free loopback port); returns the admin addresses in node order.
+    pub fn start_with_admin(lockd: &Path, size: usize) -> (Cluster, Vec<SocketAddr>) {
+        let mut addrs = free_addrs(3 * size);
+        let admin = addrs.split_off(2 * size);
+        let client_addrs = addrs.split_off(size);
+        let flags = admin.clone();
+        let cluster = Cluster::launch(lockd, addrs, client_addrs, &[], move |id| {
+            vec![
+                "--admin-addr".to_owned(),
+                flags[(id - 1) as usize].to_string(),
+            ]
+        });
+        (cluster, admin)
+    }
+
+    /// The admin secret node `id` keeps in its data dir (made when it started).
+    pub fn admin_secret(&self, id: NodeId) -> String {
+        let path = self.specs[(id - 1) as usize]
+            .data_dir
+            .join(lockd::rpc::ADMIN_SECRET_FILE);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
     /// Like [`Cluster::start`], with the peer and client listen addresses given (one each
     /// per node) and `node_args(id)` added for node `id` alone (e.g. its `--dial`).
     pub fn start_with_addrs(

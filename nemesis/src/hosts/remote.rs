@@ -482,6 +482,8 @@ impl RemoteRun {
             nodes: s.addrs.keys().copied().collect(),
             peer: at(PEER_PORT),
             client: at(CLIENT_PORT),
+            // The admin secret lives on the remote host: no clock control over SSH yet.
+            admin: BTreeMap::new(),
             data_dir: s
                 .addrs
                 .keys()

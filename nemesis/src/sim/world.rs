@@ -16,7 +16,7 @@ use crate::faults::netem::NetemSpec;
 use crate::harness::Nodes;
 use crate::harness::world::NodeLedger;
 use crate::net::{Grudge, Net};
-use crate::systems::lockd::SimSwitches;
+use crate::systems::lockd::{SIM_ADMIN_PORT, SimSwitches};
 use crate::{Error, NodeId};
 
 /// Where each node listens for clients in the simulation.
@@ -41,9 +41,12 @@ pub fn layout(nodes: &[NodeId]) -> Layout {
         nodes: nodes.to_vec(),
         peer: nodes.iter().map(|&id| (id, at(id, PEER_PORT))).collect(),
         client: nodes.iter().map(|&id| (id, at(id, CLIENT_PORT))).collect(),
+        admin: nodes
+            .iter()
+            .map(|&id| (id, at(id, SIM_ADMIN_PORT)))
+            .collect(),
         data_dir: nodes.iter().map(|&id| (id, "/data".into())).collect(),
-        log_dir: Default::default(),
-        users: BTreeMap::new(),
+        ..Layout::default()
     }
 }
 

@@ -26,6 +26,18 @@ use crate::{Error, NodeId};
 /// The client id of the harness's own control client (status, clock); never a process id.
 pub const CONTROL_CLIENT_ID: u64 = u64::MAX / 2;
 
+/// Where each node serves its admin endpoint in the simulation.
+pub const SIM_ADMIN_PORT: u16 = 7200;
+
+/// The admin secret of the simulated nodes of a run with `seed` (the simulated disk is not
+/// the harness's to read; a real node's secret is read from its data dir).
+fn sim_admin_secret(seed: u64) -> String {
+    format!("sim-{seed:016x}")
+}
+
+/// How long the harness waits for an admin call, ms.
+const ADMIN_TIMEOUT_MS: u64 = 500;
+
 /// Finds the `lockd` binary.
 pub fn find_lockd() -> Result<PathBuf, Error> {
     if let Some(path) = std::env::var_os("LOCKD_BIN") {
@@ -148,6 +160,9 @@ impl Launcher for LockdLauncher {
         c.arg("--client-listen")
             .arg(self.layout.client[&id].to_string());
         c.arg("--data-dir").arg(&self.layout.data_dir[&id]);
+        if let Some(admin) = self.layout.admin.get(&id) {
+            c.arg("--admin-addr").arg(admin.to_string());
+        }
         let dial = node_map(
             self.dial
                 .iter()
@@ -322,15 +337,19 @@ impl System for Lockd {
         rate_permille: u32,
         jump_ms: i64,
     ) -> BoxFuture<'a, Result<(), Error>> {
-        let control = self.control(layout);
         async move {
-            let index = layout
-                .nodes
-                .iter()
-                .position(|n| *n == id)
-                .ok_or_else(|| Error::Nemesis(format!("no node {id}")))?;
-            control
-                .set_clock(index, f64::from(rate_permille) / 1000.0, jump_ms)
+            let admin = (layout.admin.get(&id))
+                .ok_or_else(|| Error::Nemesis(format!("n{id} has no admin endpoint")))?;
+            let secret = if lockd::sys::simulated() {
+                sim_admin_secret(self.seed)
+            } else {
+                let path = layout.data_dir[&id].join(lockd::rpc::ADMIN_SECRET_FILE);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| Error::Nemesis(format!("n{id}: {}: {e}", path.display())))?;
+                text.trim().to_owned()
+            };
+            let rate = f64::from(rate_permille) / 1000.0;
+            lockd::client::admin_set_clock(*admin, &secret, rate, jump_ms, ADMIN_TIMEOUT_MS)
                 .await
                 .map(|_| ())
                 .map_err(|e| Error::Nemesis(format!("n{id}: set_clock: {e}")))
@@ -370,6 +389,7 @@ impl Lockd {
             let seed = (self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(id);
             let trace = trace_dir.map(|dir| trace_path(dir, id));
             let stopped = stopped.clone();
+            let secret = sim_admin_secret(self.seed);
             sim.host(crate::sim::world::node_name(id), move || {
                 let mut raft = lockd::raft::Config::new(id, members.clone());
                 raft.seed = seed;
@@ -381,7 +401,7 @@ impl Lockd {
                 raft.snapshot_chunk_bytes = 4096;
                 let (members, pause_gate) = (members.clone(), pause_gate.clone());
                 let (link_faults, trace) = (link_faults.clone(), trace.clone());
-                let stopped = stopped.clone();
+                let (stopped, secret) = (stopped.clone(), secret.clone());
                 async move {
                     let at = |id, port| {
                         SocketAddr::new(turmoil::lookup(crate::sim::world::node_name(id)), port)
@@ -395,6 +415,8 @@ impl Lockd {
                     config.pause_gate = Some(pause_gate);
                     config.link_faults = Some(link_faults);
                     config.trace = trace;
+                    let admin = at(id, SIM_ADMIN_PORT);
+                    config.admin = Some(lockd::server::AdminConfig::new(admin, secret.clone()));
                     let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
                     let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
                     match run.catch_unwind().await {

@@ -538,6 +538,7 @@ fn request_text(request: &ClientRequest) -> String {
             }
         }
         ClientRequest::Release { key, token, .. } => format!("Release {key} t{token}"),
+        ClientRequest::RegisterSession { .. } => "RegisterSession".to_owned(),
     }
 }
 
@@ -547,6 +548,7 @@ fn command_text(command: &Command) -> String {
         Command::Release { key, token } => format!("Release {key} t{token}"),
         Command::Expire { key, token } => format!("Expire {key} t{token}"),
         Command::Noop => "Noop".to_owned(),
+        Command::RegisterSession => "RegisterSession".to_owned(),
     }
 }
 
@@ -558,5 +560,7 @@ fn outcome_text(outcome: &Outcome) -> String {
         Outcome::NotFound => "NotFound".to_owned(),
         Outcome::Expired { existed } => format!("Expired (existed: {existed})"),
         Outcome::Noop => "Noop".to_owned(),
+        Outcome::SessionRegistered { session } => format!("Session {session}"),
+        Outcome::SessionExpired => "SessionExpired".to_owned(),
     }
 }

@@ -32,6 +32,8 @@ pub(super) struct Flow<'a> {
     pub(super) requests: HashMap<usize, (Option<u64>, &'a ClientRequest)>,
     /// For a step: the requests it answered, (request step, response).
     pub(super) answers: HashMap<usize, Vec<(usize, &'a Response)>>,
+    /// The label (the client's history process) of each session, from its registration.
+    pub(super) labels: HashMap<u64, u64>,
     /// Heartbeats: empty AppendEntries, and the answers sent by steps that received one.
     pub(super) heartbeat_sends: BTreeSet<(usize, usize)>,
     /// Steps in which a node sent its first AppendEntries of a term: it leads that term.
@@ -101,6 +103,7 @@ impl<'a> Flow<'a> {
             receive_of: HashMap::new(),
             requests: HashMap::new(),
             answers: HashMap::new(),
+            labels: HashMap::new(),
             heartbeat_sends: BTreeSet::new(),
             leads: HashMap::new(),
         };
@@ -176,13 +179,23 @@ impl<'a> Flow<'a> {
             if let Some(Input::Request { id, request }) = step.input {
                 let client = match request {
                     ClientRequest::Acquire { origin, .. }
-                    | ClientRequest::Release { origin, .. } => origin.map(|o| o.client),
+                    | ClientRequest::Release { origin, .. } => origin.map(|o| o.session),
+                    ClientRequest::RegisterSession { .. } => None,
                 };
                 self.requests.insert(i, (client, request));
                 open.insert((step.node, *id), i);
             }
             for (id, response) in step.output.map_or(&[][..], |o| &o.respond) {
                 if let Some(request) = open.get(&(step.node, *id)) {
+                    // A session's label is its client's (the history's process): requests
+                    // name their session, which the cluster assigned.
+                    if let (
+                        Some((_, ClientRequest::RegisterSession { label })),
+                        Response::Registered { session },
+                    ) = (self.requests.get(request), response)
+                    {
+                        self.labels.insert(*session, *label);
+                    }
                     self.answers
                         .entry(i)
                         .or_default()
@@ -194,7 +207,8 @@ impl<'a> Flow<'a> {
 
     /// The client of the request taken at `step`, if it is one and names its client.
     pub(super) fn client_of(&self, step: usize) -> Option<u64> {
-        self.requests.get(&step).and_then(|(c, _)| *c)
+        let session = self.requests.get(&step).and_then(|(c, _)| *c)?;
+        Some(self.labels.get(&session).copied().unwrap_or(session))
     }
 
     /// The steps in one order: each node's own, every matched receive after its send, the

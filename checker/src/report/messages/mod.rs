@@ -272,8 +272,8 @@ fn find_anchor(
             let candidates = |strict: bool| -> Vec<(usize, Option<usize>)> {
                 flow.requests
                     .iter()
-                    .filter(|(_, (client, request))| {
-                        *client == Some(op.process) && request_matches(request, op)
+                    .filter(|(step, (_, request))| {
+                        flow.client_of(**step) == Some(op.process) && request_matches(request, op)
                     })
                     .filter(|(step, _)| {
                         op.node
@@ -321,6 +321,7 @@ fn request_matches(request: &ClientRequest, op: &OpAnchor) -> bool {
     match request {
         ClientRequest::Acquire { key, .. } => op.f == "acquire" && *key == op.key,
         ClientRequest::Release { key, .. } => op.f == "release" && *key == op.key,
+        ClientRequest::RegisterSession { .. } => false,
     }
 }
 
@@ -369,7 +370,7 @@ mod tests {
             lease_ms: 1000,
             wait_ms: 0,
             origin: Some(Origin {
-                client: 4,
+                session: 4,
                 request: 1,
             }),
         };
