@@ -185,7 +185,11 @@ fn a_simulated_run_replays_through_the_model() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut buggy = clean.clone();
+    // Seed 2, not 1: with client sessions a client registers at the leader before its
+    // first request, so a follower meets a request only around a leader change, and fixed
+    // seed 1 has none in its first 4 s (seeds 2, 4 and 5 do).
+    let mut buggy = SimCase::new(2);
+    buggy.options.time_s = 4;
     buggy.options.bug = Some("follower-grants".to_owned());
     buggy.trace_root = Some(root.path().join("buggy"));
     run_case(&buggy);
@@ -194,11 +198,11 @@ fn a_simulated_run_replays_through_the_model() {
     assert_eq!(
         out.status.code(),
         Some(1),
-        "seed 1, follower-grants: {stdout}"
+        "seed 2, follower-grants: {stdout}"
     );
     assert!(
         stdout.contains("DEPARTS"),
-        "seed 1, follower-grants: {stdout}"
+        "seed 2, follower-grants: {stdout}"
     );
     // `no-fsync` acknowledges writes it never made durable: the history checks of a short
     // run rarely see it (one seed of twenty in 20 simulated s), but the replay catches the
@@ -320,7 +324,9 @@ fn the_command_runs_each_swarm_seed_with_its_own_draw() {
 fn a_failing_seed_without_trace_gets_its_message_diagram() {
     let store = tempfile::tempdir().expect("a temporary folder");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
-        .args(["sim", "--seeds", "1", "--time-s", "5", "--no-shrink"])
+        // Swarm seed 5: a seed whose 5 s reach a follower with a request (with sessions,
+        // swarm seeds 5, 11 and 12 of 1..12 do; seed 1 no longer does).
+        .args(["sim", "--seeds", "5", "--time-s", "5", "--no-shrink"])
         .args(["--bug", "follower-grants", "--store"])
         .arg(store.path())
         .output()
@@ -329,14 +335,14 @@ fn a_failing_seed_without_trace_gets_its_message_diagram() {
     assert_eq!(
         out.status.code(),
         Some(1),
-        "seed 1, follower-grants:\n{stdout}"
+        "seed 5, follower-grants:\n{stdout}"
     );
     let messages = (stdout.lines())
         .find_map(|l| l.strip_prefix("messages: "))
-        .unwrap_or_else(|| panic!("seed 1: a messages line:\n{stdout}"));
+        .unwrap_or_else(|| panic!("seed 5: a messages line:\n{stdout}"));
     let svg = std::fs::read_to_string(messages).expect("messages.svg reads");
     assert!(
         svg.contains("<svg") && svg.contains("n1"),
-        "seed 1: a diagram with lanes"
+        "seed 5: a diagram with lanes"
     );
 }
