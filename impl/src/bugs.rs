@@ -53,11 +53,23 @@ pub enum Bug {
     /// blind spot: an Expire no timer fired for). Caught by lease safety, and by the trace
     /// replay's "an Expire is proposed only for a lease whose timer fired on that node".
     NewLeaderExpires,
+    /// `grant-to-closed-connection`: the server hands an answer that became ready together
+    /// with the end of its client's connection to that dead connection, so a grant in it is
+    /// lost and held until its lease runs out (the fix of last round's read-found server
+    /// defect, reverted). Reached by the fault point `server-wait-late` with a client that
+    /// cut its connection; caught by the liveness check's phantom-lock rule.
+    GrantToClosedConnection,
+    /// `trust-retry-after-unknown`: the client library takes a grant that a retry got back
+    /// from the dedupe table after a node answered `Unknown` for the same request (the node
+    /// releases that grant as a phantom lock) as its own (the fix of last round's read-found
+    /// client defect, reverted). Caught by lease safety and linearizability: the client
+    /// writes under a token the cluster has released and granted again.
+    TrustRetryAfterUnknown,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 13] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -69,6 +81,8 @@ impl Bug {
         Bug::GrantedBeforeCommit,
         Bug::SnapshotLosesState,
         Bug::NewLeaderExpires,
+        Bug::GrantToClosedConnection,
+        Bug::TrustRetryAfterUnknown,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -85,6 +99,8 @@ impl Bug {
             Bug::GrantedBeforeCommit => "granted-before-commit",
             Bug::SnapshotLosesState => "snapshot-loses-state",
             Bug::NewLeaderExpires => "new-leader-expires",
+            Bug::GrantToClosedConnection => "grant-to-closed-connection",
+            Bug::TrustRetryAfterUnknown => "trust-retry-after-unknown",
         }
     }
 

@@ -107,6 +107,9 @@ pub struct ClientOptions {
     pub backoff_max_ms: u64,
     /// The deadline of a status query.
     pub status_timeout_ms: u64,
+    /// The mutant `trust-retry-after-unknown` (`crate::bugs`): a node's `Unknown` does not
+    /// make the op abandoned.
+    pub trust_retry_after_unknown: bool,
 }
 
 impl Default for ClientOptions {
@@ -120,6 +123,7 @@ impl Default for ClientOptions {
             // 150 ms): a client that found no leader tries again soon after one is elected.
             backoff_max_ms: 40,
             status_timeout_ms: 500,
+            trust_retry_after_unknown: false,
         }
     }
 }
@@ -472,7 +476,7 @@ impl Client {
                     // it lost the connection): it counts the client as gone and releases a
                     // grant of this origin as a phantom lock, even one a retry gets back.
                     sent = true;
-                    abandoned = true;
+                    abandoned = !self.options.trust_retry_after_unknown;
                     last = format!("node {}: {reason}", target + 1);
                     target = (target + 1) % self.cluster.len();
                     true
@@ -522,6 +526,15 @@ impl Client {
         origin: Option<Origin>,
         deadline: Instant,
     ) -> Attempt {
+        if crate::buggify!("client-delay") {
+            let ms = crate::buggify::between(1, 50);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        // A fault point: the client gives up on the attempt soon after sending it and closes
+        // the connection, the request still in flight at the node.
+        let cut = crate::buggify!("client-cut-connection")
+            .then(|| Instant::now() + Duration::from_millis(crate::buggify::between(1, 30)))
+            .filter(|cut| *cut < deadline);
         let conn = match self.conn(node).await {
             Ok(conn) => conn,
             Err(reason) => return Attempt::NotSent(reason),
@@ -530,6 +543,7 @@ impl Client {
         let timeout_ms = deadline
             .saturating_duration_since(Instant::now())
             .as_millis() as u64;
+        let call_deadline = cut.unwrap_or(deadline);
         let result = match op.clone() {
             Op::Acquire {
                 key,
@@ -537,7 +551,7 @@ impl Client {
                 wait_ms,
             } => {
                 with_backstop(
-                    deadline,
+                    call_deadline,
                     conn.rpc
                         .acquire(ctx, key, lease_ms, wait_ms, origin, timeout_ms),
                 )
@@ -545,21 +559,38 @@ impl Client {
             }
             Op::Release { key, token } => {
                 with_backstop(
-                    deadline,
+                    call_deadline,
                     conn.rpc.release(ctx, key, token, origin, timeout_ms),
                 )
                 .await
             }
             Op::RegisterSession => {
                 let label = self.client_id;
-                with_backstop(deadline, conn.rpc.register_session(ctx, label, timeout_ms)).await
+                with_backstop(
+                    call_deadline,
+                    conn.rpc.register_session(ctx, label, timeout_ms),
+                )
+                .await
             }
         };
+        let node_name = format!("node {} ({})", node + 1, self.cluster[node]);
         match result {
+            Err(RpcError::DeadlineExceeded) if cut.is_some() => {
+                self.lock_conns()[node] = None;
+                Attempt::Lost(format!(
+                    "{node_name}: the client cut its connection with the request in flight"
+                ))
+            }
+            Ok(_) if crate::buggify!("client-drop-answer") => {
+                self.lock_conns()[node] = None;
+                Attempt::Lost(format!(
+                    "{node_name}: the answer was lost with the connection"
+                ))
+            }
             Ok(response) => Attempt::Answer(response),
             Err(e) => {
                 self.drop_conn(node, &e);
-                let reason = format!("node {} ({}): {e}", node + 1, self.cluster[node]);
+                let reason = format!("{node_name}: {e}");
                 match e {
                     RpcError::Send(_) => Attempt::NotSent(reason),
                     _ => Attempt::Lost(reason),

@@ -95,6 +95,8 @@ pub mod trace;
 #[cfg(feature = "server")]
 pub mod bench;
 #[cfg(feature = "server")]
+pub mod buggify;
+#[cfg(feature = "server")]
 pub mod client;
 #[cfg(feature = "server")]
 pub mod rpc;

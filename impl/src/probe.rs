@@ -86,6 +86,11 @@ pub const PROBES: &[Probe] = &[
         "a follower refused AppendEntries (logs diverged or lagged)",
     ),
     probe(
+        "fault-point-fired",
+        true,
+        "a fault point (`lockd::buggify!`) fired",
+    ),
+    probe(
         "torn-tail-cut",
         false,
         "storage cut a torn record at the end of a segment on restart",
@@ -123,7 +128,7 @@ macro_rules! probe {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -135,8 +140,9 @@ mod tests {
         assert_eq!(names.len(), PROBES.len());
     }
 
-    #[test]
-    fn every_probe_in_the_sources_is_declared_and_every_declared_one_used() {
+    /// Every `NAME` of `PREFIXNAME"` in the crate's sources but `skip` (the file that
+    /// declares the names).
+    pub(crate) fn names_in_sources(prefix: &str, skip: &str) -> Vec<String> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut used = Vec::new();
         let mut stack = vec![root];
@@ -145,15 +151,20 @@ mod tests {
                 let path = entry.expect("entry").path();
                 if path.is_dir() {
                     stack.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("probe.rs")
-                {
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with(skip) {
                     let text = std::fs::read_to_string(&path).expect("source is text");
-                    for part in text.split("probe!(\"").skip(1) {
+                    for part in text.split(prefix).skip(1) {
                         used.push(part.split('"').next().unwrap_or_default().to_owned());
                     }
                 }
             }
         }
+        used
+    }
+
+    #[test]
+    fn every_probe_in_the_sources_is_declared_and_every_declared_one_used() {
+        let used = names_in_sources("probe!(\"", "probe.rs");
         for name in &used {
             assert!(
                 PROBES.iter().any(|p| p.name == name),

@@ -121,7 +121,9 @@ pub struct Ghost {
     /// on its clock (`Node::lease_ran_out`).
     pub undue_expire: Option<String>,
     /// Clients that left (`ClientGone`) while this node led `term` and before their lock was
-    /// applied here: (term, client origin). Such a lock must get a Release.
+    /// applied here: (term, client origin). Such a lock must get a Release, unless the client
+    /// came back with a retry of the same request (found by the simulator's fault points: a
+    /// client that cut its connection retried, and its retry was rightly granted).
     pub gone: BTreeSet<(Term, Origin)>,
 }
 
@@ -353,6 +355,17 @@ impl Actor for LockdActor {
                     Input::ClientGone { id } => Some(*id),
                     _ => None,
                 };
+                let back = match &input {
+                    Input::Request {
+                        request:
+                            ClientRequest::Acquire {
+                                origin: Some(origin),
+                                ..
+                            },
+                        ..
+                    } => Some(*origin),
+                    _ => None,
+                };
                 // A cancel is always consumed, even when the core ignores it, so that the
                 // ghost can note that the client left.
                 let next = step_server(config.bugs, *relative_time, server, input, None, o)
@@ -360,6 +373,11 @@ impl Actor for LockdActor {
                 if let Some(mut next) = next {
                     if let Some(rid) = gone {
                         note_gone(&mut next, rid);
+                    }
+                    // A client back with a retry of a request it left: what the retry gets
+                    // is its own to release (see `Ghost::gone`).
+                    if let Some(origin) = back {
+                        next.ghost.gone.retain(|(_, left)| *left != origin);
                     }
                     *state.to_mut() = ModelState::Server(Box::new(next));
                 }

@@ -481,6 +481,8 @@ fn phantom_released(
                 },
         } => {
             origins.insert(*rid, *origin);
+            // The client is back with a retry: what the retry gets is its own to release.
+            gone.retain(|(_, left)| left != origin);
         }
         Input::ClientGone { id: rid } => {
             if let Some(left) = origins.get(rid).and_then(|o| gone_while_pending(node, *o)) {

@@ -140,6 +140,8 @@ impl Drop for GoneGuard {
 #[derive(Clone)]
 struct LockServer {
     events: mpsc::Sender<Event>,
+    /// The mutant `grant-to-closed-connection` (`crate::bugs`).
+    deliver_to_closed: bool,
     next_id: Arc<AtomicU64>,
     closed: watch::Receiver<bool>,
 }
@@ -165,6 +167,12 @@ impl LockServer {
             return unknown("the node is shutting down");
         }
         guard.armed = true;
+        if crate::buggify!("server-wait-late") {
+            // The handler comes back to its request late: the answer and the end of the
+            // connection may then both be ready when it looks.
+            let ms = crate::buggify::between(1, 30);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         let mut closed = self.closed;
         let answered = tokio::select! {
             biased;
@@ -175,7 +183,7 @@ impl LockServer {
             // The answer and the end of the connection may be ready at once (the select
             // prefers the answer): an answer to a closed connection never reaches its client,
             // so a grant in it is a phantom lock like one whose client left first.
-            Some(Ok(answer)) if *closed.borrow() => {
+            Some(Ok(answer)) if *closed.borrow() && !self.deliver_to_closed => {
                 guard.undelivered = Some(answer);
                 unknown("the client connection closed")
             }
@@ -199,6 +207,11 @@ impl LockServer {
                 ),
             };
         }
+        let timeout_ms = if crate::buggify!("server-short-deadline") {
+            crate::buggify::between(1, timeout_ms.min(200))
+        } else {
+            timeout_ms
+        };
         let timeout = Duration::from_millis(timeout_ms);
         match tokio::time::timeout(timeout, self.call(request)).await {
             Ok(response) => response,
@@ -264,7 +277,12 @@ impl LockService for LockServer {
     }
 }
 
-pub(super) async fn serve_clients(listener: TcpListener, events: mpsc::Sender<Event>) {
+pub(super) async fn serve_clients(
+    listener: TcpListener,
+    events: mpsc::Sender<Event>,
+    bugs: crate::bugs::BugSet,
+) {
+    let deliver_to_closed = bugs.contains(crate::bugs::Bug::GrantToClosedConnection);
     let next_id = Arc::new(AtomicU64::new(1));
     let slots = Arc::new(Semaphore::new(CLIENT_CONNECTIONS_MAX));
     loop {
@@ -285,6 +303,7 @@ pub(super) async fn serve_clients(listener: TcpListener, events: mpsc::Sender<Ev
         };
         let (transport, closed) = EofNotify::new(transport(stream));
         let server = LockServer {
+            deliver_to_closed,
             events: events.clone(),
             next_id: next_id.clone(),
             closed,
@@ -327,6 +346,7 @@ mod tests {
         let (events, mut inbox) = mpsc::channel(8);
         let (close, closed) = watch::channel(false);
         let server = LockServer {
+            deliver_to_closed: false,
             events,
             next_id: Arc::new(AtomicU64::new(1)),
             closed,

@@ -440,7 +440,13 @@ impl Core {
         };
         if crate::sys::simulated() {
             // One thread runs the simulation: a task of the host, run when it is polled.
-            tokio::spawn(async move { write() });
+            tokio::spawn(async move {
+                if crate::buggify!("snapshot-write-slow") {
+                    let ms = crate::buggify::between(10, 1_000);
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
+                write()
+            });
         } else {
             tokio::task::spawn_blocking(write);
         }

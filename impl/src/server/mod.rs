@@ -463,7 +463,8 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         tokio::spawn(admin::serve_admin(listener, secret, events_tx.clone()));
     }
     let exit_events = events_tx.clone();
-    tokio::spawn(clients::serve_clients(client_listener, events_tx));
+    let bugs = config.raft.bugs;
+    tokio::spawn(clients::serve_clients(client_listener, events_tx, bugs));
 
     let core = core::Core::new(
         config.raft.clone(),

@@ -42,6 +42,14 @@ impl PeerLinks {
             );
             return;
         };
+        if crate::buggify!("peer-stale-copy") {
+            let (queue, msg) = (queue.clone(), envelope.msg.clone());
+            let delay = std::time::Duration::from_millis(crate::buggify::between(200, 3_000));
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = queue.try_send(msg);
+            });
+        }
         if queue.try_send(envelope.msg).is_err() {
             self.dropped += 1;
             if self.dropped.is_power_of_two() {

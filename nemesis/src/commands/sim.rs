@@ -65,6 +65,11 @@ pub struct SimArgs {
     /// Switch on one known bug of lockd (`lockd --bug`).
     #[arg(long)]
     pub bug: Option<String>,
+    /// lockd's fault points (`lockd::buggify!`: late answers, early deadlines, cut client
+    /// connections, long-delayed duplicate messages, ...), `on` or `off`. (Fixed case: off;
+    /// swarm seeds draw it, on for one seed in two.)
+    #[arg(long, value_parser = ["on", "off"])]
+    pub buggify: Option<String>,
     /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
     /// `DIR/seed-S/node-logs/nI.trace.jsonl`; each seed's verdict then includes their replay
     /// through the model (the check `trace replay`; `locksmith model replay DIR/seed-S`).
@@ -158,6 +163,7 @@ fn template(args: &SimArgs) -> Result<SimCase, String> {
         lease_ms: (args.lease_ms.as_deref().map(|t| parse_range("lease-ms", t))).transpose()?,
         overhold_percent: args.overhold_percent.map(|p| p.min(100)),
         fault_interval_ms: args.fault_interval_ms,
+        buggify: args.buggify.as_deref().map(|b| b == "on"),
     };
     if let Some(nodes) = pins.nodes.filter(|n| !(1..=9).contains(n)) {
         return Err(format!("--nodes {nodes}: expected 1 to 9"));

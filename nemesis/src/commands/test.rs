@@ -352,6 +352,8 @@ fn options(args: &TestArgs) -> anyhow::Result<TestOptions> {
         } else {
             nemesis::harness::schedule::Focus::Draw
         },
+        // Fault points fire only under the simulator (`lockd::buggify`).
+        buggify: false,
     })
 }
 

@@ -89,6 +89,10 @@ pub struct TestOptions {
     /// (redis: Redlock's failures), not a flag of its own.
     #[serde(default)]
     pub focus: schedule::Focus,
+    /// The simulator's fault points in lockd's code (`lockd::buggify!`): on for this seed or
+    /// not. Real processes never take them (`locksmith test` ignores it).
+    #[serde(default)]
+    pub buggify: bool,
 }
 
 /// The default percent of grants held past their lease: the holder writes after its lease
@@ -117,6 +121,7 @@ impl Default for TestOptions {
             hosts: None,
             drop_faults: BTreeSet::new(),
             focus: schedule::Focus::Draw,
+            buggify: false,
         }
     }
 }
@@ -179,6 +184,9 @@ impl TestOptions {
         if self.nemesis.contains(&FaultKind::Netem) {
             // netem shapes interfaces of their own: namespace hosts on one machine.
             line.push_str(" --net netns");
+        }
+        if self.buggify {
+            line.push_str(" (without the simulator's fault points, which only it has)");
         }
         line
     }

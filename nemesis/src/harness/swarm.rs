@@ -30,6 +30,11 @@ const LEASE_SPREAD_MS: [u64; 3] = [300, 1_100, 4_000];
 const OVERHOLD_PERCENT: [u64; 4] = [0, 5, 12, 30];
 /// Mean times between fault episodes, ms (0: the default, a twelfth of the fault phase).
 const FAULT_INTERVAL_MS: [u64; 5] = [0, 300, 1_000, 3_000, 8_000];
+/// The stream of the draw of fault points (apart from the swarm stream, so that adding the
+/// draw changed no seed's other knobs).
+const BUGGIFY_STREAM: u64 = 0xb0_6617;
+/// One seed in this many runs with lockd's fault points on (`lockd::buggify`).
+const BUGGIFY_ONE_IN: u64 = 2;
 /// One seed in this many runs with no fault at all.
 const NO_FAULTS_ONE_IN: u64 = 16;
 
@@ -73,6 +78,7 @@ pub fn draw(seed: u64, base: &TestOptions) -> TestOptions {
         overhold_percent,
         fault_interval_ms,
         nemesis,
+        buggify: Rng::derive(seed, BUGGIFY_STREAM, 0).chance(1, BUGGIFY_ONE_IN),
         ..base.clone()
     }
 }
@@ -96,6 +102,9 @@ pub struct Pins {
     pub overhold_percent: Option<u64>,
     /// `--fault-interval-ms`.
     pub fault_interval_ms: Option<u64>,
+    /// `--buggify on|off`.
+    #[serde(default)]
+    pub buggify: Option<bool>,
 }
 
 impl Pins {
@@ -110,6 +119,7 @@ impl Pins {
         o.lease_ms = self.lease_ms.unwrap_or(o.lease_ms);
         o.overhold_percent = self.overhold_percent.unwrap_or(o.overhold_percent);
         o.fault_interval_ms = self.fault_interval_ms.unwrap_or(o.fault_interval_ms);
+        o.buggify = self.buggify.unwrap_or(o.buggify);
         options
     }
 }

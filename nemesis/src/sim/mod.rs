@@ -111,6 +111,10 @@ impl SimCase {
         let plain = OptionsDraw::simulated(self.draw.swarm).options(self.seed());
         let flags = self.options.differing_flags(&plain, "clients");
         let mut line = format!("locksmith sim --seeds {}{flags}", self.seed());
+        if self.options.buggify != plain.buggify {
+            let on = if self.options.buggify { "on" } else { "off" };
+            let _ = write!(line, " --buggify {on}");
+        }
         if !self.draw.swarm {
             line.push_str(" --no-swarm");
         }
@@ -265,6 +269,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
             .sync_probability(TORN_SYNC_PROBABILITY);
     }
     let mut sim = builder.build();
+    lockd::buggify::configure(options.buggify.then_some(options.seed));
 
     let control = Control::new(nodes.clone(), logs);
     let lockd = crate::systems::lockd::Lockd::simulated(options.bug.clone(), options.seed);
@@ -322,6 +327,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     };
     let sim_ms = sim.elapsed().as_millis() as u64;
     drop(sim);
+    lockd::buggify::take();
     let execution = match finished.lock().unwrap_or_else(|p| p.into_inner()).take() {
         Some(Ok(execution)) => Some(execution),
         Some(Err(e)) => {

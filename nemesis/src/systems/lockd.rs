@@ -196,8 +196,17 @@ struct LockdClient {
 /// `client_id`: the same client and outcome mapping for the native workload and for
 /// `locksmith client ... lines`, the Rust side of the exec protocol.
 pub fn lock_client(cluster: Vec<SocketAddr>, client_id: u64) -> Box<dyn LockClient> {
+    lock_client_with(cluster, client_id, lockd::client::ClientOptions::default())
+}
+
+/// [`lock_client`] with explicit client options (a client-side mutant of `lockd --bug`).
+fn lock_client_with(
+    cluster: Vec<SocketAddr>,
+    client_id: u64,
+    options: lockd::client::ClientOptions,
+) -> Box<dyn LockClient> {
     Box::new(LockdClient {
-        client: Client::new(cluster, client_id),
+        client: Client::with_options(cluster, client_id, options),
     })
 }
 
@@ -308,7 +317,12 @@ impl System for Lockd {
     }
 
     fn client(&self, layout: &Layout, client_id: u64) -> Box<dyn LockClient> {
-        lock_client(layout.client_addrs(), client_id)
+        // The client library's own mutant rides on `--bug` too (the nodes ignore it).
+        let trust_retry_after_unknown =
+            self.bug.as_deref() == Some(lockd::bugs::Bug::TrustRetryAfterUnknown.name());
+        let mut options = lockd::client::ClientOptions::default();
+        options.trust_retry_after_unknown = trust_retry_after_unknown;
+        lock_client_with(layout.client_addrs(), client_id, options)
     }
 
     fn status<'a>(&'a self, layout: &'a Layout) -> BoxFuture<'a, Vec<NodeView>> {

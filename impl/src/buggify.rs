@@ -1,0 +1,231 @@
+//! Fault points in the code (issue 24; FoundationDB's `BUGGIFY`, madsim's `buggify`):
+//! `buggify!("name")` is a place where timing decides correctness, and under the simulator
+//! it sometimes takes the rare path there: an answer that arrives late, a deadline that
+//! passes early, a connection cut while a request is in flight, a message that comes again
+//! seconds later.
+//!
+//! Outside a simulation a point is `false` at once ([`crate::sys::simulated`], which a build
+//! without the `sim` feature compiles to `false`), so production never takes a rare path.
+//! Inside one, a seed is either without fault points or with them ([`configure`]): each
+//! point is then enabled on that seed with chance 1/[`ENABLE_ONE_IN`], decided when the seed
+//! starts, and an enabled point fires with its own small chance each time it is reached.
+//! Every choice comes from the seed's generator, in the order the single-threaded
+//! simulation reaches the points, so a seed replays exactly.
+//!
+//! The state is per thread: the simulator runs each seed, every host of it, on one thread
+//! of its own. Points live in the shell only (server, client, peer links, snapshot writer):
+//! the sans-IO core stays a pure function of its inputs, so a trace still replays it.
+//!
+//! Every name is declared once in [`POINTS`]; a unit test reads the sources and checks that
+//! every `buggify!` name is declared and every declared one used.
+
+use std::cell::RefCell;
+
+/// One fault point: its name, its chance to fire when enabled, and what taking it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    /// The name `buggify!` takes.
+    pub name: &'static str,
+    /// Percent of the times it is reached that an enabled point fires.
+    pub fire_percent: u64,
+    /// What firing does.
+    pub what: &'static str,
+}
+
+const fn point(name: &'static str, fire_percent: u64, what: &'static str) -> Point {
+    Point {
+        name,
+        fire_percent,
+        what,
+    }
+}
+
+/// One point in this many is enabled on a seed with fault points.
+pub const ENABLE_ONE_IN: u64 = 2;
+
+/// Every fault point.
+pub const POINTS: &[Point] = &[
+    point(
+        "server-wait-late",
+        10,
+        "a request handler comes back to its request late (between a grant's commit and its \
+         delivery), so that the answer and the end of its connection can be ready at once",
+    ),
+    point(
+        "server-short-deadline",
+        5,
+        "the node gives up on a request long before the caller's timeout (an `Unknown` answer \
+         while the request's entry may still commit)",
+    ),
+    point(
+        "client-cut-connection",
+        5,
+        "the client closes its connection while a request is in flight and retries elsewhere",
+    ),
+    point(
+        "client-drop-answer",
+        5,
+        "an answer reaches the client library, which loses it with its connection and retries",
+    ),
+    point(
+        "client-delay",
+        10,
+        "the client library waits before an attempt",
+    ),
+    point(
+        "peer-stale-copy",
+        2,
+        "a Raft message is delivered again, 0.2-3 s later (a long-delayed duplicate)",
+    ),
+    point(
+        "snapshot-write-slow",
+        30,
+        "a snapshot written off the core's thread takes up to a second",
+    ),
+];
+
+struct State {
+    rng: u64,
+    enabled: Vec<bool>,
+    fired: Vec<u64>,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
+
+/// Turns fault points on for this thread's simulation with `seed` (`Some`), or off (`None`).
+/// Returns the names of the points the seed enabled.
+pub fn configure(seed: Option<u64>) -> Vec<&'static str> {
+    let state = seed.map(|seed| {
+        let mut rng = crate::rng::mix(seed ^ 0xB0_6617);
+        let enabled = (POINTS.iter())
+            .map(|_| crate::rng::splitmix64(&mut rng) % ENABLE_ONE_IN == 0)
+            .collect();
+        State {
+            rng,
+            enabled,
+            fired: vec![0; POINTS.len()],
+        }
+    });
+    let names = state.as_ref().map_or_else(Vec::new, |s| {
+        (POINTS.iter().zip(&s.enabled))
+            .filter(|(_, on)| **on)
+            .map(|(p, _)| p.name)
+            .collect()
+    });
+    STATE.with(|cell| *cell.borrow_mut() = state);
+    names
+}
+
+/// Disables every point until the next [`configure`] (the final heal of a run: the
+/// recovery phase judges a cluster without faults). Counts so far are kept for [`take`].
+pub fn quiesce() {
+    STATE.with(|cell| {
+        if let Some(state) = cell.borrow_mut().as_mut() {
+            state.enabled.iter_mut().for_each(|on| *on = false);
+        }
+    });
+}
+
+/// How often each point fired since [`configure`] (points that never fired left out), and
+/// forgets the configuration.
+pub fn take() -> Vec<(&'static str, u64)> {
+    STATE.with(|cell| {
+        let state = cell.borrow_mut().take();
+        state.map_or_else(Vec::new, |s| {
+            (POINTS.iter().zip(s.fired))
+                .filter(|(_, n)| *n > 0)
+                .map(|(p, n)| (p.name, n))
+                .collect()
+        })
+    })
+}
+
+/// Whether the point `name` fires now (what `buggify!` calls).
+pub fn fire(name: &str) -> bool {
+    if !crate::sys::simulated() {
+        return false;
+    }
+    let Some(i) = POINTS.iter().position(|p| p.name == name) else {
+        debug_assert!(false, "buggify {name:?} is not declared in POINTS");
+        return false;
+    };
+    let fired = STATE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let Some(state) = cell.as_mut() else {
+            return false;
+        };
+        if !state.enabled[i] {
+            return false;
+        }
+        let fires = crate::rng::splitmix64(&mut state.rng) % 100 < POINTS[i].fire_percent;
+        if fires {
+            state.fired[i] += 1;
+        }
+        fires
+    });
+    if fired {
+        crate::probe!("fault-point-fired");
+    }
+    fired
+}
+
+/// A number in `low..=high` from the seed's generator (a fired point's delay), `low` when
+/// fault points are off.
+pub fn between(low: u64, high: u64) -> u64 {
+    STATE.with(|cell| match cell.borrow_mut().as_mut() {
+        Some(state) if high > low => {
+            low + crate::rng::splitmix64(&mut state.rng) % (high - low + 1)
+        }
+        _ => low,
+    })
+}
+
+/// Whether the fault point `name` fires now; always `false` outside a simulation (see the
+/// module doc).
+#[macro_export]
+macro_rules! buggify {
+    ($name:literal) => {
+        $crate::buggify::fire($name)
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_simulation_no_point_fires() {
+        configure(Some(1));
+        for _ in 0..1_000 {
+            assert!(!fire("client-delay"));
+        }
+        configure(None);
+    }
+
+    #[test]
+    fn a_seed_enables_some_points_and_replays_its_choice() {
+        let first = configure(Some(7));
+        assert_eq!(configure(Some(7)), first, "seed 7 enables the same points");
+        let seeds: Vec<Vec<&str>> = (1..40).map(|s| configure(Some(s))).collect();
+        configure(None);
+        assert!(seeds.iter().any(|s| s.len() < POINTS.len()), "{seeds:?}");
+        assert!(seeds.iter().any(|s| !s.is_empty()), "{seeds:?}");
+        assert!(configure(None).is_empty());
+    }
+
+    #[test]
+    fn every_point_in_the_sources_is_declared_and_every_declared_one_used() {
+        let used = crate::probe::tests::names_in_sources("buggify!(\"", "buggify.rs");
+        for name in &used {
+            assert!(
+                POINTS.iter().any(|p| p.name == name),
+                "buggify!({name:?}) is not declared"
+            );
+        }
+        for p in POINTS {
+            assert!(used.iter().any(|u| u == p.name), "{} is never used", p.name);
+        }
+    }
+}
