@@ -534,3 +534,61 @@ async fn sleep_until_some(wake: Option<Instant>) {
         None => futures::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::ServerConfig;
+    use std::collections::BTreeMap;
+
+    /// A core of node 1 of 3 whose peers are unreachable, on a fresh data dir.
+    fn core(dir: &Path) -> Core {
+        let raft = Config::new(1, vec![1, 2, 3]);
+        let unreachable: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let peers: BTreeMap<NodeId, std::net::SocketAddr> =
+            [1, 2, 3].into_iter().map(|id| (id, unreachable)).collect();
+        let config = ServerConfig::new(raft.clone(), peers, unreachable, dir.to_path_buf());
+        let (storage, durable) =
+            DataDir::open(dir, crate::storage::SyncMode::Fsync).expect("a fresh data dir");
+        let links = super::super::peers::start_peer_links(&config);
+        Core::new(raft, durable, storage, links, 1.0)
+    }
+
+    #[tokio::test]
+    async fn a_grant_answered_in_the_turn_its_client_left_is_released_not_dropped() {
+        // Review defect (issue 24): the core steps a batch of events, then carries out their
+        // merged output. When a peer's ack in the batch commits a Grant and answers it, and
+        // the same batch holds the `Gone` of that request (its client's deadline passed or
+        // its connection ended), `Gone` removed the pending request and the answer found
+        // nobody: the grant was neither delivered nor released (a phantom lock until its
+        // lease ran out).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut core = core(dir.path());
+        let (reply, mut answer) = oneshot::channel();
+        let request = ClientRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: None,
+        };
+        let id = RequestId(7);
+        let mut output = Output::default();
+        core.handle(Event::Request { id, request, reply }, &mut output);
+        // What a peer's ack earlier in the batch produced: the Grant at index 5 committed,
+        // applied and answered (a follower answers NotLeader; the test stands in for the
+        // leader's answer).
+        output.respond.retain(|(rid, _)| *rid != id);
+        output.respond.push((id, Response::Granted { token: 5 }));
+        core.handle(Event::Gone { id }, &mut output);
+        core.carry_out(output).expect("carried out");
+        assert!(
+            answer.try_recv().is_err(),
+            "a gone client's answer is not delivered"
+        );
+        assert_eq!(
+            core.orphans,
+            vec![("k".to_owned(), 5)],
+            "the grant nobody received is released (an orphan of the next turn)"
+        );
+    }
+}
