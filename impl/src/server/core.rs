@@ -269,10 +269,21 @@ impl Core {
             }
             Event::Orphaned { key, token } => self.release_orphan(key, token, output),
             Event::Gone { id } => {
-                // An answer the core gives later has nobody to go to.
-                if self.pending.remove(&id).is_some() {
-                    output.extend(self.step(Input::ClientGone { id }));
+                let Some(pending) = self.pending.remove(&id) else {
+                    return;
+                };
+                // Answered earlier in this batch and not yet carried out: the answer has
+                // nobody to go to, and a grant in it is an orphan, released next turn.
+                if let Some(at) = output.respond.iter().position(|(rid, _)| *rid == id) {
+                    let (_, answer) = output.respond.remove(at);
+                    if let (Response::Granted { token }, Some(key)) = (answer, pending.key) {
+                        crate::probe!("grant-to-gone-client");
+                        self.orphans.push((key, token));
+                    }
+                    return;
                 }
+                // An answer the core gives later has nobody to go to.
+                output.extend(self.step(Input::ClientGone { id }));
             }
             Event::Exit { reply } => {
                 info!("clean exit: handing leadership over");
