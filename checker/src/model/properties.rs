@@ -243,6 +243,18 @@ pub fn gone_released(node: &Node, gone: &BTreeSet<(Term, Origin)>) -> Result<(),
         if !proposed_here || !gone.contains(&(status.term, origin)) {
             continue;
         }
+        // A retry of the same request still pending: its Grant, answered from the dedupe
+        // table with this token when it applies, is when the Release is due (found by the
+        // simulator's fault points: a client cut its connection on a retry of a request
+        // already granted).
+        let retry_pending = node.log().iter().any(|e| {
+            e.index > status.last_applied
+                && e.proposal.origin == Some(origin)
+                && matches!(e.proposal.command, Command::Grant { .. })
+        });
+        if retry_pending {
+            continue;
+        }
         let released = node.log().iter().any(|e| {
             e.index > held.token
                 && e.proposal.command
