@@ -179,7 +179,9 @@ struct Progress {
     next_index: Index,
     /// The highest index known to be replicated on the follower.
     match_index: Index,
-    /// Whether the follower was heard from in the current check-quorum window.
+    /// Whether the follower answered an AppendEntries or InstallSnapshot of this term in the
+    /// current check-quorum window. Other messages do not count: a PreVote or a stale-term
+    /// message does not show that the peer follows this leader.
     recent_active: bool,
     /// The snapshot being sent to the follower, when its `next_index` lies in the compacted
     /// prefix.

@@ -62,9 +62,6 @@ impl Node {
         if from == self.config.id || !self.config.members.contains(&from) || !well_formed(&msg) {
             return;
         }
-        if let Some(progress) = self.progress.get_mut(&from) {
-            progress.recent_active = true;
-        }
         match msg {
             Message::PreVote {
                 term,
@@ -338,6 +335,8 @@ impl Node {
         let Some(progress) = self.progress.get_mut(&from) else {
             return;
         };
+        // An answer of this term, even a rejection, shows that `from` follows this leader.
+        progress.recent_active = true;
         if success {
             progress.match_index = progress.match_index.max(match_index.min(last_index));
             progress.next_index = progress.next_index.max(progress.match_index + 1);
