@@ -17,11 +17,15 @@ use super::{
 };
 use crate::lock::{Command, Proposal};
 
-/// Whether `msg` is internally consistent: AppendEntries entries contiguous after
-/// `prev_log_index` with terms from `prev_log_term` up to the message's term, and a snapshot
-/// whose table was applied exactly up to its last index. A malformed message (a buggy or
-/// foreign peer) is dropped rather than tripping an assertion on the log.
+/// Whether `msg` is internally consistent: a term below `u64::MAX` (a node in that term could
+/// never campaign for the next), AppendEntries entries contiguous after `prev_log_index`
+/// (none past `u64::MAX`) with terms from `prev_log_term` up to the message's term, and a
+/// snapshot whose table was applied exactly up to its last index. A malformed message (a
+/// buggy or foreign peer) is dropped rather than tripping an assertion or an overflow.
 fn well_formed(msg: &Message) -> bool {
+    if msg.term() == u64::MAX {
+        return false;
+    }
     match msg {
         Message::AppendEntries {
             term,
@@ -33,7 +37,7 @@ fn well_formed(msg: &Message) -> bool {
             let mut last_term = *prev_log_term;
             prev_log_term <= term
                 && entries.iter().zip(1..).all(|(e, offset)| {
-                    let ok = e.index == prev_log_index.saturating_add(offset)
+                    let ok = prev_log_index.checked_add(offset) == Some(e.index)
                         && e.term >= last_term
                         && e.term <= *term;
                     last_term = e.term;
@@ -347,7 +351,10 @@ impl Node {
             }
         } else {
             // The hint is the highest index that may match: try it as the new prev index.
-            let backed_off = progress.next_index.saturating_sub(1).min(reject_hint + 1);
+            let backed_off = progress
+                .next_index
+                .saturating_sub(1)
+                .min(reject_hint.saturating_add(1));
             progress.next_index = backed_off.max(progress.match_index + 1).max(1);
             self.append_due.insert(from);
         }
@@ -629,6 +636,58 @@ mod tests {
         let out = n.step(append(1, 1, (0, 0), future_term, 0));
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(n, before);
+    }
+
+    #[test]
+    fn an_append_past_the_last_possible_index_is_dropped_without_effect() {
+        // STYLE practice 12: no panics on bad input (review of issue 24). An entry at index
+        // u64::MAX after prev_log_index u64::MAX passed the contiguity check, which
+        // saturated, and the follower's `prev_log_index + len` overflowed.
+        let mut n = node(2);
+        let before = n.clone();
+        let past_the_end = vec![entry(1, u64::MAX, Command::Noop)];
+        let out = n.step(append(1, 1, (1, u64::MAX), past_the_end, 0));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
+    }
+
+    #[test]
+    fn a_rejection_hint_of_the_last_possible_index_does_not_overflow() {
+        // STYLE practice 12: no panics on bad input (review of issue 24). The leader tries
+        // `reject_hint + 1` as the next index; a hint of u64::MAX backs off no further than
+        // any hint past the follower's next index.
+        let mut n = leader();
+        let next_index = n.progress[&2].next_index;
+        n.step(Input::Message {
+            from: 2,
+            msg: Message::AppendEntriesResponse {
+                term: 1,
+                success: false,
+                match_index: 0,
+                reject_hint: u64::MAX,
+            },
+        });
+        assert_eq!(n.progress[&2].next_index, (next_index - 1).max(1));
+    }
+
+    #[test]
+    fn a_message_of_the_last_possible_term_is_dropped_without_effect() {
+        // STYLE practice 12: no panics on bad input (review of issue 24). A node that took
+        // term u64::MAX from a peer overflowed `term + 1` at its next campaign.
+        let mut n = node(2);
+        let before = n.clone();
+        let out = n.step(Input::Message {
+            from: 1,
+            msg: Message::RequestVote {
+                term: u64::MAX,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        });
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
+        n.step(Input::Campaign);
+        assert_eq!(n.status().term, 0, "a pre-vote round changes no term");
     }
 
     #[test]
