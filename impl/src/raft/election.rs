@@ -140,6 +140,7 @@ impl Node {
             let at_ms = self.now_ms + self.config.election_timeout_min_ms;
             self.set_timer(Timer::CheckQuorum, at_ms);
         }
+        self.clock_base_ms = (self.now_ms, self.table.clock_ms());
         self.noop_index = self.append_proposal(Proposal::system(Command::Noop));
     }
 

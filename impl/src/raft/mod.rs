@@ -266,6 +266,12 @@ pub struct Node {
     progress: BTreeMap<NodeId, Progress>,
     /// Leader only: the index of this term's Noop.
     noop_index: Index,
+    /// Leader only: (local clock, committed clock of the applied table) when it became
+    /// leader. It stamps a registration with the committed clock then plus the time elapsed
+    /// on its own clock since (`Proposal::time_ms`): committed time goes on from where the
+    /// last leader left it, whatever this node's clock reads (each process's clock starts at
+    /// 0), and a rebased clock (the model) stamps the same values.
+    clock_base_ms: (u64, u64),
     /// Armed timers and their deadlines on the local clock.
     timers: BTreeMap<Timer, u64>,
     /// The hard state last handed to the driver to persist.
@@ -331,6 +337,7 @@ impl Node {
             votes: BTreeMap::new(),
             progress: BTreeMap::new(),
             noop_index: 0,
+            clock_base_ms: (now_ms, 0),
             timers: BTreeMap::new(),
             hard_state: durable.hard_state,
             pending: BTreeMap::new(),

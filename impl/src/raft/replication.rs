@@ -176,11 +176,11 @@ impl Node {
     pub(super) fn append_proposal(&mut self, mut proposal: Proposal) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
         if proposal.wants_time() {
-            // The committed time of sessions (lock.rs): the leader's clock. Each process's
-            // clock starts at 0, so after a leader change committed time may stand still
-            // until the new leader's clock passes it: sessions then live longer, never
-            // shorter, and the cap still bounds the table.
-            proposal.time_ms = self.now_ms;
+            // The committed time of sessions (lock.rs), see `Node::clock_base_ms`. Stamping
+            // the leader's own clock made committed time jump by the difference of two
+            // processes' uptimes at a leader change, expiring every session at once.
+            let (base_now_ms, base_clock_ms) = self.clock_base_ms;
+            proposal.time_ms = base_clock_ms + self.now_ms.saturating_sub(base_now_ms);
         }
         let entry = Entry {
             term: self.term,
@@ -457,7 +457,9 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{ack, append, entry, leader, node};
-    use super::super::{Config, Envelope, Input, Message, Node, NodeId};
+    use super::super::{
+        ClientRequest, Config, Durable, Entry, Envelope, Input, Message, Node, NodeId, RequestId,
+    };
     use crate::lock::{Command, Proposal};
 
     /// Node 1 of {1, 2, 3} made leader of term 1 by node 2's votes, snapshotting every
@@ -688,6 +690,60 @@ mod tests {
         assert_eq!(n, before);
         n.step(Input::Campaign);
         assert_eq!(n.status().term, 0, "a pre-vote round changes no term");
+    }
+
+    #[test]
+    fn a_session_active_before_a_leader_change_is_not_expired_by_it() {
+        // lock.rs "Client sessions": sessions expire by committed time, which the leader
+        // stamps on registrations (review of issue 24). Each process's clock starts at 0: a
+        // leader that has run for an hour stamped its own clock, an hour past the committed
+        // time a recently restarted leader left, and every session expired at once.
+        let hour_ms = 3_600_000;
+        let mut n = Node::new(Config::new(1, vec![1, 2, 3]), Durable::default(), hour_ms).0;
+        let mut register = Proposal::client(None, Command::RegisterSession);
+        register.time_ms = 1_000;
+        let entries = vec![
+            entry(1, 1, Command::Noop),
+            Entry {
+                term: 1,
+                index: 2,
+                proposal: register,
+            },
+        ];
+        n.step(append(2, 1, (0, 0), entries, 2));
+        assert!(n.table.has_session(2), "session 2 registered by leader 2");
+
+        n.step(Input::Campaign);
+        n.step(Input::Message {
+            from: 3,
+            msg: Message::PreVoteResponse {
+                term: 2,
+                granted: true,
+            },
+        });
+        n.step(Input::Message {
+            from: 3,
+            msg: Message::RequestVoteResponse {
+                term: 2,
+                granted: true,
+            },
+        });
+        let request = ClientRequest::RegisterSession { label: 0 };
+        n.step(Input::Request {
+            id: RequestId(1),
+            request,
+        });
+        n.step(Input::Persisted { term: 2, index: 4 });
+        n.step(ack(3, 2, 4));
+
+        assert_eq!(n.status().commit_index, 4, "{:?}", n.status());
+        assert!(n.table.has_session(4), "the new registration applied");
+        assert!(
+            n.table.has_session(2),
+            "session 2, active at committed time 1000, expired by the new leader's first stamp \
+             (committed clock {})",
+            n.table.clock_ms()
+        );
     }
 
     #[test]
