@@ -27,7 +27,9 @@
 //! before it expired, may have taken effect) and registers a new session for its next op.
 //! The error says what is known:
 //! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
-//!   answer from the leader (or, for Invalid, from the request's validation).
+//!   answer from the leader (or, for Invalid, from the request's validation). An `Invalid`
+//!   to a retry after an earlier attempt was sent is reported `Unknown` instead: it says
+//!   only that the retry proposed nothing, and the earlier attempt may be in the log.
 //! - [`ClientError::Unavailable`]: certainly not applied. Every attempt failed before the
 //!   request left this process (connection refused, connect timeout) or was answered
 //!   `NotLeader`, which promises nothing was proposed.
@@ -482,10 +484,20 @@ impl Client {
                     true
                 }
                 Attempt::Answer(Response::Invalid { reason }) => {
-                    return (
-                        Err(ClientError::Invalid(reason)),
-                        Some(target as NodeId + 1),
-                    );
+                    // `Invalid` promises that this attempt proposed nothing, not that an
+                    // earlier one did not: a retry of a request already in the log can be
+                    // refused (`uncommitted_entries_max`, or `keys_per_session_max` reached
+                    // by the earlier attempt's own Grant), and that attempt may still commit.
+                    // No token came back, so `acquire_traced` has no grant to give back.
+                    let error = if sent {
+                        ClientError::Unknown(format!(
+                            "node {}: {reason}, after an earlier attempt was sent",
+                            target + 1
+                        ))
+                    } else {
+                        ClientError::Invalid(reason)
+                    };
+                    return (Err(error), Some(target as NodeId + 1));
                 }
                 Attempt::Answer(answer) => {
                     self.leader.store(target, Ordering::Relaxed);
@@ -854,6 +866,43 @@ mod tests {
             *node.releases.lock().unwrap(),
             vec![("k".to_owned(), 7)],
             "the client gives back the grant it will not report"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_retry_after_an_attempt_was_sent_is_unknown() {
+        // Review defect (issue 24): a retry of a request already in the log can be refused
+        // `Invalid` (uncommitted_entries_max, or keys_per_session_max raised to the bound by
+        // the first attempt's own Grant), yet that first attempt may commit: the op is not
+        // certainly unapplied, so it is `Unknown` (history `info`), not `Invalid` (`fail`).
+        let node = ScriptedNode {
+            acquires: Arc::new(Mutex::new(vec![
+                Response::Unknown {
+                    reason: "the caller's timeout passed before an answer".into(),
+                },
+                Response::Invalid {
+                    reason: "session 1 holds 1 keys, keys_per_session_max 1".into(),
+                },
+            ])),
+            releases: Arc::new(Mutex::new(Vec::new())),
+        };
+        let addr = serve_scripted(node.clone()).await;
+        let options = ClientOptions {
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answered = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert!(
+            matches!(&answered.result, Err(ClientError::Unknown(_))),
+            "{:?}",
+            answered.result
+        );
+        assert!(
+            node.releases.lock().unwrap().is_empty(),
+            "no token came back, so there is nothing to give back"
         );
     }
 

@@ -46,8 +46,11 @@
 //! request's old grant from the table, an expired token while another client held the key
 //! (two holders, one token granted twice; the review finding of issue 27).
 //!
-//! Sessions expire by *committed* time: the leader stamps every registration with its clock
-//! ([`Proposal::time_ms`]), and the table's clock is the largest stamp applied so far, so
+//! Sessions expire by *committed* time: the leader stamps every registration with the
+//! committed clock it found when elected plus the time elapsed on its own clock since
+//! ([`Proposal::time_ms`]; not its clock itself, which starts at 0 in each process and would
+//! jump committed time at a leader change), and the table's clock is the largest stamp
+//! applied so far, so
 //! every node expires the same sessions at the same log position, whatever its own clock
 //! reads when it applies. A request marks its session active at the committed clock. At
 //! every stamped entry the sessions idle for longer than [`SessionLimits::timeout_ms`] are
@@ -172,7 +175,7 @@ pub struct Proposal {
     pub origin: Option<Origin>,
     /// The command.
     pub command: Command,
-    /// The proposing leader's clock when it proposed (session expiry, see the module doc);
+    /// The committed time when the leader proposed (session expiry, see the module doc);
     /// 0 on entries the leader does not stamp (Noop, Expire, phantom releases).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub time_ms: u64,

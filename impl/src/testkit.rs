@@ -56,7 +56,7 @@ pub struct Cluster {
     rng: u64,
     members: BTreeMap<NodeId, Member>,
     in_flight: Vec<Envelope>,
-    /// Unordered pairs of nodes that cannot reach each other.
+    /// Directed links (source, target) whose messages are dropped.
     blocked: BTreeSet<(NodeId, NodeId)>,
     ledger: Ledger,
     responses: Vec<(NodeId, RequestId, Response)>,
@@ -478,10 +478,18 @@ impl Cluster {
         let group_of = |id: NodeId| groups.iter().position(|g| g.contains(&id));
         for a in self.ids() {
             for b in self.ids() {
-                if a < b && (group_of(a).is_none() || group_of(a) != group_of(b)) {
+                if a != b && (group_of(a).is_none() || group_of(a) != group_of(b)) {
                     self.blocked.insert((a, b));
                 }
             }
+        }
+    }
+
+    /// Cuts the links from `source` to each of `targets`, one way only: messages to
+    /// `source` still arrive. Adds to the cuts already in place.
+    pub fn cut_one_way(&mut self, source: NodeId, targets: &[NodeId]) {
+        for target in targets {
+            self.blocked.insert((source, *target));
         }
     }
 
@@ -490,8 +498,8 @@ impl Cluster {
         self.blocked.clear();
     }
 
-    fn is_blocked(&self, a: NodeId, b: NodeId) -> bool {
-        self.blocked.contains(&(a.min(b), a.max(b)))
+    fn is_blocked(&self, source: NodeId, target: NodeId) -> bool {
+        self.blocked.contains(&(source, target))
     }
 
     /// Crashes node `id`: its in-memory state is lost, its durable state kept.

@@ -7,9 +7,10 @@
 //! - A node that heard from its leader within the minimum election timeout rejects
 //!   pre-votes and ignores vote requests of a higher term (the "leader lease" of thesis §6.2
 //!   that check-quorum makes safe).
-//! - A leader checks every minimum election timeout that a majority was heard from in that
-//!   window, and steps down otherwise (check-quorum), so a partitioned leader stops serving
-//!   within two windows. Its answers do not rely on this (they come from committed entries);
+//! - A leader checks every minimum election timeout that a majority answered its
+//!   AppendEntries or InstallSnapshot in that window, and steps down otherwise
+//!   (check-quorum), so a partitioned leader stops serving within two windows. Other
+//!   messages do not count: a leader whose outbound links are cut still receives PreVotes. Its answers do not rely on this (they come from committed entries);
 //!   the `stale-leader` mutant switches check-quorum off.
 
 use super::{Index, Message, Node, NodeId, Progress, Role, Term, Timer};
@@ -139,6 +140,7 @@ impl Node {
             let at_ms = self.now_ms + self.config.election_timeout_min_ms;
             self.set_timer(Timer::CheckQuorum, at_ms);
         }
+        self.clock_base_ms = (self.now_ms, self.table.clock_ms());
         self.noop_index = self.append_proposal(Proposal::system(Command::Noop));
     }
 
@@ -272,8 +274,8 @@ impl Node {
         }
     }
 
-    /// Check-quorum: step down unless a majority (this node included) was heard from since
-    /// the last check.
+    /// Check-quorum: step down unless a majority (this node included) answered this leader's
+    /// AppendEntries or InstallSnapshot since the last check (`Progress::recent_active`).
     pub(super) fn handle_check_quorum_timeout(&mut self) {
         if self.role != Role::Leader {
             return;

@@ -38,6 +38,7 @@ impl Harness {
             "deliver-msgs" => self.deliver_msgs(case),
             "drop-msgs" => self.drop_msgs(case),
             "partition" => self.partition(case),
+            "cut" => self.cut(case),
             "heal" => self.heal(),
             "crash" => self.crash(case),
             "restart" => self.restart(case),
@@ -251,6 +252,19 @@ impl Harness {
         Ok(format!("groups {groups:?}"))
     }
 
+    /// `cut 1 2 3`: cut the links from node 1 to nodes 2 and 3, one way only (messages to
+    /// node 1 still arrive).
+    fn cut(&mut self, case: &TestCase) -> Result<String, String> {
+        let source = node_arg(case, 0)?;
+        let targets: Result<Vec<NodeId>, String> = case.args[1..]
+            .iter()
+            .map(|w| parse_arg(Some(w.as_str()), "node id"))
+            .collect();
+        let targets = targets?;
+        self.cluster()?.cut_one_way(source, &targets);
+        Ok(format!("{source} -> {targets:?} cut"))
+    }
+
     /// `heal`: restore every link.
     fn heal(&mut self) -> Result<String, String> {
         self.cluster()?.heal();
@@ -400,6 +414,7 @@ const SCRIPTS: &[&str] = &[
     "snapshot_install",
     "snapshot_chunks",
     "pre_vote_check_quorum",
+    "check_quorum_one_way",
     "phantom_release",
     "waiters",
     "waiter_after_deduped_retry",
@@ -433,6 +448,7 @@ scripts!(
     snapshot_install,
     snapshot_chunks,
     pre_vote_check_quorum,
+    check_quorum_one_way,
     phantom_release,
     waiters,
     waiter_after_deduped_retry,

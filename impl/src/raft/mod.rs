@@ -179,7 +179,9 @@ struct Progress {
     next_index: Index,
     /// The highest index known to be replicated on the follower.
     match_index: Index,
-    /// Whether the follower was heard from in the current check-quorum window.
+    /// Whether the follower answered an AppendEntries or InstallSnapshot of this term in the
+    /// current check-quorum window. Other messages do not count: a PreVote or a stale-term
+    /// message does not show that the peer follows this leader.
     recent_active: bool,
     /// The snapshot being sent to the follower, when its `next_index` lies in the compacted
     /// prefix.
@@ -264,6 +266,12 @@ pub struct Node {
     progress: BTreeMap<NodeId, Progress>,
     /// Leader only: the index of this term's Noop.
     noop_index: Index,
+    /// Leader only: (local clock, committed clock of the applied table) when it became
+    /// leader. It stamps a registration with the committed clock then plus the time elapsed
+    /// on its own clock since (`Proposal::time_ms`): committed time goes on from where the
+    /// last leader left it, whatever this node's clock reads (each process's clock starts at
+    /// 0), and a rebased clock (the model) stamps the same values.
+    clock_base_ms: (u64, u64),
     /// Armed timers and their deadlines on the local clock.
     timers: BTreeMap<Timer, u64>,
     /// The hard state last handed to the driver to persist.
@@ -329,6 +337,7 @@ impl Node {
             votes: BTreeMap::new(),
             progress: BTreeMap::new(),
             noop_index: 0,
+            clock_base_ms: (now_ms, 0),
             timers: BTreeMap::new(),
             hard_state: durable.hard_state,
             pending: BTreeMap::new(),

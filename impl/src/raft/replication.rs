@@ -17,11 +17,15 @@ use super::{
 };
 use crate::lock::{Command, Proposal};
 
-/// Whether `msg` is internally consistent: AppendEntries entries contiguous after
-/// `prev_log_index` with terms from `prev_log_term` up to the message's term, and a snapshot
-/// whose table was applied exactly up to its last index. A malformed message (a buggy or
-/// foreign peer) is dropped rather than tripping an assertion on the log.
+/// Whether `msg` is internally consistent: a term below `u64::MAX` (a node in that term could
+/// never campaign for the next), AppendEntries entries contiguous after `prev_log_index`
+/// (none past `u64::MAX`) with terms from `prev_log_term` up to the message's term, and a
+/// snapshot whose table was applied exactly up to its last index. A malformed message (a
+/// buggy or foreign peer) is dropped rather than tripping an assertion or an overflow.
 fn well_formed(msg: &Message) -> bool {
+    if msg.term() == u64::MAX {
+        return false;
+    }
     match msg {
         Message::AppendEntries {
             term,
@@ -33,7 +37,7 @@ fn well_formed(msg: &Message) -> bool {
             let mut last_term = *prev_log_term;
             prev_log_term <= term
                 && entries.iter().zip(1..).all(|(e, offset)| {
-                    let ok = e.index == prev_log_index.saturating_add(offset)
+                    let ok = prev_log_index.checked_add(offset) == Some(e.index)
                         && e.term >= last_term
                         && e.term <= *term;
                     last_term = e.term;
@@ -61,9 +65,6 @@ impl Node {
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
         if from == self.config.id || !self.config.members.contains(&from) || !well_formed(&msg) {
             return;
-        }
-        if let Some(progress) = self.progress.get_mut(&from) {
-            progress.recent_active = true;
         }
         match msg {
             Message::PreVote {
@@ -175,11 +176,11 @@ impl Node {
     pub(super) fn append_proposal(&mut self, mut proposal: Proposal) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
         if proposal.wants_time() {
-            // The committed time of sessions (lock.rs): the leader's clock. Each process's
-            // clock starts at 0, so after a leader change committed time may stand still
-            // until the new leader's clock passes it: sessions then live longer, never
-            // shorter, and the cap still bounds the table.
-            proposal.time_ms = self.now_ms;
+            // The committed time of sessions (lock.rs), see `Node::clock_base_ms`. Stamping
+            // the leader's own clock made committed time jump by the difference of two
+            // processes' uptimes at a leader change, expiring every session at once.
+            let (base_now_ms, base_clock_ms) = self.clock_base_ms;
+            proposal.time_ms = base_clock_ms + self.now_ms.saturating_sub(base_now_ms);
         }
         let entry = Entry {
             term: self.term,
@@ -338,6 +339,8 @@ impl Node {
         let Some(progress) = self.progress.get_mut(&from) else {
             return;
         };
+        // An answer of this term, even a rejection, shows that `from` follows this leader.
+        progress.recent_active = true;
         if success {
             progress.match_index = progress.match_index.max(match_index.min(last_index));
             progress.next_index = progress.next_index.max(progress.match_index + 1);
@@ -348,7 +351,10 @@ impl Node {
             }
         } else {
             // The hint is the highest index that may match: try it as the new prev index.
-            let backed_off = progress.next_index.saturating_sub(1).min(reject_hint + 1);
+            let backed_off = progress
+                .next_index
+                .saturating_sub(1)
+                .min(reject_hint.saturating_add(1));
             progress.next_index = backed_off.max(progress.match_index + 1).max(1);
             self.append_due.insert(from);
         }
@@ -451,7 +457,9 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{ack, append, entry, leader, node};
-    use super::super::{Config, Envelope, Input, Message, Node, NodeId};
+    use super::super::{
+        ClientRequest, Config, Durable, Entry, Envelope, Input, Message, Node, NodeId, RequestId,
+    };
     use crate::lock::{Command, Proposal};
 
     /// Node 1 of {1, 2, 3} made leader of term 1 by node 2's votes, snapshotting every
@@ -630,6 +638,112 @@ mod tests {
         let out = n.step(append(1, 1, (0, 0), future_term, 0));
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(n, before);
+    }
+
+    #[test]
+    fn an_append_past_the_last_possible_index_is_dropped_without_effect() {
+        // STYLE practice 12: no panics on bad input (review of issue 24). An entry at index
+        // u64::MAX after prev_log_index u64::MAX passed the contiguity check, which
+        // saturated, and the follower's `prev_log_index + len` overflowed.
+        let mut n = node(2);
+        let before = n.clone();
+        let past_the_end = vec![entry(1, u64::MAX, Command::Noop)];
+        let out = n.step(append(1, 1, (1, u64::MAX), past_the_end, 0));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
+    }
+
+    #[test]
+    fn a_rejection_hint_of_the_last_possible_index_does_not_overflow() {
+        // STYLE practice 12: no panics on bad input (review of issue 24). The leader tries
+        // `reject_hint + 1` as the next index; a hint of u64::MAX backs off no further than
+        // any hint past the follower's next index.
+        let mut n = leader();
+        let next_index = n.progress[&2].next_index;
+        n.step(Input::Message {
+            from: 2,
+            msg: Message::AppendEntriesResponse {
+                term: 1,
+                success: false,
+                match_index: 0,
+                reject_hint: u64::MAX,
+            },
+        });
+        assert_eq!(n.progress[&2].next_index, (next_index - 1).max(1));
+    }
+
+    #[test]
+    fn a_message_of_the_last_possible_term_is_dropped_without_effect() {
+        // STYLE practice 12: no panics on bad input (review of issue 24). A node that took
+        // term u64::MAX from a peer overflowed `term + 1` at its next campaign.
+        let mut n = node(2);
+        let before = n.clone();
+        let out = n.step(Input::Message {
+            from: 1,
+            msg: Message::RequestVote {
+                term: u64::MAX,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        });
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
+        n.step(Input::Campaign);
+        assert_eq!(n.status().term, 0, "a pre-vote round changes no term");
+    }
+
+    #[test]
+    fn a_session_active_before_a_leader_change_is_not_expired_by_it() {
+        // lock.rs "Client sessions": sessions expire by committed time, which the leader
+        // stamps on registrations (review of issue 24). Each process's clock starts at 0: a
+        // leader that has run for an hour stamped its own clock, an hour past the committed
+        // time a recently restarted leader left, and every session expired at once.
+        let hour_ms = 3_600_000;
+        let mut n = Node::new(Config::new(1, vec![1, 2, 3]), Durable::default(), hour_ms).0;
+        let mut register = Proposal::client(None, Command::RegisterSession);
+        register.time_ms = 1_000;
+        let entries = vec![
+            entry(1, 1, Command::Noop),
+            Entry {
+                term: 1,
+                index: 2,
+                proposal: register,
+            },
+        ];
+        n.step(append(2, 1, (0, 0), entries, 2));
+        assert!(n.table.has_session(2), "session 2 registered by leader 2");
+
+        n.step(Input::Campaign);
+        n.step(Input::Message {
+            from: 3,
+            msg: Message::PreVoteResponse {
+                term: 2,
+                granted: true,
+            },
+        });
+        n.step(Input::Message {
+            from: 3,
+            msg: Message::RequestVoteResponse {
+                term: 2,
+                granted: true,
+            },
+        });
+        let request = ClientRequest::RegisterSession { label: 0 };
+        n.step(Input::Request {
+            id: RequestId(1),
+            request,
+        });
+        n.step(Input::Persisted { term: 2, index: 4 });
+        n.step(ack(3, 2, 4));
+
+        assert_eq!(n.status().commit_index, 4, "{:?}", n.status());
+        assert!(n.table.has_session(4), "the new registration applied");
+        assert!(
+            n.table.has_session(2),
+            "session 2, active at committed time 1000, expired by the new leader's first stamp \
+             (committed clock {})",
+            n.table.clock_ms()
+        );
     }
 
     #[test]

@@ -248,6 +248,7 @@ impl Node {
                 .map(|(k, v)| (r.node(*k), rewrite_progress(r, v)))
                 .collect(),
             noop_index: self.noop_index,
+            clock_base_ms: self.clock_base_ms,
             timers: self
                 .timers
                 .iter()
@@ -296,6 +297,12 @@ impl Node {
         for at in self.timers.values_mut() {
             *at = shift(*at);
         }
+        // Only a leader reads its base, and only as a difference to now.
+        self.clock_base_ms.0 = if self.role == super::Role::Leader {
+            shift(self.clock_base_ms.0)
+        } else {
+            now_ms
+        };
         // A chunk sent longer ago than the retransmit interval is due, now and later.
         let retransmit = self.config.snapshot_retransmit_ms;
         for progress in self.progress.values_mut() {
@@ -414,6 +421,7 @@ impl HashParts for Node {
             votes,
             progress,
             noop_index,
+            clock_base_ms,
             timers,
             hard_state,
             pending,
@@ -486,7 +494,7 @@ impl HashParts for Node {
         hash_sorted_renamed(progress.keys().copied(), node, ids, |old, h| {
             progress[&old].hash(h)
         });
-        (noop_index, timers).hash(free);
+        (noop_index, clock_base_ms, timers).hash(free);
         hard_state.hash_parts(node, free, ids);
         (pending, waiters, expired).hash(free);
     }

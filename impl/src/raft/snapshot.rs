@@ -142,6 +142,8 @@ impl Node {
         let Some(progress) = self.progress.get_mut(&from) else {
             return;
         };
+        // An answer of this term shows that `from` follows this leader (check-quorum).
+        progress.recent_active = true;
         if done {
             progress.match_index = progress.match_index.max(last_index.min(last));
             progress.next_index = progress.next_index.max(progress.match_index + 1);
