@@ -180,15 +180,15 @@ mod tests {
             row("append-rejected").contains("1  first seed 4"),
             "{table}"
         );
-        let gone = row("grant-to-gone-client");
-        assert!(gone.contains("NEVER REACHED (optional)"), "{table}");
+        let torn = row("torn-tail-cut");
+        assert!(torn.contains("NEVER REACHED (optional)"), "{table}");
         assert!(
             row("phantom-release-applied").contains("NEVER REACHED"),
             "{table}"
         );
         let missed = coverage.unreached_required();
         assert!(missed.contains(&"phantom-release-applied"), "{missed:?}");
-        assert!(!missed.contains(&"grant-to-gone-client"), "{missed:?}");
+        assert!(!missed.contains(&"torn-tail-cut"), "{missed:?}");
         assert!(!coverage.unreached_required().contains(&"waiter-granted"));
     }
 }
