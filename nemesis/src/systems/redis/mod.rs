@@ -113,7 +113,7 @@ impl Redis {
     pub fn new(binary: PathBuf, faketime: Option<Libfaketime>, seed: u64) -> Self {
         Redis {
             binary,
-            clocks: faketime.map(|library| NodeClocks::new(library)),
+            clocks: faketime.map(NodeClocks::new),
             seed,
             options: RedlockOptions::default(),
         }

@@ -65,9 +65,9 @@ pub use server::{MAX_SESSION_MS, MIN_SESSION_MS, ZkInstall, find_zookeeper};
 /// What `locksmith test --system zookeeper --nemesis clock` says under its checks: what a
 /// clock fault reaches (see the module docs).
 pub const CLOCK_NOTE: &str = "note: the clock nemesis moved the ZooKeeper servers' wall clocks \
-     (libfaketime: znode ctime and mtime, log timestamps); ZooKeeper times sessions, hence the \
-     lease, on the JVM's monotonic clock (System.nanoTime), which the clock nemesis leaves \
-     alone, so no clock fault moved a lease here (README: what the harness found in \
+     (libfaketime: znode ctime and mtime, log timestamps); ZooKeeper times sessions on the JVM's \
+     monotonic clock (System.nanoTime), which the clock nemesis leaves alone, so its faults \
+     reach no session expiry, hence no lease (measured: README, what the harness found in \
      ZooKeeper's locks)";
 
 /// How long one `srvr` status call may take.
