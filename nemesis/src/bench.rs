@@ -121,6 +121,12 @@ impl BenchCluster {
         path
     }
 
+    /// The nodes' addresses and directories (what a system's harness-only controls, such as
+    /// `set_clock`, take).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// The system's name.
     pub fn name(&self) -> &'static str {
         self.system.name()

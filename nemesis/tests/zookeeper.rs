@@ -2,8 +2,13 @@
 //! partition; the fenced workload) are valid, the unfenced workload under pauses is invalid,
 //! and nothing a run starts outlives it, also when it is interrupted.
 //!
+//! Clock faults (issue 25 item 3): under libfaketime a server's wall clock follows the
+//! harness's clock file while sessions, on the monotonic clock, do not; a `--nemesis clock`
+//! run is valid, says what the faults reached, and leaves nothing.
+//!
 //! Every test skips, saying so on stderr, when Debian's `zookeeper` package (and its
-//! `java`) is not installed (ci/install.sh installs it). Runs take about 40 s each.
+//! `java`) is not installed, and the clock tests also without libfaketime's multithreaded
+//! build (ci/install.sh installs both). Runs take about 40 s each.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -405,4 +410,257 @@ async fn the_recipe_queues_fences_and_lets_a_stalled_holder_go_no_earlier_than_i
         !matches!(late, Outcome::Ok { .. }),
         "a late release of an expired lock: {late:?}"
     );
+}
+
+/// One hour, ms: a clock jump no timestamp taken around it can be confused with.
+const HOUR_MS: i64 = 3_600_000;
+/// How far a znode's ctime may lie from the real time around its create, beyond the
+/// offset the test set, ms (a loaded 2-core machine; a wrong clock is off by an hour).
+const CTIME_SLACK_MS: i64 = 60_000;
+
+/// The faketime tests of this binary run one at a time, so that `/dev/shm` before and
+/// after one of them holds only its own servers' segments.
+static FAKETIME_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn faketime_or_skip(test: &str) -> Option<nemesis::systems::faketime::Libfaketime> {
+    use nemesis::systems::faketime::Libfaketime;
+    // ZooKeeper::with_faketime needs the multithreaded build: skip without it too.
+    match Libfaketime::find().and_then(|l| l.clone().for_jvm().map(|_| l)) {
+        Ok(library) => Some(library),
+        Err(why) => {
+            eprintln!("SKIP {test}: {why}");
+            None
+        }
+    }
+}
+
+/// libfaketime's semaphores and shared memory in /dev/shm.
+fn shm_faketime() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("faketime"))
+        .collect()
+}
+
+fn unix_ms() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    now.as_millis() as i64
+}
+
+/// Creates the persistent znode `path` through `server` and returns its `ctime` (the
+/// leader's wall clock when it prepared the create) minus the real time around the create,
+/// ms.
+async fn ctime_offset_ms(server: std::net::SocketAddr, path: &str) -> i64 {
+    use zookeeper_client as zk;
+    let cluster = server.to_string();
+    let connect = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(&cluster);
+    let session = tokio::time::timeout(Duration::from_secs(10), connect)
+        .await
+        .expect("a session within 10 s")
+        .expect("a session");
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let before = unix_ms();
+    let (stat, _) = tokio::time::timeout(
+        Duration::from_secs(10),
+        session.create(path, b"", &persistent),
+    )
+    .await
+    .expect("a create within 10 s")
+    .expect("created");
+    let after = unix_ms();
+    stat.ctime - (before + after) / 2
+}
+
+/// Moves every server's clock: `jump_ms` now, then `rate_permille` of real time.
+async fn set_every_clock(
+    system: &nemesis::systems::zookeeper::ZooKeeper,
+    layout: &nemesis::cluster::Layout,
+    rate_permille: u32,
+    jump_ms: i64,
+) {
+    use nemesis::systems::System as _;
+    for id in &layout.nodes {
+        system
+            .set_clock(layout, *id, rate_permille, jump_ms)
+            .await
+            .expect("set_clock");
+    }
+}
+
+async fn assert_busy(client: &dyn nemesis::systems::LockClient, key: &str, when: &str) {
+    use history::ErrorWord;
+    use nemesis::systems::Outcome;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let outcome = client.acquire(key, 2000, 0, deadline).await;
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Fail {
+                error: ErrorWord::Busy,
+                ..
+            }
+        ),
+        "{when}: the key should still be held, got {outcome:?}"
+    );
+}
+
+#[test]
+fn the_clock_nemesis_moves_the_servers_wall_clocks_and_no_session() {
+    // Issue 25 item 3 and systems::zookeeper's module docs ("Clock"): under libfaketime a
+    // server's wall clock follows its clock file (the leader stamps a znode's ctime with
+    // it), while ZooKeeper times sessions on the monotonic clock: a lock whose session
+    // lasts 2 s stays held through jumps of an hour, forward and back, on every server.
+    if !zookeeper_or_skip("the_clock_nemesis_moves_the_servers_wall_clocks") {
+        return;
+    }
+    let Some(library) = faketime_or_skip("the_clock_nemesis_moves_the_servers_wall_clocks") else {
+        return;
+    };
+    // Held outside the runtime, so no lock guard lives across an await.
+    let _one_at_a_time = FAKETIME_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+    let shm_before = shm_faketime();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let files = runtime.block_on(wall_clocks_move_and_sessions_do_not(library));
+    drop(runtime);
+
+    // Nothing left: the clock files and libfaketime's segments go with the servers.
+    let left: Vec<_> = files.iter().filter(|f| f.exists()).collect();
+    assert!(
+        left.is_empty(),
+        "clock files outlived the ensemble: {left:?}"
+    );
+    let shm: Vec<String> = shm_faketime().difference(&shm_before).cloned().collect();
+    assert!(shm.is_empty(), "libfaketime left {shm:?} in /dev/shm");
+}
+
+/// The body of the test above: returns the clock files once the ensemble is gone.
+async fn wall_clocks_move_and_sessions_do_not(
+    library: nemesis::systems::faketime::Libfaketime,
+) -> Vec<std::path::PathBuf> {
+    use nemesis::systems::System as _;
+    use nemesis::systems::zookeeper::{ZooKeeper, find_zookeeper};
+    use std::sync::Arc;
+    let system = ZooKeeper::new(find_zookeeper().expect("installed"))
+        .with_faketime(library)
+        .expect("libfaketimeMT");
+    let system = Arc::new(system);
+    let cluster = nemesis::bench::BenchCluster::start(system.clone(), 3, Duration::from_secs(40))
+        .await
+        .expect("a serving ensemble under libfaketime");
+    let layout = cluster.layout().clone();
+    let files = system.clock_files();
+    assert_eq!(files.len(), 3, "one clock file per server: {files:?}");
+    let server = layout.client[&1];
+    let soon = || tokio::time::Instant::now() + Duration::from_secs(5);
+
+    // Init: real time, and a key held by a session of 2 s.
+    let real = ctime_offset_ms(server, "/clock-real").await;
+    let (holder, other) = (cluster.client(0), cluster.client(1));
+    let token = token_of(&holder.acquire("c", 2000, 0, soon()).await);
+
+    // Act: an hour ahead and running twice as fast, then an hour behind, each for longer
+    // than the session timeout; then back to real time.
+    set_every_clock(&system, &layout, 2000, HOUR_MS).await;
+    let ahead = ctime_offset_ms(server, "/clock-ahead").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_busy(other.as_ref(), "c", "an hour ahead").await;
+    set_every_clock(&system, &layout, 1000, -2 * HOUR_MS).await;
+    let behind = ctime_offset_ms(server, "/clock-behind").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_busy(other.as_ref(), "c", "an hour behind").await;
+    for id in &layout.nodes {
+        system.reset_clock(&layout, *id).await.expect("reset_clock");
+    }
+    let reset = ctime_offset_ms(server, "/clock-reset").await;
+
+    eprintln!(
+        "ctime minus real time, ms: {real} before, {ahead} an hour ahead, {behind} an hour behind, {reset} after the reset"
+    );
+    // Check: the ctimes moved with the clocks; the session outlived every jump.
+    let near = |offset: i64, want: i64| (offset - want).abs() < CTIME_SLACK_MS;
+    assert!(near(real, 0), "ctime before any fault is off by {real} ms");
+    assert!(
+        near(ahead, HOUR_MS),
+        "an hour ahead, ctime is off by {ahead} ms"
+    );
+    assert!(
+        near(behind, -HOUR_MS),
+        "an hour behind, ctime is off by {behind} ms"
+    );
+    assert!(
+        near(reset, 0),
+        "after the reset, ctime is off by {reset} ms"
+    );
+    let released = holder.release("c", token, soon()).await;
+    assert!(
+        matches!(released, nemesis::systems::Outcome::Ok { .. }),
+        "the 2 s session did not survive the jumps: {released:?}"
+    );
+
+    drop((holder, other));
+    drop(cluster);
+    drop(system);
+    files
+}
+
+#[test]
+fn a_run_with_the_clock_nemesis_is_valid_says_what_it_moved_and_leaves_nothing() {
+    // Issue 25 item 3: `locksmith test --system zookeeper --nemesis clock` runs every
+    // server under libfaketime, its clock faults act, the fenced workload stays valid
+    // (sessions run on the monotonic clock), the summary says what the faults reached, and
+    // no process, port, data dir, clock file or /dev/shm segment outlives the run.
+    if !zookeeper_or_skip("a_run_with_the_clock_nemesis_is_valid") {
+        return;
+    }
+    if faketime_or_skip("a_run_with_the_clock_nemesis_is_valid").is_none() {
+        return;
+    }
+    let _one_at_a_time = FAKETIME_TESTS.lock().unwrap_or_else(|p| p.into_inner());
+    let shm_before = shm_faketime();
+    let store = tempfile::tempdir().expect("tempdir");
+    let _sweep = Sweep(store.path().display().to_string());
+    let args = [
+        "test",
+        "--system",
+        "zookeeper",
+        "--time-s",
+        "20",
+        "--seed",
+        "2",
+        "--nemesis",
+        "clock",
+    ];
+    let output = locksmith(&args, store.path());
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "not valid:\n{said}");
+    assert!(
+        said.contains(nemesis::systems::zookeeper::CLOCK_NOTE),
+        "no clock note in:\n{said}"
+    );
+    let history: String = run_dirs(store.path())
+        .iter()
+        .map(|run| std::fs::read_to_string(run.join("history.csv")).unwrap_or_default())
+        .collect();
+    assert!(
+        history.contains(",skew,") || history.contains(",strobe,"),
+        "no skew or strobe in the history:\n{said}"
+    );
+    assert!(
+        said.contains("every fault acted"),
+        "a clock fault did not act:\n{said}"
+    );
+    assert_nothing_left(store.path());
+    let shm: Vec<String> = shm_faketime().difference(&shm_before).cloned().collect();
+    assert!(shm.is_empty(), "libfaketime left {shm:?} in /dev/shm");
 }

@@ -20,6 +20,16 @@
 //!   nemesis moves the wall clock (what a lease or an expiry compares against, and what NTP
 //!   steps); event loops and the JVM's timers keep running on `CLOCK_MONOTONIC`, and the
 //!   JVM hangs otherwise (libfaketime's README).
+//! - **The JVM** ([`Libfaketime::for_jvm`]) gets `libfaketimeMT.so.1`, the build whose
+//!   `time()` intercept and cached state are guarded by a lock (libfaketime's README;
+//!   Jepsen's `faketime -m` does the same), and `FAKETIME_FORCE_MONOTONIC_FIX=0`. Without
+//!   the latter, libfaketime 0.9.10 on this glibc rewrites the deadline of every
+//!   `pthread_cond_timedwait` on a `CLOCK_MONOTONIC` condition, which is how HotSpot
+//!   implements every timed wait, so the waits return at once and the JVM's timer threads
+//!   spin (libfaketime issue #425): measured, an idle ZooKeeper server used a core (526
+//!   CPU ticks in 12 s, against 39 without libfaketime and 42 with the fix off), and three
+//!   of them elected no leader in 20 s on a 2-core machine. redis-server keeps
+//!   `libfaketime.so.1` and the default fix, with which its tests pass.
 //! - **jemalloc**: libfaketime and jemalloc do not mix (libfaketime issue #130: jemalloc's
 //!   initialisation calls `clock_gettime` while libfaketime's calls `calloc`; Debian's
 //!   redis-server dies with "Cannot recover from unexpected recursive calls to
@@ -34,7 +44,11 @@
 //!   SIGKILLs leaves them, and a later process with the same pid would fail to start
 //!   ("shm_open failed: File exists"). The launcher removes them once the cluster reaped
 //!   the process ([`remove_shared_memory`]); `nemesis/tests/redis.rs` checks `/dev/shm`.
+//! - **One clock per node** ([`NodeClocks`]): a system whose nodes run under libfaketime
+//!   (redis, ZooKeeper) keeps one [`FakeClock`] per node of the run's layout, in the node's
+//!   data dir, wraps each node's command in it and moves it on `set_clock`.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,7 +56,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::Error;
+use crate::cluster::Layout;
+use crate::{Error, NodeId};
 
 /// How often a clock that runs at a rate other than 1 has its offset rewritten, ms.
 pub const TICK_MS: u64 = 10;
@@ -59,6 +74,11 @@ const MALLOC_DEBUG_DIRS: [&str; 3] = [
     "/usr/lib",
 ];
 
+/// The name of a node's clock file in its data dir ([`NodeClocks`]).
+pub const CLOCK_FILE: &str = "faketime.rc";
+/// The multithreaded build's file name, next to `libfaketime.so.1`.
+const MULTITHREADED: &str = "libfaketimeMT.so.1";
+
 /// The libraries to preload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Libfaketime {
@@ -66,6 +86,9 @@ pub struct Libfaketime {
     pub library: PathBuf,
     /// `libc_malloc_debug.so.0`, preloaded first for a process linked with jemalloc.
     pub glibc_malloc: Option<PathBuf>,
+    /// False: `FAKETIME_FORCE_MONOTONIC_FIX=0` (for the JVM, see the module docs); true:
+    /// libfaketime's own choice.
+    pub monotonic_fix: bool,
 }
 
 impl Libfaketime {
@@ -89,7 +112,24 @@ impl Libfaketime {
         Ok(Libfaketime {
             library,
             glibc_malloc: None,
+            monotonic_fix: true,
         })
+    }
+
+    /// The same for a JVM (see the module docs): the multithreaded build,
+    /// `libfaketimeMT.so.1` from the same directory, with the monotonic fix off. An error
+    /// when the multithreaded build is not there.
+    pub fn for_jvm(mut self) -> Result<Libfaketime, Error> {
+        let library = self.library.with_file_name(MULTITHREADED);
+        if !library.is_file() {
+            return Err(Error::Unsupported(format!(
+                "{} not found (Debian package libfaketime; run ci/install.sh)",
+                library.display()
+            )));
+        }
+        self.library = library;
+        self.monotonic_fix = false;
+        Ok(self)
     }
 
     /// The same, with glibc's malloc preloaded first (for a process linked with jemalloc,
@@ -201,6 +241,11 @@ impl FakeClock {
             .env("FAKETIME_NO_CACHE", "1")
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .env_remove("FAKETIME");
+        if library.monotonic_fix {
+            command.env_remove("FAKETIME_FORCE_MONOTONIC_FIX");
+        } else {
+            command.env("FAKETIME_FORCE_MONOTONIC_FIX", "0");
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
@@ -295,6 +340,71 @@ impl Drop for FakeClock {
     }
 }
 
+/// One [`FakeClock`] per node of a system whose nodes run under libfaketime (see the
+/// module docs): the launcher wraps each node's command in its node's clock, and the
+/// system's `set_clock` and `reset_clock` move it.
+#[derive(Debug)]
+pub struct NodeClocks {
+    library: Libfaketime,
+    clocks: Mutex<BTreeMap<NodeId, Arc<FakeClock>>>,
+}
+
+impl NodeClocks {
+    /// No clocks yet; [`NodeClocks::create`] makes them for a layout.
+    pub fn new(library: Libfaketime) -> Arc<NodeClocks> {
+        Arc::new(NodeClocks {
+            library,
+            clocks: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Arc<FakeClock>>> {
+        self.clocks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A clock at real time for every node of `layout`, its file [`CLOCK_FILE`] in the
+    /// node's data dir;
+    /// the clocks of an earlier layout are dropped (their files removed).
+    pub fn create(&self, layout: &Layout) -> Result<(), Error> {
+        let mut clocks = BTreeMap::new();
+        for id in &layout.nodes {
+            let file = layout.data_dir[id].join(CLOCK_FILE);
+            clocks.insert(*id, FakeClock::create(file)?);
+        }
+        *self.lock() = clocks;
+        Ok(())
+    }
+
+    /// Sets the environment that starts node `id`'s `command` under libfaketime on its
+    /// clock. A node without a clock (none was created for it) starts as it is.
+    pub fn wrap(&self, id: NodeId, command: &mut Command) {
+        if let Some(clock) = self.lock().get(&id) {
+            clock.wrap(command, &self.library);
+        }
+    }
+
+    /// Node `id`'s clock, or why the clock nemesis cannot move it.
+    pub fn clock(&self, id: NodeId) -> Result<Arc<FakeClock>, Error> {
+        self.lock()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::Unsupported(format!("n{id}: no libfaketime clock for this node")))
+    }
+
+    /// The clock files (for tests: they must be gone after a run).
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.lock()
+            .values()
+            .map(|c| c.file().to_path_buf())
+            .collect()
+    }
+
+    /// Drops the clocks (stops their tickers, removes their files).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,7 +424,7 @@ mod tests {
     #[test]
     fn jumps_add_up_rates_move_the_offset_and_drop_removes_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let clock = FakeClock::create(dir.path().join("clock.rc")).expect("create");
+        let clock = FakeClock::create(dir.path().join(CLOCK_FILE)).expect("create");
         assert_eq!(read(&clock), 0.0);
         clock.set(1000, 2000).expect("jump forward");
         clock.set(1000, -500).expect("jump back");
@@ -334,5 +444,58 @@ mod tests {
         drop(clock);
         assert!(!file.exists(), "the clock file is removed");
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+    }
+
+    #[test]
+    fn node_clocks_live_in_each_data_dir_and_wrap_only_their_nodes() {
+        // Module docs, "One clock per node": a clock file per node, the MT library for
+        // the JVM sits next to the plain one, and a node without a clock is not wrapped.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layout = Layout::new(2, dir.path()).expect("layout");
+        let library = Libfaketime {
+            library: PathBuf::from("/nowhere/libfaketime.so.1"),
+            glibc_malloc: None,
+            monotonic_fix: true,
+        };
+        assert!(library.clone().for_jvm().is_err(), "no MT build there");
+        let clocks = NodeClocks::new(library);
+        clocks.create(&layout).expect("create");
+        assert_eq!(clocks.files().len(), 2);
+        assert!(layout.data_dir[&1].join(CLOCK_FILE).is_file());
+        let mut command = Command::new("true");
+        clocks.wrap(1, &mut command);
+        let file = command
+            .get_envs()
+            .find(|(k, _)| *k == "FAKETIME_TIMESTAMP_FILE")
+            .and_then(|(_, v)| v.map(PathBuf::from));
+        assert_eq!(file, Some(layout.data_dir[&1].join(CLOCK_FILE)));
+        let env = |command: &Command, name: &str| {
+            command
+                .get_envs()
+                .find(|(k, _)| *k == name)
+                .and_then(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+        };
+        assert_eq!(env(&command, "FAKETIME_NO_CACHE").as_deref(), Some("1"));
+        let mut other = Command::new("true");
+        clocks.wrap(3, &mut other);
+        assert_eq!(other.get_envs().count(), 0, "n3 has no clock");
+        assert_eq!(env(&command, "FAKETIME_FORCE_MONOTONIC_FIX"), None);
+        // A JVM's clocks turn libfaketime's monotonic fix off.
+        let jvm_clocks = NodeClocks::new(Libfaketime {
+            library: PathBuf::from("/nowhere/libfaketimeMT.so.1"),
+            glibc_malloc: None,
+            monotonic_fix: false,
+        });
+        jvm_clocks.create(&layout).expect("create");
+        let mut jvm = Command::new("true");
+        jvm_clocks.wrap(1, &mut jvm);
+        assert_eq!(
+            env(&jvm, "FAKETIME_FORCE_MONOTONIC_FIX").as_deref(),
+            Some("0")
+        );
+        assert!(clocks.clock(3).is_err());
+        clocks.clock(2).expect("n2").set(1000, 5000).expect("jump");
+        let text = std::fs::read_to_string(layout.data_dir[&2].join(CLOCK_FILE)).expect("file");
+        assert_eq!(text, "+5.000\n");
     }
 }

@@ -33,7 +33,7 @@ pub mod resp;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -42,7 +42,7 @@ use history::ErrorWord;
 
 use crate::cluster::{LaunchOptions, Launcher, Layout};
 use crate::rng::Rng;
-use crate::systems::faketime::{FakeClock, Libfaketime};
+use crate::systems::faketime::{FakeClock, Libfaketime, NodeClocks};
 use crate::systems::{LockClient, NodeView, Outcome, System};
 use crate::{Error, NodeId};
 
@@ -61,10 +61,9 @@ const CLIENT_STREAM: u64 = 9 << 32;
 /// The default number of instances: the page's example (5 masters), which survives two
 /// instances down or paused.
 pub const INSTANCES_DEFAULT: u64 = 5;
-/// The name of each instance's config file and clock file in its data dir.
+/// The name of each instance's config file in its data dir (its clock file is
+/// [`crate::systems::faketime::CLOCK_FILE`]).
 pub const CONFIG_FILE: &str = "redis.conf";
-/// See [`CONFIG_FILE`].
-pub const CLOCK_FILE: &str = "faketime.rc";
 
 /// Finds `redis-server` (`LOCKSMITH_REDIS_SERVER` overrides) or says how to install it.
 pub fn find_redis_server() -> Result<PathBuf, Error> {
@@ -101,10 +100,10 @@ pub fn config_text(port: u16, dir: &Path) -> String {
 /// Redis as a system under test (see the module docs).
 pub struct Redis {
     binary: PathBuf,
-    faketime: Option<Libfaketime>,
+    /// The instances' clocks, when they run under libfaketime.
+    clocks: Option<Arc<NodeClocks>>,
     seed: u64,
     options: RedlockOptions,
-    clocks: Mutex<BTreeMap<NodeId, Arc<FakeClock>>>,
 }
 
 impl Redis {
@@ -114,34 +113,33 @@ impl Redis {
     pub fn new(binary: PathBuf, faketime: Option<Libfaketime>, seed: u64) -> Self {
         Redis {
             binary,
-            faketime,
+            clocks: faketime.map(NodeClocks::new),
             seed,
             options: RedlockOptions::default(),
-            clocks: Mutex::new(BTreeMap::new()),
         }
     }
 
     fn clock(&self, id: NodeId) -> Result<Arc<FakeClock>, Error> {
-        let clocks = self.clocks.lock().unwrap_or_else(|p| p.into_inner());
-        clocks.get(&id).cloned().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "n{id}: this redis instance runs without libfaketime (the clock nemesis was off when it started)"
-            ))
-        })
+        self.clocks.as_ref().map_or_else(
+            || {
+                Err(Error::Unsupported(format!(
+                    "n{id}: this redis instance runs without libfaketime (the clock nemesis was off when it started)"
+                )))
+            },
+            |clocks| clocks.clock(id),
+        )
     }
 
     /// The clock files of the instances (for tests: they must be gone after a run).
     pub fn clock_files(&self) -> Vec<PathBuf> {
-        let clocks = self.clocks.lock().unwrap_or_else(|p| p.into_inner());
-        clocks.values().map(|c| c.file().to_path_buf()).collect()
+        self.clocks.as_ref().map_or_else(Vec::new, |c| c.files())
     }
 
-    /// Drops the clocks (stops their tickers, removes their files). The run's end does it.
+    /// Drops the clocks (stops their tickers, removes their files).
     pub fn drop_clocks(&self) {
-        self.clocks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        if let Some(clocks) = &self.clocks {
+            clocks.clear();
+        }
     }
 }
 
@@ -149,7 +147,7 @@ impl Redis {
 pub struct RedisLauncher {
     binary: PathBuf,
     configs: BTreeMap<NodeId, PathBuf>,
-    faketime: Option<(Libfaketime, BTreeMap<NodeId, Arc<FakeClock>>)>,
+    clocks: Option<Arc<NodeClocks>>,
 }
 
 impl Launcher for RedisLauncher {
@@ -158,16 +156,14 @@ impl Launcher for RedisLauncher {
         if let Some(config) = self.configs.get(&id) {
             command.arg(config);
         }
-        if let Some((library, clocks)) = &self.faketime
-            && let Some(clock) = clocks.get(&id)
-        {
-            clock.wrap(&mut command, library);
+        if let Some(clocks) = &self.clocks {
+            clocks.wrap(id, &mut command);
         }
         command
     }
 
     fn stopped(&self, _id: NodeId, pid: u32) {
-        if self.faketime.is_some() {
+        if self.clocks.is_some() {
             crate::systems::faketime::remove_shared_memory(pid);
         }
     }
@@ -241,22 +237,20 @@ impl System for Redis {
             )));
         }
         let mut configs = BTreeMap::new();
-        let mut clocks = BTreeMap::new();
         for id in &layout.nodes {
             let dir = &layout.data_dir[id];
             let path = dir.join(CONFIG_FILE);
             std::fs::write(&path, config_text(layout.client[id].port(), dir))
                 .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
             configs.insert(*id, path);
-            if self.faketime.is_some() {
-                clocks.insert(*id, FakeClock::create(dir.join(CLOCK_FILE))?);
-            }
         }
-        *self.clocks.lock().unwrap_or_else(|p| p.into_inner()) = clocks.clone();
+        if let Some(clocks) = &self.clocks {
+            clocks.create(layout)?;
+        }
         Ok(Box::new(RedisLauncher {
             binary: self.binary.clone(),
             configs,
-            faketime: self.faketime.clone().map(|library| (library, clocks)),
+            clocks: self.clocks.clone(),
         }))
     }
 

@@ -6,7 +6,19 @@
 //!   ports from the run's [`Layout`] and an election port of its own, all on 127.0.0.1;
 //!   never the package's service. Kill, pause and restart are the cluster's signals on the
 //!   JVM's process group, as for every system. The command is built in one place,
-//!   [`server::server_command`], where a clock-fault wrapper (libfaketime) can be added.
+//!   [`server::server_command`]; the launcher wraps it in libfaketime for clock faults.
+//! - **Clock** ([`ZooKeeper::with_faketime`], on with the clock nemesis): every server's JVM
+//!   runs under libfaketime as a JVM needs it ([`Libfaketime::for_jvm`]: the multithreaded
+//!   build, its monotonic fix off, or the JVM's timer threads spin) with a clock file the
+//!   harness rewrites ([`crate::systems::faketime`]), and the clock family moves that server's **wall**
+//!   clock (`System.currentTimeMillis`): jumps, rates, strobes. ZooKeeper 3.8 stamps it on
+//!   znodes (`ctime`, `mtime`: the leader's wall clock when it prepared the transaction) and
+//!   on its log lines, but it times sessions, ticks, sync limits and elections on
+//!   `System.nanoTime` (`Time.currentElapsedTime`), the monotonic clock, which libfaketime
+//!   leaves alone (`FAKETIME_DONT_FAKE_MONOTONIC`: the JVM hangs otherwise). So a clock fault
+//!   moves no lease: `nemesis/tests/zookeeper.rs` shows a lock held through jumps of an hour
+//!   on every server, and README's findings measure whole runs. [`CLOCK_NOTE`] says so under
+//!   the run's checks.
 //! - **Partitions**: every server dials each peer's **quorum** port through the net's
 //!   per-link address ([`System::per_link_dial`] is true), so the proxy (default) or the
 //!   kernel net (`--net kernel`, root) cuts the links that carry proposals, commits, pings
@@ -36,17 +48,27 @@ pub mod server;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 
 use crate::cluster::{LaunchOptions, Launcher, Layout};
+use crate::systems::faketime::{Libfaketime, NodeClocks};
 use crate::systems::{LockClient, NodeView, Outcome, System};
 use crate::{Error, NodeId};
 
 pub use client::ZkLockClient;
 pub use server::{MAX_SESSION_MS, MIN_SESSION_MS, ZkInstall, find_zookeeper};
+
+/// What `locksmith test --system zookeeper --nemesis clock` says under its checks: what a
+/// clock fault reaches (see the module docs).
+pub const CLOCK_NOTE: &str = "note: the clock nemesis moved the ZooKeeper servers' wall clocks \
+     (libfaketime: znode ctime and mtime, log timestamps); ZooKeeper times sessions on the JVM's \
+     monotonic clock (System.nanoTime), which the clock nemesis leaves alone, so its faults \
+     reach no session expiry, hence no lease (measured: README, what the harness found in \
+     ZooKeeper's locks)";
 
 /// How long one `srvr` status call may take.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(800);
@@ -54,24 +76,61 @@ const STATUS_TIMEOUT: Duration = Duration::from_millis(800);
 /// ZooKeeper as a system under test (see the module docs).
 pub struct ZooKeeper {
     install: ZkInstall,
+    /// The servers' clocks, when they run under libfaketime.
+    clocks: Option<Arc<NodeClocks>>,
 }
 
 impl ZooKeeper {
-    /// ZooKeeper from `install` ([`find_zookeeper`]).
+    /// ZooKeeper from `install` ([`find_zookeeper`]), its servers' clocks untouched.
     pub fn new(install: ZkInstall) -> Self {
-        ZooKeeper { install }
+        ZooKeeper {
+            install,
+            clocks: None,
+        }
+    }
+
+    /// The same with every server under libfaketime, so the clock nemesis can move its wall
+    /// clock: `library` as a JVM needs it ([`Libfaketime::for_jvm`]). An error when its
+    /// multithreaded build is missing.
+    pub fn with_faketime(mut self, library: Libfaketime) -> Result<Self, Error> {
+        let library = library.for_jvm()?;
+        self.clocks = Some(NodeClocks::new(library));
+        Ok(self)
+    }
+
+    /// The servers' clock files (for tests: they must be gone after a run).
+    pub fn clock_files(&self) -> Vec<std::path::PathBuf> {
+        self.clocks.as_ref().map_or_else(Vec::new, |c| c.files())
+    }
+
+    fn clocks(&self, id: NodeId) -> Result<&NodeClocks, Error> {
+        self.clocks.as_deref().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "n{id}: this ZooKeeper server runs without libfaketime (the clock nemesis was off when it started)"
+            ))
+        })
     }
 }
 
 struct ZkLauncher {
     install: ZkInstall,
     layout: Layout,
+    clocks: Option<Arc<NodeClocks>>,
 }
 
 impl Launcher for ZkLauncher {
     fn command(&self, id: NodeId, _options: &LaunchOptions) -> Command {
-        // ZooKeeper has no lease-clock control; `set_clock` says so to the nemesis.
-        server::server_command(&self.install, &self.layout.data_dir[&id])
+        let mut command = server::server_command(&self.install, &self.layout.data_dir[&id]);
+        if let Some(clocks) = &self.clocks {
+            clocks.wrap(id, &mut command);
+        }
+        command
+    }
+
+    fn stopped(&self, _id: NodeId, pid: u32) {
+        if self.clocks.is_some() {
+            crate::systems::faketime::remove_shared_memory(pid);
+        }
     }
 }
 
@@ -125,9 +184,13 @@ impl System for ZooKeeper {
         dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
     ) -> Result<Box<dyn Launcher>, Error> {
         server::Ensemble::write(layout, &dial)?;
+        if let Some(clocks) = &self.clocks {
+            clocks.create(layout)?;
+        }
         Ok(Box::new(ZkLauncher {
             install: self.install.clone(),
             layout: layout.clone(),
+            clocks: self.clocks.clone(),
         }))
     }
 
@@ -163,6 +226,24 @@ impl System for ZooKeeper {
             node_views(&answers)
         }
         .boxed()
+    }
+
+    fn set_clock<'a>(
+        &'a self,
+        _layout: &'a Layout,
+        id: NodeId,
+        rate_permille: u32,
+        jump_ms: i64,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        async move { self.clocks(id)?.clock(id)?.set(rate_permille, jump_ms) }.boxed()
+    }
+
+    fn reset_clock<'a>(
+        &'a self,
+        _layout: &'a Layout,
+        id: NodeId,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        async move { self.clocks(id)?.clock(id)?.reset() }.boxed()
     }
 }
 

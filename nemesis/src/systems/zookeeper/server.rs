@@ -151,8 +151,8 @@ impl Ensemble {
 
 /// The command that starts server `id` in the foreground from its data dir's `zoo.cfg`.
 ///
-/// This is the one place a server's process is built: a wrapper (libfaketime's
-/// `LD_PRELOAD` and `FAKETIME_*` variables, for clock faults) goes here, on `command`.
+/// This is the one place a server's process is built; the launcher adds libfaketime's
+/// `LD_PRELOAD` and `FAKETIME_*` variables to it for clock faults (see [`super`]).
 pub fn server_command(install: &ZkInstall, data_dir: &Path) -> Command {
     let mut command = Command::new(&install.java);
     command.args([
