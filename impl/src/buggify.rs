@@ -26,16 +26,16 @@ use std::cell::RefCell;
 pub struct Point {
     /// The name `buggify!` takes.
     pub name: &'static str,
-    /// Percent of the times it is reached that an enabled point fires.
-    pub fire_percent: u64,
+    /// Per mille of the times it is reached that an enabled point fires.
+    pub fire_per_mille: u64,
     /// What firing does.
     pub what: &'static str,
 }
 
-const fn point(name: &'static str, fire_percent: u64, what: &'static str) -> Point {
+const fn point(name: &'static str, fire_per_mille: u64, what: &'static str) -> Point {
     Point {
         name,
-        fire_percent,
+        fire_per_mille,
         what,
     }
 }
@@ -47,40 +47,52 @@ pub const ENABLE_ONE_IN: u64 = 2;
 pub const POINTS: &[Point] = &[
     point(
         "server-wait-late",
-        10,
+        100,
         "a request handler comes back to its request late (between a grant's commit and its \
          delivery), so that the answer and the end of its connection can be ready at once",
     ),
     point(
         "server-short-deadline",
-        5,
+        50,
         "the node gives up on a request long before the caller's timeout (an `Unknown` answer \
          while the request's entry may still commit)",
     ),
     point(
         "client-cut-connection",
-        5,
+        50,
         "the client closes its connection while a request is in flight and retries elsewhere",
     ),
     point(
         "client-drop-answer",
-        5,
+        50,
         "an answer reaches the client library, which loses it with its connection and retries",
     ),
     point(
         "client-delay",
-        10,
+        100,
         "the client library waits before an attempt",
     ),
     point(
         "peer-stale-copy",
-        2,
+        20,
         "a Raft message is delivered again, 0.2-3 s later (a long-delayed duplicate)",
     ),
     point(
         "snapshot-write-slow",
-        30,
+        300,
         "a snapshot written off the core's thread takes up to a second",
+    ),
+    point(
+        "crash-before-vote-persist",
+        100,
+        "the node crashes after sending what needs nothing durable and before the persist of \
+         a vote; the simulator restarts it",
+    ),
+    point(
+        "crash-before-persist",
+        2,
+        "the node crashes after sending what needs nothing durable and before its persist (a \
+         crash between a send and the save of the same turn); the simulator restarts it",
     ),
 ];
 
@@ -92,6 +104,25 @@ struct State {
 
 thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    static CRASHES: RefCell<Vec<(u64, &'static str)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A crash point: whether node `node` crashes here now. When it fires, the node must stop
+/// doing anything at once (the core freezes), and the simulator, which takes the request
+/// with [`take_crashes`], crashes its host (unsynced writes lost) and restarts it later.
+pub fn crash_point(name: &'static str, node: u64) -> bool {
+    // Literal names only through `buggify!`; this one is checked by the declared list.
+    let fires = fire(name);
+    if fires {
+        crate::probe!("crash-point-crashed");
+        CRASHES.with(|c| c.borrow_mut().push((node, name)));
+    }
+    fires
+}
+
+/// The crashes requested since the last call: (node, point).
+pub fn take_crashes() -> Vec<(u64, &'static str)> {
+    CRASHES.with(|c| std::mem::take(&mut *c.borrow_mut()))
 }
 
 /// Turns fault points on for this thread's simulation with `seed` (`Some`), or off (`None`).
@@ -159,7 +190,7 @@ pub fn fire(name: &str) -> bool {
         if !state.enabled[i] {
             return false;
         }
-        let fires = crate::rng::splitmix64(&mut state.rng) % 100 < POINTS[i].fire_percent;
+        let fires = crate::rng::splitmix64(&mut state.rng) % 1_000 < POINTS[i].fire_per_mille;
         if fires {
             state.fired[i] += 1;
         }
@@ -217,7 +248,10 @@ mod tests {
 
     #[test]
     fn every_point_in_the_sources_is_declared_and_every_declared_one_used() {
-        let used = crate::probe::tests::names_in_sources("buggify!(\"", "buggify.rs");
+        let mut used = crate::probe::tests::names_in_sources("buggify!(\"", "buggify.rs");
+        // Crash points are named in the code that picks one (`server::core`).
+        let crash = crate::probe::tests::names_in_sources("\"crash-before", "buggify.rs");
+        used.extend(crash.into_iter().map(|rest| format!("crash-before{rest}")));
         for name in &used {
             assert!(
                 POINTS.iter().any(|p| p.name == name),

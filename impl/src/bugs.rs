@@ -65,11 +65,17 @@ pub enum Bug {
     /// client defect, reverted). Caught by lease safety and linearizability: the client
     /// writes under a token the cluster has released and granted again.
     TrustRetryAfterUnknown,
+    /// `reply-before-persist`: the server sends what must wait for its persist (a vote, an
+    /// AppendEntries acknowledgement) before it persists (issue 24's blind spot: no world
+    /// crashed between a send and the save of the same turn). Caught in the simulator through
+    /// the crash point `crash-before-persist`: a vote or an acknowledgement the restarted node
+    /// no longer backs (Election Safety, Log Matching, lost commits in the trace replay).
+    ReplyBeforePersist,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -83,6 +89,7 @@ impl Bug {
         Bug::NewLeaderExpires,
         Bug::GrantToClosedConnection,
         Bug::TrustRetryAfterUnknown,
+        Bug::ReplyBeforePersist,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -101,6 +108,7 @@ impl Bug {
             Bug::NewLeaderExpires => "new-leader-expires",
             Bug::GrantToClosedConnection => "grant-to-closed-connection",
             Bug::TrustRetryAfterUnknown => "trust-retry-after-unknown",
+            Bug::ReplyBeforePersist => "reply-before-persist",
         }
     }
 

@@ -90,6 +90,11 @@ pub const PROBES: &[Probe] = &[
         "a fault point (`lockd::buggify!`) fired",
     ),
     probe(
+        "crash-point-crashed",
+        true,
+        "a crash point crashed a node between its sends and its persist",
+    ),
+    probe(
         "torn-tail-cut",
         false,
         "storage cut a torn record at the end of a segment on restart",

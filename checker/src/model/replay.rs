@@ -29,8 +29,8 @@ use std::panic::AssertUnwindSafe;
 use lockd::lock::{Key, LockTable, Origin, Outcome, Token};
 use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{
-    ClientRequest, Config, Durable, Envelope, Input, Node, NodeId, Output, RequestId, Response,
-    Role, Term, Timer,
+    ClientRequest, Config, Durable, Envelope, Input, Message, Node, NodeId, Output, RequestId,
+    Response, Role, Term, Timer,
 };
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
@@ -126,6 +126,12 @@ struct Replayed {
     /// step; a copy per step was most of the replay's time). Taken afresh from the node
     /// after a start or a snapshot.
     shadows: BTreeMap<NodeId, LockTable>,
+    /// Who received each granted vote, by (voter, term): a node votes once a term, so two
+    /// candidates that both received its vote of one term show a vote that was sent before
+    /// it was durable and forgotten in a crash (issue 24's blind spot: a reply sent before
+    /// its persist). Received votes only: a vote in an output whose persist a crash cut
+    /// short never left its node.
+    votes: BTreeMap<(NodeId, Term), NodeId>,
 }
 
 /// Why a step failed: the run departs, or the trace is malformed.
@@ -180,6 +186,7 @@ pub fn replay(lines: &[TraceLine]) -> ReplayReport {
         gone: BTreeMap::new(),
         tables: BTreeMap::new(),
         shadows: BTreeMap::new(),
+        votes: BTreeMap::new(),
     };
     let mut report = ReplayReport {
         unmatched_senders: unrecorded.iter().copied().collect(),
@@ -380,6 +387,21 @@ fn step(
     input: &Input,
     recorded: Option<&OutputDigest>,
 ) -> Result<(), Fault> {
+    if let Input::Message {
+        from,
+        msg: Message::RequestVoteResponse {
+            term,
+            granted: true,
+        },
+    } = input
+        && let Some(other) = r.votes.insert((*from, *term), id)
+        && other != id
+    {
+        return Err(Fault::Departs(format!(
+            "node {from}'s vote of term {term} reached both node {other} and node {id}: a node \
+             votes once a term (a vote sent before it was durable, and lost in a crash?)"
+        )));
+    }
     let node = r.nodes.get_mut(&id).ok_or_else(|| {
         Fault::Malformed(format!("node {id} steps before its configuration line"))
     })?;

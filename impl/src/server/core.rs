@@ -48,6 +48,9 @@ pub(super) struct Core {
     /// Answered once the output of `Input::Exit` was carried out.
     exiting: Vec<oneshot::Sender<()>>,
     snapshots: SnapshotWriter,
+    /// A crash point fired (`buggify::crash_point`): the core does nothing more, and the
+    /// simulator crashes its host.
+    crashed: bool,
 }
 
 /// Local snapshots written off the core's thread (see [`Core::defer_snapshot`]).
@@ -112,6 +115,7 @@ impl Core {
             trace: None,
             exiting: Vec::new(),
             snapshots,
+            crashed: false,
         }
     }
 
@@ -185,6 +189,10 @@ impl Core {
         let startup = std::mem::take(&mut self.startup);
         self.carry_out(startup)?;
         loop {
+            if self.crashed {
+                // Frozen until the simulator crashes the host.
+                return futures::future::pending().await;
+            }
             if let Some(gate) = &mut gate {
                 gate.pass().await;
             }
@@ -314,7 +322,7 @@ impl Core {
     /// [`PERSIST_CHAIN_MAX`] times; past that, the next turn reports it).
     fn carry_out(&mut self, mut output: Output) -> Result<(), ServerError> {
         for round in 0.. {
-            if !self.carry_out_one(output)? {
+            if !self.carry_out_one(output)? || self.crashed {
                 return Ok(());
             }
             if round == PERSIST_CHAIN_MAX {
@@ -341,10 +349,34 @@ impl Core {
     /// Carries out one output in the contract's order; says whether it persisted anything.
     fn carry_out_one(&mut self, output: Output) -> Result<bool, ServerError> {
         self.flush_trace()?;
-        for envelope in coalesce_envelopes(output.send_now) {
+        let reply_before_persist = self.node.config().bugs.contains(Bug::ReplyBeforePersist);
+        let mut send_now = output.send_now;
+        let mut send_after_persist = output.send_after_persist;
+        if reply_before_persist {
+            // Mutant: what must wait for the persist goes out with what need not.
+            send_now.append(&mut send_after_persist);
+        }
+        for envelope in coalesce_envelopes(send_now) {
             self.links.send(envelope);
         }
         let persisted = output.persist.is_some();
+        // A vote or a term is persisted rarely, and a crash there matters most: its own point.
+        let durable = &self.storage.durable().hard_state;
+        let new_vote = (output.persist.as_ref())
+            .and_then(|p| p.hard_state.as_ref())
+            .is_some_and(|h| {
+                h.voted_for.is_some() && (h.term, h.voted_for) != (durable.term, durable.voted_for)
+            });
+        let point = if new_vote {
+            "crash-before-vote-persist"
+        } else {
+            "crash-before-persist"
+        };
+        if persisted && crate::buggify::crash_point(point, self.node.config().id) {
+            warn!("crash point: crashing before the persist");
+            self.crashed = true;
+            return Ok(false);
+        }
         if let Some(persist) = output.persist {
             let (persist, deferred) = self.split_local_snapshot(persist);
             debug!(persist = %describe_persist(&persist), "persist");
@@ -374,7 +406,7 @@ impl Core {
                 self.defer_snapshot(snapshot);
             }
         }
-        for envelope in output.send_after_persist {
+        for envelope in send_after_persist {
             self.links.send(envelope);
         }
         for committed in &output.apply {

@@ -306,6 +306,10 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
                 Ok(_) => {
                     let recorder = Arc::new(Recorder::in_memory());
                     *recorded.lock().unwrap_or_else(|p| p.into_inner()) = Some(recorder.clone());
+                    tokio::spawn(world::record_crash_points(
+                        control.clone(),
+                        recorder.clone(),
+                    ));
                     Ok(harness::execute(&options, world, recorder).await)
                 }
                 Err(e) => Err(e.to_string()),
@@ -318,6 +322,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     let mut cut = Grudge::none();
     let mut error = loop {
         let step = sim.step();
+        control.crash_points(sim.elapsed());
         control.apply(&mut sim, &mut cut, max_latency_ms);
         match step {
             Ok(true) => break None,

@@ -62,6 +62,10 @@ enum Command {
 
 struct State {
     queue: VecDeque<Command>,
+    /// Nodes a crash point crashed, with when the simulator restarts them.
+    crashed: Vec<(Duration, NodeId)>,
+    /// Crashes and restarts by crash points, for the history: (verb, node, point).
+    crash_notes: Vec<(crate::faults::Verb, NodeId, &'static str)>,
     /// Node exits not yet reaped.
     exits: Vec<(NodeId, String)>,
     nodes: BTreeMap<NodeId, NodeLedger>,
@@ -82,6 +86,8 @@ impl Control {
     pub fn new(nodes: Vec<NodeId>, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Control {
         let state = State {
             queue: VecDeque::new(),
+            crashed: Vec::new(),
+            crash_notes: Vec::new(),
             exits: Vec::new(),
             nodes: NodeLedger::of(&nodes),
         };
@@ -129,9 +135,51 @@ impl Control {
         others.map(move |other| (node_name(node), other))
     }
 
+    /// The crash points that fired in the last step (`lockd::buggify::crash_point`): each
+    /// node's host crashes in the next apply (its frozen core persisted nothing more; what
+    /// its other tasks sent meanwhile is out), and restarts `RESTART_AFTER_MS` later.
+    pub fn crash_points(&self, now: Duration) {
+        const RESTART_AFTER_MS: u64 = 300;
+        let mut state = self.lock();
+        for (id, point) in lockd::buggify::take_crashes() {
+            let Some(node) = state.nodes.get_mut(&id).filter(|n| n.running()) else {
+                continue;
+            };
+            node.killed();
+            state.queue.push_back(Command::Crash(id));
+            let at = now + Duration::from_millis(RESTART_AFTER_MS);
+            state.crashed.push((at, id));
+            state
+                .crash_notes
+                .push((crate::faults::Verb::Kill, id, point));
+        }
+    }
+
+    /// The crash points' kills and restarts since the last call, for the history.
+    pub fn take_crash_notes(&self) -> Vec<(crate::faults::Verb, NodeId, &'static str)> {
+        std::mem::take(&mut self.lock().crash_notes)
+    }
+
     /// Applies the queued commands to the simulation (the step loop, between steps).
     /// `cut` is the grudge in force; `latency_ms` the seed's message latency bound.
     pub fn apply(&self, sim: &mut turmoil::Sim<'_>, cut: &mut Grudge, latency_ms: u64) {
+        {
+            let now = sim.elapsed();
+            let mut state = self.lock();
+            let (due, later) = std::mem::take(&mut state.crashed)
+                .into_iter()
+                .partition(|(at, _)| *at <= now);
+            state.crashed = later;
+            for (_, id) in due {
+                // Unless the nemesis restarted it first.
+                if let Some(node) = state.nodes.get_mut(&id).filter(|n| !n.running()) {
+                    node.started();
+                    state.queue.push_back(Command::Bounce(id));
+                    let note = (crate::faults::Verb::Restart, id, "restart");
+                    state.crash_notes.push(note);
+                }
+            }
+        }
         let commands: Vec<Command> = self.lock().queue.drain(..).collect();
         for command in commands {
             match command {
@@ -165,6 +213,20 @@ impl Control {
                 switch.set_paused(false);
             }
         }
+    }
+}
+
+/// Records the crash points' kills and restarts in the history as the nemesis's (the
+/// checks judge a crash point's crash like a planned one), polling every millisecond.
+pub async fn record_crash_points(
+    control: Control,
+    recorder: Arc<crate::harness::recorder::Recorder>,
+) {
+    loop {
+        for (verb, id, point) in control.take_crash_notes() {
+            recorder.nemesis(verb, &format!("n{id} (crash point {point})"), "");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
