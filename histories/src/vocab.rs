@@ -230,6 +230,11 @@ words!(
         Flaky => "flaky",
         /// Deliver faithfully again (ends `flaky`).
         Unflaky => "unflaky",
+        /// A node crashed by itself at a fault point of the simulator (`lockd::buggify`'s
+        /// crash points), not by a nemesis.
+        Crash => "crash",
+        /// The simulator started a crashed node again (ends `crash`).
+        Revive => "revive",
         /// A marker, not a fault: everything is healed and the recovery phase starts.
         Recover => "recover",
     }
@@ -249,8 +254,9 @@ impl FaultVerb {
             Hold => Some(Release),
             Slow => Some(Unslow),
             Flaky => Some(Unflaky),
-            Restart | Resume | ResumeClients | Heal | ResetClock | Release | Unslow | Unflaky
-            | Recover => None,
+            Crash => Some(Revive),
+            Revive | Restart | Resume | ResumeClients | Heal | ResetClock | Release | Unslow
+            | Unflaky | Recover => None,
         }
     }
 

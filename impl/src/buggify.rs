@@ -26,16 +26,16 @@ use std::cell::RefCell;
 pub struct Point {
     /// The name `buggify!` takes.
     pub name: &'static str,
-    /// Per mille of the times it is reached that an enabled point fires.
-    pub fire_per_mille: u64,
+    /// An enabled point fires once in this many times it is reached, on average.
+    pub fire_one_in: u64,
     /// What firing does.
     pub what: &'static str,
 }
 
-const fn point(name: &'static str, fire_per_mille: u64, what: &'static str) -> Point {
+const fn point(name: &'static str, fire_one_in: u64, what: &'static str) -> Point {
     Point {
         name,
-        fire_per_mille,
+        fire_one_in,
         what,
     }
 }
@@ -47,50 +47,50 @@ pub const ENABLE_ONE_IN: u64 = 2;
 pub const POINTS: &[Point] = &[
     point(
         "server-wait-late",
-        100,
+        10,
         "a request handler comes back to its request late (between a grant's commit and its \
          delivery), so that the answer and the end of its connection can be ready at once",
     ),
     point(
         "server-short-deadline",
-        50,
+        20,
         "the node gives up on a request long before the caller's timeout (an `Unknown` answer \
          while the request's entry may still commit)",
     ),
     point(
         "client-cut-connection",
-        50,
+        20,
         "the client closes its connection while a request is in flight and retries elsewhere",
     ),
     point(
         "client-drop-answer",
-        50,
+        20,
         "an answer reaches the client library, which loses it with its connection and retries",
     ),
     point(
         "client-delay",
-        100,
+        10,
         "the client library waits before an attempt",
     ),
     point(
         "peer-stale-copy",
-        20,
+        50,
         "a Raft message is delivered again, 0.2-3 s later (a long-delayed duplicate)",
     ),
     point(
         "snapshot-write-slow",
-        300,
+        3,
         "a snapshot written off the core's thread takes up to a second",
     ),
     point(
         "crash-before-vote-persist",
-        100,
+        10,
         "the node crashes after sending what needs nothing durable and before the persist of \
          a vote; the simulator restarts it",
     ),
     point(
         "crash-before-persist",
-        2,
+        5_000,
         "the node crashes after sending what needs nothing durable and before its persist (a \
          crash between a send and the save of the same turn); the simulator restarts it",
     ),
@@ -146,6 +146,7 @@ pub fn configure(seed: Option<u64>) -> Vec<&'static str> {
             .collect()
     });
     STATE.with(|cell| *cell.borrow_mut() = state);
+    CRASHES.with(|c| c.borrow_mut().clear());
     names
 }
 
@@ -190,7 +191,7 @@ pub fn fire(name: &str) -> bool {
         if !state.enabled[i] {
             return false;
         }
-        let fires = crate::rng::splitmix64(&mut state.rng) % 1_000 < POINTS[i].fire_per_mille;
+        let fires = crate::rng::splitmix64(&mut state.rng) % POINTS[i].fire_one_in.max(1) == 0;
         if fires {
             state.fired[i] += 1;
         }

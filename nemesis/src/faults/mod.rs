@@ -125,7 +125,8 @@ impl VerbExt for Verb {
             Verb::Partition | Verb::Heal | Verb::Hold | Verb::Release => Some(FaultKind::Partition),
             Verb::Slow | Verb::Unslow | Verb::Flaky | Verb::Unflaky => Some(FaultKind::Netem),
             Verb::Skew | Verb::Strobe | Verb::ResetClock => Some(FaultKind::Clock),
-            Verb::Recover => None,
+            // The simulator's crash points, not a nemesis's, and the marker.
+            Verb::Crash | Verb::Revive | Verb::Recover => None,
         }
     }
 }

@@ -175,7 +175,7 @@ impl Control {
                 if let Some(node) = state.nodes.get_mut(&id).filter(|n| !n.running()) {
                     node.started();
                     state.queue.push_back(Command::Bounce(id));
-                    let note = (crate::faults::Verb::Restart, id, "restart");
+                    let note = (crate::faults::Verb::Revive, id, "restart");
                     state.crash_notes.push(note);
                 }
             }
@@ -224,7 +224,7 @@ pub async fn record_crash_points(
 ) {
     loop {
         for (verb, id, point) in control.take_crash_notes() {
-            recorder.nemesis(verb, &format!("n{id} (crash point {point})"), "");
+            recorder.nemesis(verb, &format!("n{id} ({point})"), "");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
