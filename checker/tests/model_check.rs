@@ -177,7 +177,7 @@ mod correct {
             .spawn_bfs()
             .join();
         checker.assert_properties();
-        assert_eq!(checker.unique_state_count(), 16614, "{cfg}");
+        assert_eq!(checker.unique_state_count(), 34565, "{cfg}");
     }
 
     #[test]
@@ -200,7 +200,7 @@ mod correct {
             }
         }
         checker.assert_any_discovery(properties::SOMETIMES_GRANTED);
-        assert_eq!(checker.unique_state_count(), 4579, "{cfg}");
+        assert_eq!(checker.unique_state_count(), 8233, "{cfg}");
     }
 
     #[test]
@@ -228,7 +228,7 @@ mod correct {
         for name in [properties::SOMETIMES_GRANTED, properties::SOMETIMES_PHANTOM] {
             checker.assert_any_discovery(name);
         }
-        assert_eq!(checker.unique_state_count(), 295547, "{cfg}");
+        assert_eq!(checker.unique_state_count(), 302642, "{cfg}");
     }
 }
 
@@ -458,15 +458,17 @@ mod mutants {
     #[test]
     fn the_default_walks_catch_the_fast_mutants() {
         // Issue 14: `locksmith model check --bug NAME` with defaults exits 1; these are found
-        // by the default walks (seed 1, as the CLI) within a hundred walks. The others are
-        // found by the default's small-scope search first (the one-server tests above).
+        // by the default walks (seed 1, as the CLI) within a thousand walks (a hundred until
+        // the leader's clock base entered the node's state, 2026-12-05: `locksmith model
+        // check --bug stale-leader` then found it at walk 115). The others are found by the
+        // default's small-scope search first (the one-server tests above).
         for (bug, property) in [
             (Bug::FollowerGrants, properties::ONE_HOLDER),
             (Bug::EarlyExpire, properties::LEASE_NOT_EARLY),
             (Bug::StaleLeader, properties::PHANTOM_RELEASED),
             (Bug::SkipPhantomRelease, properties::PHANTOM_RELEASED),
         ] {
-            assert_default_walks_discover(bug, 1, 100, property);
+            assert_default_walks_discover(bug, 1, 1_000, property);
         }
     }
 
@@ -882,7 +884,14 @@ mod trace_validation {
             .departure
             .expect("two leaders of term 1 depart");
         assert_eq!(d.record, trace.len(), "{d:?}");
-        assert!(d.reason.contains("both led term 1"), "{d:?}");
+        // Node 3 voted for both: the replay's vote check sees it as node 2 receives the second
+        // vote, before Election Safety sees two leaders of term 1.
+        assert!(
+            d.reason.contains("both led term 1")
+                || d.reason
+                    .contains("node 3's vote of term 1 reached both node 1 and node 2"),
+            "{d:?}"
+        );
     }
 
     /// Replays the model's own counterexample to `property` under `bug` (found by a

@@ -121,11 +121,13 @@ fn the_command_replays_seeds_with_crashes_byte_for_byte() {
         })
         .count();
     assert!(kills >= 1, "seeds 1..=3: some plan crashes a node");
+    // A failing seed writes its store: into a folder the test removes.
+    let store = tempfile::tempdir().expect("a temporary folder");
     let run = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
             .args(["sim", "--seeds", "1..=3", "--time-s", "5", "--jobs", "1"])
             .args(["--no-shrink", "--keep-going", "--store"])
-            .arg(std::env::temp_dir().join("locksmith-sim-replay-test"))
+            .arg(store.path())
             .env("LOCKSMITH_SIM_DIGESTS", "1")
             .output()
             .expect("locksmith runs");
@@ -282,6 +284,8 @@ fn keeps_only_changes_after_which_the_case_still_fails() {
 #[test]
 fn the_command_runs_each_swarm_seed_with_its_own_draw() {
     let seeds: Vec<u64> = (1..=8).collect();
+    // A failing seed writes its store: into a folder the test removes.
+    let store = tempfile::tempdir().expect("a temporary folder");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
         .args([
             "sim",
@@ -293,7 +297,7 @@ fn the_command_runs_each_swarm_seed_with_its_own_draw() {
             "--keep-going",
         ])
         .arg("--store")
-        .arg(std::env::temp_dir().join("locksmith-sim-swarm-test"))
+        .arg(store.path())
         .env("LOCKSMITH_SIM_DIGESTS", "1")
         .output()
         .expect("locksmith runs");

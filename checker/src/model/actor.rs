@@ -121,9 +121,11 @@ pub struct Ghost {
     /// on its clock (`Node::lease_ran_out`).
     pub undue_expire: Option<String>,
     /// Clients that left (`ClientGone`) while this node led `term` and before their lock was
-    /// applied here: (term, client origin). Such a lock must get a Release, unless the client
-    /// came back with a retry of the same request (found by the simulator's fault points: a
-    /// client that cut its connection retried, and its retry was rightly granted).
+    /// applied here: (term, client origin). Such a lock must get a Release. (The trace replay
+    /// forgets a client that comes back with a retry of the same request, which a real
+    /// client's live handler shows; a model client that gave up never retries, and a retry
+    /// it sent before giving up that arrives after its cancel is a zombie it will not
+    /// release.)
     pub gone: BTreeSet<(Term, Origin)>,
 }
 
@@ -355,17 +357,6 @@ impl Actor for LockdActor {
                     Input::ClientGone { id } => Some(*id),
                     _ => None,
                 };
-                let back = match &input {
-                    Input::Request {
-                        request:
-                            ClientRequest::Acquire {
-                                origin: Some(origin),
-                                ..
-                            },
-                        ..
-                    } => Some(*origin),
-                    _ => None,
-                };
                 // A cancel is always consumed, even when the core ignores it, so that the
                 // ghost can note that the client left.
                 let next = step_server(config.bugs, *relative_time, server, input, None, o)
@@ -373,11 +364,6 @@ impl Actor for LockdActor {
                 if let Some(mut next) = next {
                     if let Some(rid) = gone {
                         note_gone(&mut next, rid);
-                    }
-                    // A client back with a retry of a request it left: what the retry gets
-                    // is its own to release (see `Ghost::gone`).
-                    if let Some(origin) = back {
-                        next.ghost.gone.retain(|(_, left)| *left != origin);
                     }
                     *state.to_mut() = ModelState::Server(Box::new(next));
                 }
