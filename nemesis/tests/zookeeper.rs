@@ -412,6 +412,146 @@ async fn the_recipe_queues_fences_and_lets_a_stalled_holder_go_no_earlier_than_i
     );
 }
 
+/// The election notifications server `node`'s log shows from another server, counted from
+/// byte `from` on: ZooKeeper logs every vote it receives (`Notification: ... n.sid:S, ...`),
+/// its own included.
+fn notifications_from_others(log: &Path, node: u64, from: usize) -> Vec<String> {
+    let text = std::fs::read(log).unwrap_or_default();
+    let text = String::from_utf8_lossy(text.get(from..).unwrap_or_default());
+    let own = format!("n.sid:{node},");
+    text.lines()
+        .filter(|l| l.contains("Notification:") && !l.contains(&own))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls the ensemble's status until `pred` holds; panics with the last views after 40 s.
+async fn await_views(
+    system: &nemesis::systems::zookeeper::ZooKeeper,
+    layout: &nemesis::cluster::Layout,
+    what: &str,
+    pred: impl Fn(&[nemesis::systems::NodeView]) -> bool,
+) -> Vec<nemesis::systems::NodeView> {
+    use nemesis::systems::System as _;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let views = system.status(layout).await;
+        if pred(&views) {
+            return views;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last status: {views:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn view_of(views: &[nemesis::systems::NodeView], node: u64) -> Option<&nemesis::systems::NodeView> {
+    views.iter().find(|v| v.node == node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_server_hears_no_votes_and_rejoins_after_the_heal() {
+    // Issue 25 item 2, "partition each server": through the fault proxy, isolating the
+    // leader cuts its quorum **and** election links (systems::zookeeper::links), so it
+    // neither leads nor follows, and receives not one vote from the others while the
+    // majority elects a new leader; after the heal it follows that leader. With the
+    // election ports dialed directly, or a dial-back to the advertised election address,
+    // its log shows the others' votes.
+    use nemesis::cluster::{Cluster, Layout};
+    use nemesis::net::{Grudge, Net as _, proxy::Proxy};
+    use nemesis::systems::System as _;
+    use nemesis::systems::zookeeper::{ZooKeeper, find_zookeeper};
+    use std::collections::BTreeMap;
+    if !zookeeper_or_skip("an_isolated_server_hears_no_votes_and_rejoins_after_the_heal") {
+        return;
+    }
+    // Init: three servers behind the proxy, one leader.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _sweep = Sweep(dir.path().display().to_string());
+    let layout = Layout::new(3, dir.path()).expect("layout");
+    let proxy = Proxy::start(&layout.peer).await.expect("proxy");
+    let mut dial = BTreeMap::new();
+    for s in &layout.nodes {
+        for t in layout.nodes.iter().filter(|t| *t != s) {
+            dial.insert((*s, *t), proxy.dial_addr(*s, *t));
+        }
+    }
+    let system = ZooKeeper::new(find_zookeeper().expect("installed"));
+    let launcher = system.launcher(&layout, dial).expect("launcher");
+    let cluster = Cluster::start(launcher, &layout.nodes, &layout.log_dir).expect("start");
+    let serving = |views: &[nemesis::systems::NodeView]| {
+        views.len() == 3
+            && nemesis::systems::leader_of(views).is_some()
+            && views.iter().all(|v| v.role != "candidate")
+    };
+    let views = await_views(&system, &layout, "a serving ensemble", serving).await;
+    let old = nemesis::systems::leader_of(&views).expect("a leader");
+    let others: Vec<u64> = layout.nodes.iter().copied().filter(|n| *n != old).collect();
+    let log = layout.log_dir.join(format!("n{old}.log"));
+
+    // Act: isolate the leader completely.
+    proxy
+        .apply(&Grudge::complete(&[vec![old], others.clone()]))
+        .expect("partition");
+    let views = await_views(&system, &layout, "a new leader among the others", |v| {
+        let new = nemesis::systems::leader_of(v);
+        new.is_some_and(|l| l != old)
+            && view_of(v, old).is_some_and(|o| o.role == "candidate")
+            && others
+                .iter()
+                .all(|n| view_of(v, *n).is_some_and(|w| w.role != "candidate"))
+    })
+    .await;
+    let new = nemesis::systems::leader_of(&views).expect("a new leader");
+    // From here on the isolated server is looking and sends its votes again and again;
+    // the others answer every vote they hear from a looking server.
+    let mark = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
+    let quiet_until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < quiet_until {
+        let views = system.status(&layout).await;
+        if let Some(v) = view_of(&views, old) {
+            assert_eq!(
+                (v.role.as_str(), v.leader),
+                ("candidate", None),
+                "n{old}, cut off, leads or follows: {views:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let heard = notifications_from_others(&log, old, mark);
+    let looking = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .get(mark..)
+        .is_some_and(|t| t.contains("Notification:"));
+
+    // Heal: the old leader follows the new one.
+    proxy.heal().expect("heal");
+    let views = await_views(
+        &system,
+        &layout,
+        "the isolated server back as a follower",
+        |v| serving(v) && view_of(v, old).is_some_and(|o| o.role == "follower"),
+    )
+    .await;
+    cluster.teardown().expect("teardown");
+    proxy.teardown().expect("proxy teardown");
+
+    // Check.
+    assert!(
+        looking,
+        "n{old} logged no vote of its own while cut off: the measure would be empty"
+    );
+    assert!(
+        heard.is_empty(),
+        "n{old}, cut off from n{others:?}, still heard {} of their votes, first: {}",
+        heard.len(),
+        heard[0]
+    );
+    assert_eq!(nemesis::systems::leader_of(&views), Some(new), "{views:?}");
+}
+
 /// One hour, ms: a clock jump no timestamp taken around it can be confused with.
 const HOUR_MS: i64 = 3_600_000;
 /// How far a znode's ctime may lie from the real time around its create, beyond the

@@ -2,8 +2,9 @@
 //! an ensemble of Debian's `zookeeper` 3.8 servers and the lock recipe of its documentation.
 //!
 //! - **Servers** ([`server`]): each one a JVM running `QuorumPeerMain` in the foreground with
-//!   its own `zoo.cfg`, `myid` and data dir in the run's data dir, its client and quorum
-//!   ports from the run's [`Layout`] and an election port of its own, all on 127.0.0.1;
+//!   its own `zoo.cfg`, `myid` and data dir in the run's data dir, its client port from
+//!   the run's [`Layout`] and its quorum and election ports ([`server::Ensemble`]), all on
+//!   127.0.0.1;
 //!   never the package's service. Kill, pause and restart are the cluster's signals on the
 //!   JVM's process group, as for every system. The command is built in one place,
 //!   [`server::server_command`]; the launcher wraps it in libfaketime for clock faults.
@@ -19,13 +20,15 @@
 //!   moves no lease: `nemesis/tests/zookeeper.rs` shows a lock held through jumps of an hour
 //!   on every server, and README's findings measure whole runs. [`CLOCK_NOTE`] says so under
 //!   the run's checks.
-//! - **Partitions**: every server dials each peer's **quorum** port through the net's
-//!   per-link address ([`System::per_link_dial`] is true), so the proxy (default) or the
-//!   kernel net (`--net kernel`, root) cuts the links that carry proposals, commits, pings
-//!   and session touches. The election ports are dialed directly: a cut-off server still
-//!   hears votes, but cannot follow (or lead) a quorum it cannot reach, so it stops serving,
-//!   and its clients' sessions move to a server that can. Cutting the election links too
-//!   would need a second per-link address per pair.
+//! - **Partitions**: every server dials each peer's **quorum** and **election** ports
+//!   through the net's per-link address ([`System::per_link_dial`] is true), so the proxy
+//!   (default) or the kernel net (`--net kernel`, root) cuts a server off completely, as for
+//!   lockd and etcd: no proposals, commits, pings or session touches, and no votes. The net
+//!   gives one address per link and ZooKeeper needs two ports, so a front on each server's
+//!   layout peer port passes connections on to its real quorum or election port, and an
+//!   election relay per link rewrites the election address a server advertises, which
+//!   ZooKeeper 3.8 dials back ([`links`] says why and how). A cut-off server stays
+//!   `looking`, and its clients' sessions move to a server that serves.
 //! - **Clients** ([`client`]): one session per grant, whose timeout is the lease; the token
 //!   is the lock node's creation zxid. Each session dials a [`relay`] of its own, which
 //!   starts at the client's node (`nodes[client_id % n]`) and fails over to the next. `pause-clients` stalls a holder's relay too ([`LockClient::stall`]): a paused
@@ -42,6 +45,7 @@
 //!   fenced resource's to refuse.
 
 pub mod client;
+pub mod links;
 pub mod relay;
 pub mod server;
 
@@ -116,6 +120,9 @@ struct ZkLauncher {
     install: ZkInstall,
     layout: Layout,
     clocks: Option<Arc<NodeClocks>>,
+    /// The fronts and election relays behind a per-link net; they live as long as the
+    /// cluster that owns this launcher.
+    links: Option<links::PeerLinks>,
 }
 
 impl Launcher for ZkLauncher {
@@ -125,6 +132,13 @@ impl Launcher for ZkLauncher {
             clocks.wrap(id, &mut command);
         }
         command
+    }
+
+    fn started(&self, _id: NodeId) -> Result<(), Error> {
+        // The fronts bind the layout's peer ports, held reserved until the first start.
+        self.links
+            .as_ref()
+            .map_or(Ok(()), links::PeerLinks::bind_fronts)
     }
 
     fn stopped(&self, _id: NodeId, pid: u32) {
@@ -183,7 +197,18 @@ impl System for ZooKeeper {
         layout: &Layout,
         dial: BTreeMap<(NodeId, NodeId), SocketAddr>,
     ) -> Result<Box<dyn Launcher>, Error> {
-        server::Ensemble::write(layout, &dial)?;
+        // A per-link net gives some link an address of its own; without one (bench,
+        // nets that cut real addresses) the servers dial each other directly.
+        let per_link = dial
+            .iter()
+            .any(|((_, target), a)| layout.peer.get(target) != Some(a));
+        let (ensemble, links) = if per_link {
+            let (ensemble, links) = server::Ensemble::through_links(layout, &dial)?;
+            (ensemble, Some(links))
+        } else {
+            (server::Ensemble::direct(layout, &dial)?, None)
+        };
+        ensemble.write(layout)?;
         if let Some(clocks) = &self.clocks {
             clocks.create(layout)?;
         }
@@ -191,6 +216,7 @@ impl System for ZooKeeper {
             install: self.install.clone(),
             layout: layout.clone(),
             clocks: self.clocks.clone(),
+            links,
         }))
     }
 

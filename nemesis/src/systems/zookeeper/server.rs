@@ -1,13 +1,13 @@
 //! One ZooKeeper server of a run: where the package's jars are, the `zoo.cfg` and `myid` of
 //! each server, the command that starts it in the foreground, and its `srvr` status.
 //!
-//! Each server gets three loopback ports: the client port and the quorum port of the run's
-//! [`Layout`] (`client[id]`, `peer[id]`), and an election port picked here. A server's
-//! `zoo.cfg` lists every peer with the address it dials for that peer's **quorum** port, so
-//! the net's per-link address (`dial[(id, peer)]`, a proxy or kernel-cut port) carries the
-//! followers' connections to the leader: proposals, commits, pings and session touches. The
-//! election ports are dialed directly (see the module docs of [`super`] for what that means
-//! for partitions).
+//! Each server gets a loopback client port (the run's [`Layout`]: `client[id]`) and two
+//! peer ports, quorum and election ([`PeerPorts`]). A server's `zoo.cfg` names its own real
+//! ports and, for every peer, the ports it dials for that peer ([`Ensemble`]). Behind a
+//! per-link net (the proxy or `--net kernel`), both go through the net's per-link address
+//! `dial[(id, peer)]`: the quorum port directly, the election port through an election
+//! relay of that link ([`super::links`]), so a partition cuts both. Without one (`locksmith
+//! bench`), the quorum port is the layout's peer port and the election port one of its own.
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use super::links::PeerLinks;
 use crate::cluster::Layout;
 use crate::{Error, NodeId};
 
@@ -75,25 +76,90 @@ pub fn find_zookeeper() -> Result<ZkInstall, Error> {
     Ok(ZkInstall { java, classpath })
 }
 
+/// A server's two peer ports: where it binds them, or where a peer dials them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerPorts {
+    /// The quorum port: a learner's connection to its leader.
+    pub quorum: SocketAddr,
+    /// The election port: votes.
+    pub election: SocketAddr,
+}
+
 /// The ports and files of the servers of one run.
 #[derive(Clone, Debug)]
 pub struct Ensemble {
-    /// Each server's election port (the quorum and client ports are the layout's).
-    pub election: BTreeMap<NodeId, SocketAddr>,
+    /// Each server's own ports, which it binds.
+    pub own: BTreeMap<NodeId, PeerPorts>,
+    /// `dial[(source, target)]`: the ports `source`'s config names for `target`.
+    pub dial: BTreeMap<(NodeId, NodeId), PeerPorts>,
 }
 
 impl Ensemble {
-    /// Picks an election port per node and writes every server's `myid` and `zoo.cfg` into
-    /// its data dir; `dial[(id, peer)]` is the address server `id` dials for `peer`'s quorum
-    /// port.
-    pub fn write(
+    /// Servers that dial each other directly (no per-link net: `locksmith bench`, or nets
+    /// that cut real addresses): the quorum port is the layout's peer port, `dial` names
+    /// it, and an election port is picked per server.
+    pub fn direct(
         layout: &Layout,
         dial: &BTreeMap<(NodeId, NodeId), SocketAddr>,
     ) -> Result<Ensemble, Error> {
         let ports = crate::cluster::free_ports(layout.nodes.len())?;
-        let election: BTreeMap<NodeId, SocketAddr> =
-            layout.nodes.iter().copied().zip(ports).collect();
-        let ensemble = Ensemble { election };
+        let own: BTreeMap<NodeId, PeerPorts> = layout
+            .nodes
+            .iter()
+            .zip(ports)
+            .map(|(id, election)| {
+                let quorum = layout.peer[id];
+                (*id, PeerPorts { quorum, election })
+            })
+            .collect();
+        let dial = dial
+            .iter()
+            .map(|(&(source, target), quorum)| {
+                let election = own[&target].election;
+                let quorum = *quorum;
+                ((source, target), PeerPorts { quorum, election })
+            })
+            .collect();
+        Ok(Ensemble { own, dial })
+    }
+
+    /// Servers behind a per-link net ([`super::links`]): each binds fresh quorum and
+    /// election ports behind the front on its layout peer port, and dials each peer's
+    /// quorum port at the net's per-link address `dial[(source, target)]` and its election
+    /// port at the election relay of that link.
+    pub fn through_links(
+        layout: &Layout,
+        dial: &BTreeMap<(NodeId, NodeId), SocketAddr>,
+    ) -> Result<(Ensemble, PeerLinks), Error> {
+        let ports = crate::cluster::free_ports(2 * layout.nodes.len())?;
+        let own: BTreeMap<NodeId, PeerPorts> = layout
+            .nodes
+            .iter()
+            .zip(ports.chunks(2))
+            .map(|(id, pair)| {
+                let (quorum, election) = (pair[0], pair[1]);
+                (*id, PeerPorts { quorum, election })
+            })
+            .collect();
+        let fronts = layout
+            .nodes
+            .iter()
+            .map(|id| (layout.peer[id], own[id]))
+            .collect();
+        let links = PeerLinks::start(dial, fronts)?;
+        let mut peers = BTreeMap::new();
+        for (&(source, target), quorum) in dial {
+            let election = links.relay(source, target).ok_or_else(|| {
+                Error::Cluster(format!("no election relay for {source}->{target}"))
+            })?;
+            let quorum = *quorum;
+            peers.insert((source, target), PeerPorts { quorum, election });
+        }
+        Ok((Ensemble { own, dial: peers }, links))
+    }
+
+    /// Writes every server's `myid` and `zoo.cfg` into its data dir.
+    pub fn write(&self, layout: &Layout) -> Result<(), Error> {
         for id in &layout.nodes {
             let dir = &layout.data_dir[id];
             let write = |name: &str, text: String| {
@@ -102,19 +168,14 @@ impl Ensemble {
                     .map_err(|e| Error::Io(format!("{}: {e}", path.display())))
             };
             write("myid", format!("{id}\n"))?;
-            write("zoo.cfg", ensemble.config(layout, dial, *id))?;
+            write("zoo.cfg", self.config(layout, *id))?;
         }
-        Ok(ensemble)
+        Ok(())
     }
 
     /// Server `id`'s `zoo.cfg`. Its own line names its real ports (it binds them); every
-    /// other server's quorum address is the one `id` dials for it.
-    pub fn config(
-        &self,
-        layout: &Layout,
-        dial: &BTreeMap<(NodeId, NodeId), SocketAddr>,
-        id: NodeId,
-    ) -> String {
+    /// other server's line names the ports `id` dials for it.
+    pub fn config(&self, layout: &Layout, id: NodeId) -> String {
         let mut text = format!(
             "# written by locksmith for server {id}\n\
              tickTime={TICK_MS}\n\
@@ -132,17 +193,18 @@ impl Ensemble {
             layout.client[&id].port(),
         );
         for peer in &layout.nodes {
-            let quorum = if *peer == id {
-                layout.peer[peer]
+            let ports = if *peer == id {
+                self.own[peer]
             } else {
-                dial.get(&(id, *peer)).copied().unwrap_or(layout.peer[peer])
+                self.dial[&(id, *peer)]
             };
-            let election = self.election[peer];
+            // One host for both ports: ZooKeeper's `host:quorum:election`. Every address
+            // here is on 127.0.0.1.
             text.push_str(&format!(
                 "server.{peer}={}:{}:{}\n",
-                quorum.ip(),
-                quorum.port(),
-                election.port()
+                ports.quorum.ip(),
+                ports.quorum.port(),
+                ports.election.port()
             ));
         }
         text
@@ -232,35 +294,74 @@ mod tests {
         assert_eq!(parse_srvr("garbage"), None);
     }
 
-    #[test]
-    fn each_server_dials_peers_quorum_ports_through_the_net() {
-        // Partitions: the quorum links go through the net's per-link addresses, a server's
-        // own line keeps its real ports.
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(3, dir.path()).unwrap();
-        let via = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        let dial = BTreeMap::from([
+    fn via(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    fn per_link_dial() -> BTreeMap<(NodeId, NodeId), SocketAddr> {
+        BTreeMap::from([
             ((1, 2), via(40012)),
             ((1, 3), via(40013)),
             ((2, 1), via(40021)),
             ((2, 3), via(40023)),
             ((3, 1), via(40031)),
             ((3, 2), via(40032)),
-        ]);
-        let ensemble = Ensemble::write(&layout, &dial).unwrap();
+        ])
+    }
+
+    #[tokio::test]
+    async fn each_server_dials_both_peer_ports_of_a_peer_through_its_link() {
+        // Partitions (issue 25 item 2): a server's own line keeps its real ports; for a
+        // peer it names the net's per-link address as the quorum port and the election
+        // relay of the same link as the election port.
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(3, dir.path()).unwrap();
+        let (ensemble, links) = Ensemble::through_links(&layout, &per_link_dial()).unwrap();
+        ensemble.write(&layout).unwrap();
         let cfg = std::fs::read_to_string(layout.data_dir[&1].join("zoo.cfg")).unwrap();
-        let own = format!(
-            "server.1=127.0.0.1:{}:{}",
-            layout.peer[&1].port(),
-            ensemble.election[&1].port()
+        let own = ensemble.own[&1];
+        assert_ne!(
+            own.quorum, layout.peer[&1],
+            "the front holds the layout's peer port"
         );
-        assert!(cfg.contains(&own), "{cfg}");
-        assert!(cfg.contains(&format!(
-            "server.2=127.0.0.1:40012:{}",
-            ensemble.election[&2].port()
-        )));
+        assert!(
+            cfg.contains(&format!(
+                "server.1=127.0.0.1:{}:{}",
+                own.quorum.port(),
+                own.election.port()
+            )),
+            "{cfg}"
+        );
+        let relay = links.relay(1, 2).expect("a relay for 1->2");
+        assert!(
+            cfg.contains(&format!("server.2=127.0.0.1:40012:{}\n", relay.port())),
+            "{cfg}"
+        );
+        assert_ne!(
+            links.relay(2, 1),
+            Some(relay),
+            "one relay per directed link"
+        );
         assert!(cfg.contains(&format!("clientPort={}", layout.client[&1].port())));
         let myid = std::fs::read_to_string(layout.data_dir[&3].join("myid")).unwrap();
         assert_eq!(myid.trim(), "3");
+    }
+
+    #[test]
+    fn without_a_per_link_net_servers_dial_peers_directly() {
+        // locksmith bench: no net, no relays; the quorum port is the layout's peer port.
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(3, dir.path()).unwrap();
+        let mut dial = BTreeMap::new();
+        for (s, t) in per_link_dial().into_keys() {
+            dial.insert((s, t), layout.peer[&t]);
+        }
+        let ensemble = Ensemble::direct(&layout, &dial).unwrap();
+        let cfg = ensemble.config(&layout, 1);
+        assert!(cfg.contains(&format!(
+            "server.2=127.0.0.1:{}:{}\n",
+            layout.peer[&2].port(),
+            ensemble.own[&2].election.port()
+        )));
     }
 }
