@@ -104,6 +104,12 @@ impl Node {
                         ));
                     }
                 }
+                let (held, locks_max) = (self.table.locks().len() as u64, self.config.locks_max);
+                if held >= locks_max && self.table.holder(key).is_none() {
+                    return Err(format!(
+                        "the table holds {held} locks, locks_max {locks_max}"
+                    ));
+                }
                 let lease_ms_max = self.config.lease_ms_max;
                 if *lease_ms < 1 || *lease_ms > lease_ms_max {
                     return Err(format!("lease_ms {lease_ms} is not in 1..={lease_ms_max}"));
@@ -368,6 +374,40 @@ mod tests {
             );
         }
         assert_eq!(n.status().last_log_index, before);
+    }
+
+    #[test]
+    fn an_acquire_of_a_free_key_past_locks_max_is_refused_and_a_held_one_still_answered() {
+        // Issue 27: no client input grows a snapshot past the record limit. A cluster of
+        // many sessions could hold 50,000 x 100,000 keys before `locks_max`.
+        let mut config = super::super::Config::new(1, vec![1, 2, 3]);
+        config.locks_max = 2;
+        let mut n = super::super::test_support::leader_with(config);
+        for (id, key) in [(1, "a"), (2, "b")] {
+            let out = n.step(request(id, acquire(key, 10_000, 0)));
+            assert!(out.respond.is_empty(), "{key}: proposed, not answered");
+            let index = n.status().last_log_index;
+            n.step(Input::Persisted { term: 1, index });
+            let out = n.step(ack(2, 1, index));
+            assert!(
+                matches!(out.respond.as_slice(), [(_, Response::Granted { .. })]),
+                "{key}: {:?}",
+                out.respond
+            );
+        }
+        let before = n.status().last_log_index;
+        let out = n.step(request(3, acquire("c", 10_000, 0)));
+        match out.respond.as_slice() {
+            [(_, Response::Invalid { reason })] => {
+                assert!(reason.contains("locks_max 2"), "{reason}")
+            }
+            other => panic!("a third lock past locks_max 2: {other:?}"),
+        }
+        assert_eq!(n.status().last_log_index, before, "nothing proposed");
+        // A held key is no new lock: its acquire is proposed (and answered Busy on apply).
+        let out = n.step(request(4, acquire("a", 10_000, 0)));
+        assert!(out.respond.is_empty(), "{:?}", out.respond);
+        assert_eq!(n.status().last_log_index, before + 1);
     }
 
     #[test]
