@@ -411,6 +411,39 @@ mod tests {
     }
 
     #[test]
+    fn a_client_that_leaves_its_pending_grant_gets_a_release_in_the_log_at_once() {
+        // Review defect (issue 24): the leader that saw the client leave released its lock
+        // only when the Grant applied. Deposed first (partitioned, exiting, or its Release
+        // overwritten), it left the next leader to commit the Grant with nobody to release
+        // it: the lock stayed held until its lease ran out. The Release now goes into the
+        // log with the Grant, so whichever leader commits one commits the other.
+        let mut n = leader();
+        n.step(request(1, acquire("a", 60_000, 0)));
+        let grant_at = n.status().last_log_index;
+        n.step(Input::ClientGone { id: RequestId(1) });
+        let release = crate::lock::Command::Release {
+            key: "a".into(),
+            token: grant_at,
+        };
+        let logged: Vec<_> = n.log().iter().map(|e| e.proposal.command.clone()).collect();
+        assert!(
+            n.log()
+                .iter()
+                .any(|e| e.index > grant_at && e.proposal.command == release),
+            "no Release of token {grant_at} after the Grant: {logged:?}"
+        );
+        // Both commit and apply: the key is free, and the Release is not proposed twice.
+        let last = n.status().last_log_index;
+        n.step(Input::Persisted { term: 1, index: last });
+        n.step(ack(2, 1, last));
+        assert_eq!(n.table().holder("a"), None);
+        let releases = (n.log().iter())
+            .filter(|e| e.proposal.command == release)
+            .count();
+        assert_eq!(releases, 1, "{logged:?}");
+    }
+
+    #[test]
     fn a_follower_answers_not_leader_with_its_leader() {
         // DESIGN.md "Semantics of the lock ops": a non-leader proposes nothing.
         let mut n = node(2);
