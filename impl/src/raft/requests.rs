@@ -251,9 +251,25 @@ impl Node {
             self.cancel_timer(Timer::Wait { id });
             return;
         }
-        if let Some(pending) = self.pending.values_mut().find(|p| p.id == id) {
-            pending.gone = true;
+        let gone = self.pending.iter_mut().find(|(_, p)| p.id == id);
+        let Some((&index, pending)) = gone else {
+            return;
+        };
+        pending.gone = true;
+        if !matches!(pending.kind, PendingKind::Grant { .. }) || self.role != Role::Leader {
+            return;
         }
+        // The Release goes into the log right behind its Grant, so that whichever leader
+        // commits the Grant commits the Release too: proposed only when the Grant applied,
+        // it was lost with a leader deposed before then. The token is the Grant's index; a
+        // Grant that is refused, or answered from the dedupe table with an older token,
+        // holds nothing under it, and the Release finds nothing (`release_phantom` then
+        // releases the older token when the entry applies).
+        let key = match self.log.entry(index).map(|e| &e.proposal.command) {
+            Some(Command::Grant { key, .. }) => key.clone(),
+            _ => return,
+        };
+        self.append_proposal(Proposal::system(Command::Release { key, token: index }));
     }
 
     /// Answers the client whose proposal `entry` is, from the applied `outcome`.
@@ -298,10 +314,12 @@ impl Node {
         self.respond(pending.id, response);
     }
 
-    /// Releases the lock granted to a client that left (no origin: the system's own entry).
+    /// Releases the lock granted to a client that left (no origin: the system's own entry),
+    /// unless `handle_client_gone` proposed it already (a grant under the entry's own index).
     fn release_phantom(&mut self, entry: &Entry, outcome: &Outcome) {
         if let (Outcome::Granted { token }, Command::Grant { key, .. }) =
             (outcome, &entry.proposal.command)
+            && *token != entry.index
         {
             let command = Command::Release {
                 key: key.clone(),
@@ -434,7 +452,10 @@ mod tests {
         );
         // Both commit and apply: the key is free, and the Release is not proposed twice.
         let last = n.status().last_log_index;
-        n.step(Input::Persisted { term: 1, index: last });
+        n.step(Input::Persisted {
+            term: 1,
+            index: last,
+        });
         n.step(ack(2, 1, last));
         assert_eq!(n.table().holder("a"), None);
         let releases = (n.log().iter())
