@@ -228,7 +228,7 @@ mod correct {
         for name in [properties::SOMETIMES_GRANTED, properties::SOMETIMES_PHANTOM] {
             checker.assert_any_discovery(name);
         }
-        assert_eq!(checker.unique_state_count(), 302642, "{cfg}");
+        assert_eq!(checker.unique_state_count(), 340253, "{cfg}");
     }
 }
 
@@ -445,11 +445,12 @@ mod mutants {
     fn expire_ignores_token_is_caught_by_expire_never_removes_a_newer_grant() {
         // bugs.rs, `expire-ignores-token`: a late Expire removes the next holder's lock. Found
         // by the default walks on the two-server variant (a phantom Release and a second
-        // Grant wait for the follower when the lease timer fires): seed 8 at walk 1913; the
-        // CLI's seed 1 at walk 29667 (16 s on one thread in a release build; too slow here).
+        // Grant wait for the follower when the lease timer fires): seed 7 within 2,000 walks
+        // (seed 8 until the phantom Release went into the log with its Grant, 2026-12-05); the
+        // CLI's seed 1 takes tens of thousands of walks (too slow here).
         assert_default_walks_discover(
             Bug::ExpireIgnoresToken,
-            8,
+            7,
             2_000,
             properties::EXPIRE_KEEPS_NEWER,
         );
@@ -952,7 +953,7 @@ mod trace_validation {
         );
         let expire = replay_counterexample(
             with_bug(ModelConfig::default(), Bug::ExpireIgnoresToken),
-            Some(8),
+            Some(7),
             properties::EXPIRE_KEEPS_NEWER,
         );
         assert!(expire.reason.contains("Expire{token"), "{expire:?}");

@@ -103,6 +103,12 @@ pub struct Config {
     /// At most this many locks held by one session: an acquire beyond it is refused
     /// `Invalid` at the leader.
     pub keys_per_session_max: u64,
+    /// At most this many locks held in the whole table: an acquire of a free key beyond it
+    /// is refused `Invalid` at the leader, so that no client input grows a snapshot past the
+    /// storage record limit (issue 27; a held lock is at most about 300 bytes of snapshot
+    /// JSON, so 200,000 locks stay under 64 MiB beside the sessions' 20 MiB).
+    #[serde(default = "Config::default_locks_max")]
+    pub locks_max: u64,
     /// The seed of the node's RNG (election timeouts).
     pub seed: u64,
     /// Injected bugs (`lockd --bug`); empty in a correct build.
@@ -110,6 +116,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// The default of [`Config::locks_max`] (also for traces written before it existed).
+    pub fn default_locks_max() -> u64 {
+        200_000
+    }
+
     /// A configuration with the default timing for node `id` of `members`.
     pub fn new(id: NodeId, members: Vec<NodeId>) -> Self {
         Config {
@@ -131,6 +142,7 @@ impl Config {
             wait_ms_max: 60_000,
             session_limits: SessionLimits::DEFAULT,
             keys_per_session_max: 100_000,
+            locks_max: Config::default_locks_max(),
             seed: id,
             bugs: BugSet::NONE,
         }

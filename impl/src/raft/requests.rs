@@ -104,6 +104,12 @@ impl Node {
                         ));
                     }
                 }
+                let (held, locks_max) = (self.table.locks().len() as u64, self.config.locks_max);
+                if held >= locks_max && self.table.holder(key).is_none() {
+                    return Err(format!(
+                        "the table holds {held} locks, locks_max {locks_max}"
+                    ));
+                }
                 let lease_ms_max = self.config.lease_ms_max;
                 if *lease_ms < 1 || *lease_ms > lease_ms_max {
                     return Err(format!("lease_ms {lease_ms} is not in 1..={lease_ms_max}"));
@@ -245,9 +251,25 @@ impl Node {
             self.cancel_timer(Timer::Wait { id });
             return;
         }
-        if let Some(pending) = self.pending.values_mut().find(|p| p.id == id) {
-            pending.gone = true;
+        let gone = self.pending.iter_mut().find(|(_, p)| p.id == id);
+        let Some((&index, pending)) = gone else {
+            return;
+        };
+        pending.gone = true;
+        if !matches!(pending.kind, PendingKind::Grant { .. }) || self.role != Role::Leader {
+            return;
         }
+        // The Release goes into the log right behind its Grant, so that whichever leader
+        // commits the Grant commits the Release too: proposed only when the Grant applied,
+        // it was lost with a leader deposed before then. The token is the Grant's index; a
+        // Grant that is refused, or answered from the dedupe table with an older token,
+        // holds nothing under it, and the Release finds nothing (`release_phantom` then
+        // releases the older token when the entry applies).
+        let key = match self.log.entry(index).map(|e| &e.proposal.command) {
+            Some(Command::Grant { key, .. }) => key.clone(),
+            _ => return,
+        };
+        self.append_proposal(Proposal::system(Command::Release { key, token: index }));
     }
 
     /// Answers the client whose proposal `entry` is, from the applied `outcome`.
@@ -292,10 +314,12 @@ impl Node {
         self.respond(pending.id, response);
     }
 
-    /// Releases the lock granted to a client that left (no origin: the system's own entry).
+    /// Releases the lock granted to a client that left (no origin: the system's own entry),
+    /// unless `handle_client_gone` proposed it already (a grant under the entry's own index).
     fn release_phantom(&mut self, entry: &Entry, outcome: &Outcome) {
         if let (Outcome::Granted { token }, Command::Grant { key, .. }) =
             (outcome, &entry.proposal.command)
+            && *token != entry.index
         {
             let command = Command::Release {
                 key: key.clone(),
@@ -368,6 +392,76 @@ mod tests {
             );
         }
         assert_eq!(n.status().last_log_index, before);
+    }
+
+    #[test]
+    fn an_acquire_of_a_free_key_past_locks_max_is_refused_and_a_held_one_still_answered() {
+        // Issue 27: no client input grows a snapshot past the record limit. A cluster of
+        // many sessions could hold 50,000 x 100,000 keys before `locks_max`.
+        let mut config = super::super::Config::new(1, vec![1, 2, 3]);
+        config.locks_max = 2;
+        let mut n = super::super::test_support::leader_with(config);
+        for (id, key) in [(1, "a"), (2, "b")] {
+            let out = n.step(request(id, acquire(key, 10_000, 0)));
+            assert!(out.respond.is_empty(), "{key}: proposed, not answered");
+            let index = n.status().last_log_index;
+            n.step(Input::Persisted { term: 1, index });
+            let out = n.step(ack(2, 1, index));
+            assert!(
+                matches!(out.respond.as_slice(), [(_, Response::Granted { .. })]),
+                "{key}: {:?}",
+                out.respond
+            );
+        }
+        let before = n.status().last_log_index;
+        let out = n.step(request(3, acquire("c", 10_000, 0)));
+        match out.respond.as_slice() {
+            [(_, Response::Invalid { reason })] => {
+                assert!(reason.contains("locks_max 2"), "{reason}")
+            }
+            other => panic!("a third lock past locks_max 2: {other:?}"),
+        }
+        assert_eq!(n.status().last_log_index, before, "nothing proposed");
+        // A held key is no new lock: its acquire is proposed (and answered Busy on apply).
+        let out = n.step(request(4, acquire("a", 10_000, 0)));
+        assert!(out.respond.is_empty(), "{:?}", out.respond);
+        assert_eq!(n.status().last_log_index, before + 1);
+    }
+
+    #[test]
+    fn a_client_that_leaves_its_pending_grant_gets_a_release_in_the_log_at_once() {
+        // Review defect (issue 24): the leader that saw the client leave released its lock
+        // only when the Grant applied. Deposed first (partitioned, exiting, or its Release
+        // overwritten), it left the next leader to commit the Grant with nobody to release
+        // it: the lock stayed held until its lease ran out. The Release now goes into the
+        // log with the Grant, so whichever leader commits one commits the other.
+        let mut n = leader();
+        n.step(request(1, acquire("a", 60_000, 0)));
+        let grant_at = n.status().last_log_index;
+        n.step(Input::ClientGone { id: RequestId(1) });
+        let release = crate::lock::Command::Release {
+            key: "a".into(),
+            token: grant_at,
+        };
+        let logged: Vec<_> = n.log().iter().map(|e| e.proposal.command.clone()).collect();
+        assert!(
+            n.log()
+                .iter()
+                .any(|e| e.index > grant_at && e.proposal.command == release),
+            "no Release of token {grant_at} after the Grant: {logged:?}"
+        );
+        // Both commit and apply: the key is free, and the Release is not proposed twice.
+        let last = n.status().last_log_index;
+        n.step(Input::Persisted {
+            term: 1,
+            index: last,
+        });
+        n.step(ack(2, 1, last));
+        assert_eq!(n.table().holder("a"), None);
+        let releases = (n.log().iter())
+            .filter(|e| e.proposal.command == release)
+            .count();
+        assert_eq!(releases, 1, "{logged:?}");
     }
 
     #[test]

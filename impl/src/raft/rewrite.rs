@@ -453,6 +453,7 @@ impl HashParts for Node {
             wait_ms_max,
             session_limits,
             keys_per_session_max,
+            locks_max,
             seed,
             bugs,
         } = config;
@@ -481,6 +482,7 @@ impl HashParts for Node {
             wait_ms_max,
             session_limits,
             keys_per_session_max,
+            locks_max,
             seed,
             bugs,
         )
