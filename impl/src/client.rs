@@ -832,20 +832,10 @@ mod tests {
         addr
     }
 
-    #[tokio::test]
-    async fn a_grant_after_the_node_gave_up_on_an_attempt_is_unknown_and_given_back() {
-        // Review defect "answers after a retry": a node that answers `Unknown` gave up on the
-        // attempt and releases its grant as a phantom lock, yet the client took the grant a
-        // retry got back by dedupe as its own (two holders once the phantom release ran).
-        // And a grant it reported unknown it never released: a key held until the lease
-        // ran out by a live client that did not know it held it.
+    /// A client of one scripted node whose acquires get `acquires` in turn, retrying at once.
+    async fn scripted_client(acquires: Vec<Response>) -> (ScriptedNode, Client) {
         let node = ScriptedNode {
-            acquires: Arc::new(Mutex::new(vec![
-                Response::Unknown {
-                    reason: "the caller's timeout passed before an answer".into(),
-                },
-                Response::Granted { token: 7 },
-            ])),
+            acquires: Arc::new(Mutex::new(acquires)),
             releases: Arc::new(Mutex::new(Vec::new())),
         };
         let addr = serve_scripted(node.clone()).await;
@@ -854,7 +844,23 @@ mod tests {
             backoff_max_ms: 1,
             ..ClientOptions::default()
         };
-        let client = Client::with_options(vec![addr], 1, options);
+        (node, Client::with_options(vec![addr], 1, options))
+    }
+
+    #[tokio::test]
+    async fn a_grant_after_the_node_gave_up_on_an_attempt_is_unknown_and_given_back() {
+        // Review defect "answers after a retry": a node that answers `Unknown` gave up on the
+        // attempt and releases its grant as a phantom lock, yet the client took the grant a
+        // retry got back by dedupe as its own (two holders once the phantom release ran).
+        // And a grant it reported unknown it never released: a key held until the lease
+        // ran out by a live client that did not know it held it.
+        let (node, client) = scripted_client(vec![
+            Response::Unknown {
+                reason: "the caller's timeout passed before an answer".into(),
+            },
+            Response::Granted { token: 7 },
+        ])
+        .await;
         let deadline = Instant::now() + Duration::from_secs(10);
         let answered = client.acquire_traced("k", 1000, 0, deadline).await;
         assert!(
@@ -875,24 +881,15 @@ mod tests {
         // `Invalid` (uncommitted_entries_max, or keys_per_session_max raised to the bound by
         // the first attempt's own Grant), yet that first attempt may commit: the op is not
         // certainly unapplied, so it is `Unknown` (history `info`), not `Invalid` (`fail`).
-        let node = ScriptedNode {
-            acquires: Arc::new(Mutex::new(vec![
-                Response::Unknown {
-                    reason: "the caller's timeout passed before an answer".into(),
-                },
-                Response::Invalid {
-                    reason: "session 1 holds 1 keys, keys_per_session_max 1".into(),
-                },
-            ])),
-            releases: Arc::new(Mutex::new(Vec::new())),
-        };
-        let addr = serve_scripted(node.clone()).await;
-        let options = ClientOptions {
-            backoff_min_ms: 1,
-            backoff_max_ms: 1,
-            ..ClientOptions::default()
-        };
-        let client = Client::with_options(vec![addr], 1, options);
+        let (node, client) = scripted_client(vec![
+            Response::Unknown {
+                reason: "the caller's timeout passed before an answer".into(),
+            },
+            Response::Invalid {
+                reason: "session 1 holds 1 keys, keys_per_session_max 1".into(),
+            },
+        ])
+        .await;
         let deadline = Instant::now() + Duration::from_secs(10);
         let answered = client.acquire_traced("k", 1000, 0, deadline).await;
         assert!(

@@ -638,23 +638,27 @@ pub(crate) mod test_support {
     /// [`leader`] with a configuration of the test's own (node 1 of {1, 2, 3}).
     pub(crate) fn leader_with(config: Config) -> Node {
         let (mut node, _) = Node::new(config, Durable::default(), 0);
-        node.step(Input::Campaign);
-        node.step(Input::Message {
-            from: 2,
-            msg: Message::PreVoteResponse {
-                term: 1,
-                granted: true,
-            },
-        });
-        node.step(Input::Message {
-            from: 2,
-            msg: Message::RequestVoteResponse {
-                term: 1,
-                granted: true,
-            },
-        });
-        assert_eq!(node.status().role, Role::Leader, "{:?}", node.status());
+        win_election(&mut node, 2, 1);
         node
+    }
+
+    /// `node` campaigns and wins `term` with the pre-vote and the vote of `voter` (a
+    /// majority of three).
+    pub(crate) fn win_election(node: &mut Node, voter: NodeId, term: Term) {
+        node.step(Input::Campaign);
+        for msg in [
+            Message::PreVoteResponse {
+                term,
+                granted: true,
+            },
+            Message::RequestVoteResponse {
+                term,
+                granted: true,
+            },
+        ] {
+            node.step(Input::Message { from: voter, msg });
+        }
+        assert_eq!(node.status().role, Role::Leader, "{:?}", node.status());
     }
 
     /// An acknowledgement from `from` of everything up to `match_index`.

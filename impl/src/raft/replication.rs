@@ -713,21 +713,7 @@ mod tests {
         n.step(append(2, 1, (0, 0), entries, 2));
         assert!(n.table.has_session(2), "session 2 registered by leader 2");
 
-        n.step(Input::Campaign);
-        n.step(Input::Message {
-            from: 3,
-            msg: Message::PreVoteResponse {
-                term: 2,
-                granted: true,
-            },
-        });
-        n.step(Input::Message {
-            from: 3,
-            msg: Message::RequestVoteResponse {
-                term: 2,
-                granted: true,
-            },
-        });
+        super::super::test_support::win_election(&mut n, 3, 2);
         let request = ClientRequest::RegisterSession { label: 0 };
         n.step(Input::Request {
             id: RequestId(1),
