@@ -794,6 +794,26 @@ mod tests {
     }
 
     #[test]
+    fn a_process_that_crashed_after_the_heal_is_recovered_by_its_successor() {
+        // Swarm seed 763 of 1,000 (2026-12-05): one client; its first acquire after the
+        // recover marker timed out (`info`), so its process was retired, and the process
+        // that took its place succeeded 160 ms later. Rule R blamed the retired process: a
+        // false alarm. A crashed process is judged by its successors; when none of them
+        // succeeds either, the violation stands.
+        let head = "0,30372000000,nemesis,info,recover,,,,,\n\
+                    1,30372000000,1,invoke,acquire,k0,2000 1000,,,\n\
+                    2,30688000000,1,info,acquire,k0,,,,timeout\n\
+                    3,30788000000,2,invoke,acquire,k0,2000 1000,,,\n";
+        let recovered = format!("{head}4,30848000000,2,ok,acquire,k0,,50,n3,\n");
+        let (report, result) = run(&recovered, LivenessOptions::default());
+        assert_eq!(result.verdict, Verdict::Valid, "{result:?}");
+        assert_eq!(report.recovery.evaluated, 2, "{report:?}");
+        let not_recovered = format!("{head}4,31788000000,2,info,acquire,k0,,,,timeout\n");
+        let (_, result) = run(&not_recovered, LivenessOptions::default());
+        assert_eq!(result.verdict, Verdict::Invalid, "{result:?}");
+    }
+
+    #[test]
     fn a_fault_in_the_window_makes_the_busy_not_evaluable() {
         // Only fault-free windows are judged: a partition healed after the busy.
         let rows = format!(
