@@ -8,7 +8,8 @@
 //!
 //! - **R (recovery).** A nemesis row `recover` marks the final heal at time `R`. Every client
 //!   process whose first invoke after `R` comes before `R + recovery_bound_ms` must complete
-//!   some op `ok` by `R + recovery_bound_ms`, unless all its ops after `R` are abandoned
+//!   some op `ok` by `R + recovery_bound_ms` (a process that crashed, its last op `info`, by
+//!   a process that first invoked after the crash), unless all its ops after `R` are abandoned
 //!   acquires (it chose to leave) or busy acquires while another grant of the key could be
 //!   live (then the process is not evaluable).
 //! - **P (phantom release).** An acquire that ends `info` with error `gave-up` or
@@ -471,15 +472,27 @@ impl Context<'_> {
         for op in self.operations.iter().filter(|o| o.call_ns() >= recover_ns) {
             by_process.entry(op.process).or_default().push(op);
         }
+        let ok_by_deadline = |o: &&Operation| {
+            o.completion
+                .as_ref()
+                .is_some_and(|c| c.op_type == OpType::Ok && c.time_ns <= deadline)
+        };
+        // When each process first invoked after the marker, and whether it succeeded.
+        let starts: Vec<(u64, bool)> = (by_process.values())
+            .map(|ops| (ops[0].call_ns(), ops.iter().any(ok_by_deadline)))
+            .collect();
         for (process, ops) in by_process {
             if ops[0].call_ns() > deadline || ops.iter().all(|o| Self::left_at(o).is_some()) {
                 continue;
             }
-            let succeeded = ops.iter().any(|o| {
-                o.completion
-                    .as_ref()
-                    .is_some_and(|c| c.op_type == OpType::Ok && c.time_ns <= deadline)
-            });
+            // A process whose last op ended `info` crashed and was retired (it invokes no
+            // more); its client goes on as a later process, which recovers for it.
+            let crashed_at = (ops.last())
+                .and_then(|o| o.completion.as_ref())
+                .filter(|c| c.op_type == OpType::Info)
+                .map(|c| c.time_ns);
+            let succeeded = ops.iter().any(ok_by_deadline)
+                || crashed_at.is_some_and(|at| starts.iter().any(|(s, ok)| *s >= at && *ok));
             let still_open = ops.last().is_some_and(|o| o.completion.is_none());
             if !succeeded && still_open && self.end_ns < deadline {
                 report.recovery.not_evaluable += 1;
