@@ -157,12 +157,14 @@ fn replay(dir: &std::path::Path) -> (i32, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rejected() {
+async fn a_traced_run_replays_through_the_model_and_a_granted_before_commit_run_is_rejected() {
     let _one_run = ONE_RUN_AT_A_TIME.lock().await;
     // Issue 14, trace validation (STYLE.md practice 3): `locksmith test --trace` stores each
     // node's inputs; `locksmith model replay RUN_DIR` accepts a clean run (with kills, so
-    // restarts are replayed too) and rejects one recorded with `--bug follower-grants` at the
-    // follower's unbacked Granted answer. The nodes are started and killed by `run` (the
+    // restarts are replayed too) and rejects one recorded with `--bug granted-before-commit`
+    // at the leader's unbacked Granted answer. (It was `follower-grants` until client
+    // sessions: a client now registers at the leader first, and a follower meets a request
+    // only around a leader change, which a 6 s run of real processes did not always have.) The nodes are started and killed by `run` (the
     // cluster's guards kill every node it started, also when the run fails).
     const TRACE_SEED: u64 = 3;
     let store = tempfile::tempdir().expect("tempdir");
@@ -218,19 +220,19 @@ async fn a_traced_run_replays_through_the_model_and_a_follower_grants_run_is_rej
         clean.results.checks
     );
 
-    // Kills move the leadership away from n1, where every client starts: a follower then
-    // gets acquires, and the bug grants them.
+    // The leader answers Granted on append, before the Grant commits: the replay finds no
+    // applied Grant behind the answer.
     let bad = run(
-        &traced(Some("follower-grants"), vec![FaultKind::Kill]),
-        lockd(Some("follower-grants")),
+        &traced(Some("granted-before-commit"), vec![FaultKind::Kill]),
+        lockd(Some("granted-before-commit")),
     )
     .await
-    .expect("the follower-grants run completes");
+    .expect("the granted-before-commit run completes");
     let (code, text) = replay(&bad.dir);
     assert_eq!(
         code,
         1,
-        "seed {TRACE_SEED}: the follower-grants run {} must be rejected:\n{text}",
+        "seed {TRACE_SEED}: the granted-before-commit run {} must be rejected:\n{text}",
         bad.dir.display()
     );
     assert!(text.contains("without an applied Grant"), "{text}");
