@@ -89,6 +89,18 @@ pub const POINTS: &[Point] = &[
          a vote; the simulator restarts it",
     ),
     point(
+        "crash-inside-write",
+        100,
+        "the node crashes between a log record's write and its fdatasync, so the simulated \
+         disk keeps any of the record's sectors; the simulator restarts it",
+    ),
+    point(
+        "crash-inside-rewrite",
+        20,
+        "the node crashes after writing a compacted segment and before removing the old one; \
+         the simulator restarts it",
+    ),
+    point(
         "crash-before-persist",
         5_000,
         "the node crashes after sending what needs nothing durable and before its persist (a \
@@ -250,9 +262,11 @@ mod tests {
     #[test]
     fn every_point_in_the_sources_is_declared_and_every_declared_one_used() {
         let mut used = crate::probe::tests::names_in_sources("buggify!(\"", "buggify.rs");
-        // Crash points are named in the code that picks one (`server::core`).
-        let crash = crate::probe::tests::names_in_sources("\"crash-before", "buggify.rs");
-        used.extend(crash.into_iter().map(|rest| format!("crash-before{rest}")));
+        // Crash points are named in the code that picks one (`server::core`, `storage`).
+        for prefix in ["crash-before", "crash-inside"] {
+            let crash = crate::probe::tests::names_in_sources(&format!("\"{prefix}"), "buggify.rs");
+            used.extend(crash.into_iter().map(|rest| format!("{prefix}{rest}")));
+        }
         for name in &used {
             assert!(
                 POINTS.iter().any(|p| p.name == name),

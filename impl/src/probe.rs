@@ -94,9 +94,11 @@ pub const PROBES: &[Probe] = &[
         true,
         "a crash point crashed a node between its sends and its persist",
     ),
+    // Required since the crash point `crash-inside-write` and the simulated disk's
+    // sector-by-sector writes (2026-12-05): 5 of default seeds 1..100 reach it.
     probe(
         "torn-tail-cut",
-        false,
+        true,
         "storage cut a torn record at the end of a segment on restart",
     ),
 ];

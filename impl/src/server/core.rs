@@ -393,6 +393,11 @@ impl Core {
                 }
                 None => self.storage.persist(&persist),
             };
+            if let Err(StorageError::CrashPoint { point }) = result {
+                warn!(point, "crash point: crashing inside a write");
+                self.crashed = true;
+                return Ok(false);
+            }
             if let Err(e) = result {
                 error!(
                     error = %e,
@@ -503,7 +508,13 @@ impl Core {
         result: Result<(), StorageError>,
     ) -> Result<(), ServerError> {
         self.snapshots.in_flight = false;
-        if let Err(e) = result.and_then(|()| self.storage.adopt_snapshot(&snapshot)) {
+        let result = result.and_then(|()| self.storage.adopt_snapshot(&snapshot));
+        if let Err(StorageError::CrashPoint { point }) = result {
+            warn!(point, "crash point: crashing inside a write");
+            self.crashed = true;
+            return Ok(());
+        }
+        if let Err(e) = result {
             error!(error = %e, last_index = snapshot.last_index, "snapshot write failed; stopping");
             return Err(e.into());
         }

@@ -434,7 +434,7 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
     };
     let mut options = crate::storage::Options::new(sync);
     options.defer_commit_hint = true;
-    let (data_dir, durable) = DataDir::open_with(&config.data_dir, options)?;
+    let (mut data_dir, durable) = DataDir::open_with(&config.data_dir, options)?;
     data_dir.claim(id, &config.raft.members)?;
     if !data_dir.recovered().is_clean() {
         warn!(recovered = ?data_dir.recovered(), "the data dir was repaired on open");

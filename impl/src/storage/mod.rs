@@ -269,6 +269,13 @@ pub enum StorageError {
         /// Which rule it breaks.
         reason: String,
     },
+    /// A crash point fired inside a write (simulation only, `crate::buggify`): the node
+    /// must do nothing more, and the simulator crashes its host with the write unsynced.
+    #[error("crash point {point}: the node crashes here (simulated)")]
+    CrashPoint {
+        /// The point's name.
+        point: &'static str,
+    },
     /// An earlier I/O error left the files possibly ahead of the in-memory view; reopen.
     #[error("{path}: data dir poisoned by an earlier I/O error; reopen it", path = path.display())]
     Poisoned {
@@ -325,6 +332,8 @@ pub struct DataDir {
     poisoned: bool,
     /// The commit hint in `durable` is above the one on disk (see [`commit_hint_only`]).
     hint_unwritten: bool,
+    /// The node [`DataDir::claim`] named: whose crash points fire inside this dir's writes.
+    node: Option<u64>,
 }
 
 impl DataDir {
@@ -374,6 +383,7 @@ impl DataDir {
             recovered,
             poisoned: false,
             hint_unwritten: false,
+            node: None,
         };
         if loaded.snapshot_reapplied {
             // Finish the interrupted snapshot persist, so the segment's base is the snapshot.
@@ -405,7 +415,7 @@ impl DataDir {
             Some(snapshot) => self.persist_with_snapshot(persist, snapshot),
             None => self.append_ops(persist),
         };
-        if let Err(StorageError::Io { .. }) = &result {
+        if let Err(StorageError::Io { .. } | StorageError::CrashPoint { .. }) = &result {
             self.poisoned = true;
         }
         result
@@ -442,7 +452,13 @@ impl DataDir {
     /// writes both into `identity`, every later start must match it. A data dir started
     /// under another `--id` kept the other node's term and vote, so it could vote twice in
     /// one term (review finding, issue 27); it is refused with both identities named.
-    pub fn claim(&self, node: u64, members: &[u64]) -> Result<(), StorageError> {
+    pub fn claim(&mut self, node: u64, members: &[u64]) -> Result<(), StorageError> {
+        self.check_identity(node, members)?;
+        self.node = Some(node);
+        Ok(())
+    }
+
+    fn check_identity(&self, node: u64, members: &[u64]) -> Result<(), StorageError> {
         let mut members = members.to_vec();
         members.sort_unstable();
         let list: Vec<String> = members.iter().map(u64::to_string).collect();
@@ -570,6 +586,17 @@ impl DataDir {
         Ok(())
     }
 
+    /// `Err(CrashPoint)` when the crash point `point` fires for this dir's node (only in a
+    /// simulation, and only once [`DataDir::claim`] named the node).
+    fn crash_point(&self, point: &'static str) -> Result<(), StorageError> {
+        match self.node {
+            Some(node) if crate::buggify::crash_point(point, node) => {
+                Err(StorageError::CrashPoint { point })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn should_compact(&self) -> bool {
         self.segment.bytes > self.options.compact_segment_bytes_min
             && self.segment.bytes > COMPACT_GROWTH_FACTOR * self.segment.checkpoint_bytes
@@ -583,6 +610,9 @@ impl DataDir {
                     .file
                     .write_all(frame)
                     .map_err(io_error(path, "append record"))?;
+                // A crash between a record's write and its fdatasync: the simulated disk
+                // keeps any of its sectors (recovery must cut it as a torn tail).
+                self.crash_point("crash-inside-write")?;
                 self.segment
                     .file
                     .sync_data()
@@ -637,6 +667,8 @@ impl DataDir {
         let log_dir = self.path.join(LOG_DIR);
         let generation = self.segment.generation + 1;
         let path = write_segment(&log_dir, generation, segment_file, self.options.sync)?;
+        // A crash with the new segment in place and the old one not yet removed.
+        self.crash_point("crash-inside-rewrite")?;
         let checkpoint_bytes = segment_file.len() as u64;
         let file = open_append(&path)?;
         let old = std::mem::replace(
@@ -750,11 +782,11 @@ mod tests {
         // on the same dir, it would carry node 2's vote into node 3's ballots and could vote
         // twice in term 3. The first start claims the dir; another id or cluster is refused.
         let tmp = tempfile::tempdir().expect("tempdir");
-        let (dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
         dir.claim(2, &[3, 1, 2])
             .expect("the first start claims the dir");
         drop(dir);
-        let (dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
         dir.claim(2, &[1, 2, 3])
             .expect("the same node and members, in any order");
         let err = dir.claim(3, &[1, 2, 3]).expect_err("another node id");

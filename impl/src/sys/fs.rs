@@ -19,9 +19,9 @@ use super::simulated;
 pub enum File {
     /// A real file.
     Std(std::fs::File),
-    /// A file on the simulated disk.
+    /// A file on the simulated disk, and whether it was opened to append.
     #[cfg(feature = "sim")]
-    Sim(sim::File),
+    Sim(sim::File, bool),
 }
 
 impl File {
@@ -29,7 +29,7 @@ impl File {
     pub fn create(path: &Path) -> io::Result<File> {
         #[cfg(feature = "sim")]
         if simulated() {
-            return sim::File::create(path).map(File::Sim);
+            return sim::File::create(path).map(|f| File::Sim(f, false));
         }
         std::fs::File::create(path).map(File::Std)
     }
@@ -41,7 +41,7 @@ impl File {
             return sim::OpenOptions::new()
                 .append(true)
                 .open(path)
-                .map(File::Sim);
+                .map(|f| File::Sim(f, true));
         }
         std::fs::OpenOptions::new()
             .append(true)
@@ -56,7 +56,7 @@ impl File {
             return sim::OpenOptions::new()
                 .write(true)
                 .open(path)
-                .map(File::Sim);
+                .map(|f| File::Sim(f, false));
         }
         std::fs::OpenOptions::new()
             .write(true)
@@ -69,9 +69,9 @@ impl File {
         match self {
             File::Std(file) => file.write_all(bytes),
             #[cfg(feature = "sim")]
-            File::Sim(file) => {
+            File::Sim(file, append) => {
                 still_simulated()?;
-                file.write_all(bytes)
+                write_by_sectors(file, *append, bytes)
             }
         }
     }
@@ -81,7 +81,7 @@ impl File {
         match self {
             File::Std(file) => file.sync_data(),
             #[cfg(feature = "sim")]
-            File::Sim(file) => {
+            File::Sim(file, _) => {
                 still_simulated()?;
                 file.sync_data()
             }
@@ -93,7 +93,7 @@ impl File {
         match self {
             File::Std(file) => file.sync_all(),
             #[cfg(feature = "sim")]
-            File::Sim(file) => {
+            File::Sim(file, _) => {
                 still_simulated()?;
                 file.sync_all()
             }
@@ -105,12 +105,41 @@ impl File {
         match self {
             File::Std(file) => file.set_len(bytes),
             #[cfg(feature = "sim")]
-            File::Sim(file) => {
+            File::Sim(file, _) => {
                 still_simulated()?;
                 file.set_len(bytes)
             }
         }
     }
+}
+
+/// The sector of the simulated disk: a crash keeps or loses each one whole.
+#[cfg(feature = "sim")]
+pub const SECTOR_BYTES: u64 = 512;
+
+/// Writes `bytes` as one write per disk sector it touches (at file offsets that are
+/// multiples of [`SECTOR_BYTES`]), so that the simulated disk, which tears each pending
+/// write on its own at a crash, keeps any subset of the sectors, in any order, with zeros
+/// where the file's length covers a sector never written: a real disk's writeback. (One
+/// write of many sectors would only ever lose a suffix.)
+#[cfg(feature = "sim")]
+fn write_by_sectors(file: &mut sim::File, append: bool, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Seek;
+    // An append-mode file writes at its end; the cursor says where otherwise.
+    let mut offset = if append {
+        file.metadata()?.len()
+    } else {
+        file.stream_position()?
+    };
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let room = SECTOR_BYTES - offset % SECTOR_BYTES;
+        let n = rest.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        file.write_all(&rest[..n])?;
+        offset += n as u64;
+        rest = &rest[n..];
+    }
+    Ok(())
 }
 
 /// A simulated file outlives its simulation when the host's tasks are dropped after the
