@@ -54,11 +54,16 @@
 //! every node expires the same sessions at the same log position, whatever its own clock
 //! reads when it applies. A request marks its session active at the committed clock. At
 //! every stamped entry the sessions idle for longer than [`SessionLimits::timeout_ms`] are
-//! dropped, oldest first. Only registrations carry time because only they make the table
-//! grow: while no client registers, no session needs to go (a session idle for an hour
-//! stays until the next registration finds it idle), and the lock requests' entries stay
+//! dropped, oldest first. Registrations always carry time (they make the table grow). A
+//! lock request carries it when the leader's committed time has moved
+//! [`ACTIVITY_STAMP_MS`] or more past the table's clock: without that, a request marked its
+//! session active at the last registration's time, and a session busy 9 minutes after a
+//! registration and idle since expired at the next registration 2 minutes after its last
+//! request (review defect of issue 24). So a session's activity is at most
+//! `ACTIVITY_STAMP_MS` older than its last request, and most lock requests' entries stay
 //! free of a clock reading, which would make every interleaving of the model's timers a new
-//! state.
+//! state. While no entry is stamped, no session goes (a session idle for an hour stays until
+//! the next stamped entry finds it idle).
 //! The table holds at most [`SessionLimits::sessions_max`] sessions: a registration at the cap
 //! evicts the least recently active one (ties by the smaller id), on every node alike. A
 //! request of an expired, evicted or unknown session is applied as
@@ -204,12 +209,20 @@ impl Proposal {
         }
     }
 
-    /// Whether the leader stamps this proposal with its clock: registrations (see the
-    /// module doc on sessions for why only they).
-    pub fn wants_time(&self) -> bool {
+    /// Whether the leader stamps this proposal with committed time `now_ms`, on a table
+    /// whose clock reads `clock_ms`: a registration always, a client's request once
+    /// committed time moved [`ACTIVITY_STAMP_MS`] past the clock (see the module doc on
+    /// sessions).
+    pub fn wants_time(&self, now_ms: u64, clock_ms: u64) -> bool {
         self.command == Command::RegisterSession
+            || (self.origin.is_some() && now_ms >= clock_ms.saturating_add(ACTIVITY_STAMP_MS))
     }
 }
+
+/// How far committed time may move past the table's clock before the leader stamps a
+/// client's request with it (see the module doc on sessions): the most a session's recorded
+/// activity lags its last request.
+pub const ACTIVITY_STAMP_MS: u64 = 1_000;
 
 /// The bounds of the session table; the same on every node of a cluster (they are part of
 /// the table, like the injected bugs, and a snapshot carries them).

@@ -175,12 +175,13 @@ impl Node {
     /// Returns the entry's index.
     pub(super) fn append_proposal(&mut self, mut proposal: Proposal) -> Index {
         assert_eq!(self.role, Role::Leader, "only a leader appends proposals");
-        if proposal.wants_time() {
-            // The committed time of sessions (lock.rs), see `Node::clock_base_ms`. Stamping
-            // the leader's own clock made committed time jump by the difference of two
-            // processes' uptimes at a leader change, expiring every session at once.
-            let (base_now_ms, base_clock_ms) = self.clock_base_ms;
-            proposal.time_ms = base_clock_ms + self.now_ms.saturating_sub(base_now_ms);
+        // The committed time of sessions (lock.rs), see `Node::clock_base_ms`. Stamping
+        // the leader's own clock made committed time jump by the difference of two
+        // processes' uptimes at a leader change, expiring every session at once.
+        let (base_now_ms, base_clock_ms) = self.clock_base_ms;
+        let committed_now_ms = base_clock_ms + self.now_ms.saturating_sub(base_now_ms);
+        if proposal.wants_time(committed_now_ms, self.table.clock_ms()) {
+            proposal.time_ms = committed_now_ms;
         }
         let entry = Entry {
             term: self.term,
@@ -728,6 +729,70 @@ mod tests {
             n.table.has_session(2),
             "session 2, active at committed time 1000, expired by the new leader's first stamp \
              (committed clock {})",
+            n.table.clock_ms()
+        );
+    }
+
+    #[test]
+    fn a_session_busy_long_after_the_last_registration_is_not_expired_as_idle() {
+        // Review defect (issue 24): only registrations carried committed time, so a request
+        // marked its session active at the last registration's time. A session busy 9
+        // minutes after a registration, idle since, expired at the next registration 2
+        // minutes after its last request (the timeout is 10 minutes).
+        let mut n = leader();
+        let mut index = 1;
+        let mut request_id = 0;
+        let mut commit = |n: &mut Node, now_ms: u64, request: ClientRequest| {
+            // Followers keep answering, so check-quorum keeps the leader through the ticks.
+            n.step(ack(2, 1, index));
+            n.step(Input::Tick { now_ms });
+            request_id += 1;
+            n.step(Input::Request {
+                id: RequestId(request_id),
+                request,
+            });
+            index += 1;
+            n.step(Input::Persisted { term: 1, index });
+            n.step(ack(2, 1, index));
+            assert_eq!(n.status().commit_index, index, "{:?}", n.status());
+            index
+        };
+        let minute_ms = 60_000;
+        let session = commit(&mut n, 0, ClientRequest::RegisterSession { label: 1 });
+        assert!(n.table.has_session(session));
+        let acquire = ClientRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 1_000,
+            wait_ms: 0,
+            origin: Some(crate::lock::Origin {
+                session,
+                request: 1,
+            }),
+        };
+        let token = commit(&mut n, 9 * minute_ms, acquire);
+        // Released at once, so that no lease runs out (an Expire) in the 2 minutes after.
+        let release = ClientRequest::Release {
+            key: "k".to_owned(),
+            token,
+            origin: Some(crate::lock::Origin {
+                session,
+                request: 2,
+            }),
+        };
+        commit(&mut n, 9 * minute_ms, release);
+        let second = commit(
+            &mut n,
+            11 * minute_ms,
+            ClientRequest::RegisterSession { label: 2 },
+        );
+        assert!(
+            n.table.has_session(second),
+            "the second registration applied"
+        );
+        assert_eq!(n.table.clock_ms(), 11 * minute_ms);
+        assert!(
+            n.table.has_session(session),
+            "session {session}, last active at 9 min, expired at 11 min (committed clock {})",
             n.table.clock_ms()
         );
     }
