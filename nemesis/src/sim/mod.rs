@@ -43,6 +43,8 @@ const TORN_BLOCK_BYTES: u64 = 512;
 /// ... and an unsynced write reaches the disk anyway with this probability.
 const TORN_SYNC_PROBABILITY: f64 = 0.05;
 const NET_STREAM: u64 = 0x5157_0e70;
+/// The stream of a seed's request bounds (`SimBounds`).
+const BOUNDS_STREAM: u64 = 0xb0_0d5;
 const TCP_BACKLOG: usize = 4096;
 
 /// One simulated run: everything that decides it. Its options are the harness's, the same
@@ -248,6 +250,18 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     // a few unsynced writes through (storage must take a torn last record as never
     // written); the other half lose every unsynced write whole.
     let torn_writes = net_rng.chance(1, 2);
+    // The request bounds a client can reach (issue 24: no seed ever reached one). Their own
+    // stream, so that no other draw of a seed moved. One seed in three lets a session hold
+    // one key, one in four lets the leader hold 2-16 uncommitted entries: a retry of a
+    // request already in the log is then refused (`Invalid`) by a bound its own first
+    // attempt reached, which the client must report unknown, not failed.
+    let mut bounds_rng = Rng::derive(options.seed, BOUNDS_STREAM, 0);
+    let bounds = crate::systems::lockd::SimBounds {
+        keys_per_session_max: bounds_rng.chance(1, 3).then_some(1),
+        uncommitted_entries_max: bounds_rng
+            .chance(1, 4)
+            .then(|| bounds_rng.range(2, 16) as usize),
+    };
     let run_ms = (options.time_s + options.recovery_s) * 1000
         + crate::harness::phases::DRAIN_TIMEOUT_MS
         + OVERRUN_MS;
@@ -278,7 +292,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         move |id, how| control.node_stopped(id, how)
     };
     let traces = trace_dir.as_deref();
-    match lockd.add_sim_hosts(&mut sim, &nodes, snapshot_threshold, traces, stopped) {
+    match lockd.add_sim_hosts(&mut sim, &nodes, snapshot_threshold, bounds, traces, stopped) {
         Ok(switches) => control.attach(switches),
         Err(e) => return Simulated::failed(e),
     }

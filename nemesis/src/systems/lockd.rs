@@ -386,6 +386,7 @@ impl Lockd {
         sim: &mut turmoil::Sim<'_>,
         members: &[NodeId],
         snapshot_threshold: u64,
+        bounds: SimBounds,
         trace_dir: Option<&std::path::Path>,
         stopped: impl Fn(NodeId, String) + Clone + 'static,
     ) -> Result<BTreeMap<NodeId, SimSwitches>, String> {
@@ -413,6 +414,12 @@ impl Lockd {
                 // still needs InstallSnapshot (in chunks small enough to take several).
                 raft.snapshot_trailing_entries = snapshot_threshold / 4;
                 raft.snapshot_chunk_bytes = 4096;
+                if let Some(max) = bounds.keys_per_session_max {
+                    raft.keys_per_session_max = max;
+                }
+                if let Some(max) = bounds.uncommitted_entries_max {
+                    raft.uncommitted_entries_max = max;
+                }
                 let (members, pause_gate) = (members.clone(), pause_gate.clone());
                 let (link_faults, trace) = (link_faults.clone(), trace.clone());
                 let (stopped, secret) = (stopped.clone(), secret.clone());
@@ -447,4 +454,14 @@ impl Lockd {
         }
         Ok(switches)
     }
+}
+
+/// Request bounds a simulated seed draws smaller than the server's defaults (`None`: the
+/// default), so that clients reach them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimBounds {
+    /// `raft::Config::keys_per_session_max`.
+    pub keys_per_session_max: Option<u64>,
+    /// `raft::Config::uncommitted_entries_max`.
+    pub uncommitted_entries_max: Option<usize>,
 }
