@@ -243,6 +243,9 @@ struct Context<'a> {
     /// once: rule P and every "possibly live" question ask for it, and searching each time
     /// made the check cubic in a key's acquires (29 % of a simulated seed's CPU).
     witnesses: HashMap<u64, Option<&'a Operation>, FastBuildHasher>,
+    /// Each acquire's [`Context::live_interval`], by invoke row, found once ("possibly
+    /// live" asks for every grant of a key at every busy acquire of it).
+    intervals: HashMap<u64, Option<(u64, u64)>, FastBuildHasher>,
 }
 
 impl<'a> Context<'a> {
@@ -305,10 +308,15 @@ impl<'a> Context<'a> {
             releases_by_key,
             leases_ms,
             witnesses: HashMap::default(),
+            intervals: HashMap::default(),
         };
         context.witnesses = (paired.operations.iter())
             .filter(|op| op.f == OpName::Acquire && Self::left_at(op).is_some())
             .map(|op| (op.invoke.index, context.find_witness(op)))
+            .collect();
+        context.intervals = (paired.operations.iter())
+            .filter(|op| op.f == OpName::Acquire)
+            .map(|op| (op.invoke.index, context.find_live_interval(op)))
             .collect();
         context
     }
@@ -359,7 +367,10 @@ impl<'a> Context<'a> {
     /// already leaving, and a lock service cannot tell that from a client that took its
     /// grant and then died, which keeps the lock until its lease ends.
     fn witness(&self, abandoned: &Operation) -> Option<&'a Operation> {
-        self.witnesses.get(&abandoned.invoke.index).copied().flatten()
+        self.witnesses
+            .get(&abandoned.invoke.index)
+            .copied()
+            .flatten()
     }
 
     /// [`Context::witness`], searched.
@@ -421,6 +432,14 @@ impl<'a> Context<'a> {
     /// The interval in which `grant` may hold its key, or `None` when it never did or can
     /// no longer (see the module docs).
     fn live_interval(&self, grant: &Operation) -> Option<(u64, u64)> {
+        match self.intervals.get(&grant.invoke.index) {
+            Some(&interval) => interval,
+            None => self.find_live_interval(grant),
+        }
+    }
+
+    /// [`Context::live_interval`], worked out.
+    fn find_live_interval(&self, grant: &Operation) -> Option<(u64, u64)> {
         let c = grant.completion.as_ref();
         let lease = self.lease_ns(grant, 1.0 + self.drift);
         let start = grant.call_ns();

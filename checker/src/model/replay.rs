@@ -156,7 +156,11 @@ impl From<String> for Fault {
 /// chunks) was 11 % of a simulated seed's CPU.
 fn sent_messages(
     lines: &[TraceLine],
-) -> (HashSet<Envelope, FastBuildHasher>, BTreeSet<NodeId>, BTreeSet<NodeId>) {
+) -> (
+    HashSet<Envelope, FastBuildHasher>,
+    BTreeSet<NodeId>,
+    BTreeSet<NodeId>,
+) {
     let mut sent = HashSet::default();
     let mut unrecorded = BTreeSet::new();
     let mut traced = BTreeSet::new();
@@ -251,8 +255,14 @@ pub fn replay(lines: &[TraceLine]) -> ReplayReport {
     }
     // Each step compared its new grants with their neighbours; a retry's first grant that
     // arrived later (another node's file) can still turn it into a token going backwards.
+    // A step checks Leader Completeness of the stepped node only: the nodes whose files
+    // ended before the ledger gained its last entries are checked against the whole ledger
+    // here (ledger entries are only ever added).
+    let final_nodes: Vec<&Node> = r.nodes.values().collect();
+    let last_check = invariants::leader_completeness(&final_nodes, &r.ledger)
+        .and_then(|()| invariants::tokens_strictly_increase(&r.ledger));
     if report.departure.is_none()
-        && let Err(reason) = invariants::tokens_strictly_increase(&r.ledger)
+        && let Err(reason) = last_check
     {
         let node = lines.last().map(line_node).unwrap_or_default();
         let seq = match lines.last() {
@@ -652,10 +662,15 @@ fn check(r: &mut Replayed, stepped: NodeId, log_moved: bool) -> Result<(), Strin
     }
     let nodes: Vec<&Node> = r.nodes.values().collect();
     invariants::election_safety(&nodes)?;
-    invariants::leader_completeness(&nodes, &r.ledger)?;
     let Some(node) = r.nodes.get(&stepped) else {
-        return Ok(());
+        // A start or restart: every leader against the ledger.
+        return invariants::leader_completeness(&nodes, &r.ledger);
     };
+    // Leader Completeness of the stepped node only: another leader's log did not move, and
+    // an entry the ledger gained meanwhile is checked at that leader's next step (a leader
+    // steps at every tick). Checking every leader against the whole ledger at every step
+    // was 7 % of a simulated seed's CPU.
+    invariants::leader_completeness(&[node], &r.ledger)?;
     if !log_moved {
         return Ok(());
     }

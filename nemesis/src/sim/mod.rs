@@ -292,7 +292,14 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         move |id, how| control.node_stopped(id, how)
     };
     let traces = trace_dir.as_deref();
-    match lockd.add_sim_hosts(&mut sim, &nodes, snapshot_threshold, bounds, traces, stopped) {
+    match lockd.add_sim_hosts(
+        &mut sim,
+        &nodes,
+        snapshot_threshold,
+        bounds,
+        traces,
+        stopped,
+    ) {
         Ok(switches) => control.attach(switches),
         Err(e) => return Simulated::failed(e),
     }
