@@ -71,11 +71,17 @@ pub enum Bug {
     /// the crash point `crash-before-persist`: a vote or an acknowledgement the restarted node
     /// no longer backs (Election Safety, Log Matching, lost commits in the trace replay).
     ReplyBeforePersist,
+    /// `invalid-after-sent`: the client library reports a refusal (`Invalid`) of a retry as
+    /// a definite failure, although an earlier attempt of the same request was sent and may
+    /// commit (the fix of a review defect of issue 24, reverted: a retry refused by a bound
+    /// its own first attempt reached). Reached on seeds that draw small request bounds;
+    /// caught by linearizability (a `fail` acquire whose grant holds the key).
+    InvalidAfterSent,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -90,6 +96,7 @@ impl Bug {
         Bug::GrantToClosedConnection,
         Bug::TrustRetryAfterUnknown,
         Bug::ReplyBeforePersist,
+        Bug::InvalidAfterSent,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -109,6 +116,7 @@ impl Bug {
             Bug::GrantToClosedConnection => "grant-to-closed-connection",
             Bug::TrustRetryAfterUnknown => "trust-retry-after-unknown",
             Bug::ReplyBeforePersist => "reply-before-persist",
+            Bug::InvalidAfterSent => "invalid-after-sent",
         }
     }
 

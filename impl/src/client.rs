@@ -112,6 +112,9 @@ pub struct ClientOptions {
     /// The mutant `trust-retry-after-unknown` (`crate::bugs`): a node's `Unknown` does not
     /// make the op abandoned.
     pub trust_retry_after_unknown: bool,
+    /// The mutant `invalid-after-sent` (`crate::bugs`): a refused retry is a definite
+    /// failure even after an earlier attempt was sent.
+    pub invalid_after_sent: bool,
 }
 
 impl Default for ClientOptions {
@@ -126,6 +129,7 @@ impl Default for ClientOptions {
             backoff_max_ms: 40,
             status_timeout_ms: 500,
             trust_retry_after_unknown: false,
+            invalid_after_sent: false,
         }
     }
 }
@@ -489,7 +493,7 @@ impl Client {
                     // refused (`uncommitted_entries_max`, or `keys_per_session_max` reached
                     // by the earlier attempt's own Grant), and that attempt may still commit.
                     // No token came back, so `acquire_traced` has no grant to give back.
-                    let error = if sent {
+                    let error = if sent && !self.options.invalid_after_sent {
                         ClientError::Unknown(format!(
                             "node {}: {reason}, after an earlier attempt was sent",
                             target + 1

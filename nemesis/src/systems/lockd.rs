@@ -322,6 +322,8 @@ impl System for Lockd {
             self.bug.as_deref() == Some(lockd::bugs::Bug::TrustRetryAfterUnknown.name());
         let mut options = lockd::client::ClientOptions::default();
         options.trust_retry_after_unknown = trust_retry_after_unknown;
+        options.invalid_after_sent =
+            self.bug.as_deref() == Some(lockd::bugs::Bug::InvalidAfterSent.name());
         lock_client_with(layout.client_addrs(), client_id, options)
     }
 
