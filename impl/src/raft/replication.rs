@@ -747,4 +747,48 @@ mod tests {
             }
         ));
     }
+
+    #[test]
+    fn a_large_table_is_copied_for_a_snapshot_in_proportion_to_the_entries_applied() {
+        // Regression (`locksmith bench --soak`, 2026-12-05): a snapshot copies the whole
+        // table, and one was taken every `snapshot_threshold_entries` applied entries however
+        // large the table: with 100,000 held keys and 50,000 sessions, every 1,000 entries
+        // copied 150,000 table entries twice (and wrote an 11 MB snapshot), and copying and
+        // dropping tables took most of a leader's core thread. Each entry must pay a bounded
+        // share of the copy. Here: 400 locks, threshold 10; 400 more entries.
+        let mut n = leader_snapshotting(10);
+        let mut index = 1;
+        let settle = |n: &mut Node, index: u64| {
+            n.step(Input::Persisted { term: 1, index });
+            n.step(ack(2, 1, index))
+        };
+        settle(&mut n, index);
+        for key in 0..400 {
+            let grant = Command::Grant {
+                key: format!("k{key}"),
+                lease_ms: 600_000,
+            };
+            n.step(Input::Propose(Proposal::system(grant)));
+            index += 1;
+            settle(&mut n, index);
+        }
+        assert_eq!(n.table().locks().len(), 400);
+        let mut snapshots = 0;
+        for _ in 0..400 {
+            let mut outputs = vec![n.step(Input::Propose(Proposal::system(Command::Noop)))];
+            index += 1;
+            outputs.push(n.step(Input::Persisted { term: 1, index }));
+            outputs.push(n.step(ack(2, 1, index)));
+            snapshots += outputs
+                .iter()
+                .filter(|o| o.persist.as_ref().is_some_and(|p| p.snapshot.is_some()))
+                .count();
+        }
+        assert_eq!(n.table().last_applied(), index, "every entry applied");
+        assert!(
+            (1..=8).contains(&snapshots),
+            "400 entries over a table of 400 locks took {snapshots} snapshots (one per 10 \
+             entries copies the table 40 times)"
+        );
+    }
 }
