@@ -47,6 +47,7 @@ pub use io::{
     ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
+pub use replication::TABLE_ENTRIES_COPIED_PER_ENTRY_MAX;
 pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,
@@ -81,7 +82,7 @@ pub struct Config {
     /// steps down.
     pub check_quorum: bool,
     /// Take a snapshot and compact the log once this many entries were applied since the
-    /// last one.
+    /// last one (more when the table is large: see [`TABLE_ENTRIES_COPIED_PER_ENTRY_MAX`]).
     pub snapshot_threshold_entries: u64,
     /// Compaction keeps up to this many entries at or below the snapshot in memory, so that
     /// a follower a little behind gets entries rather than the whole snapshot.

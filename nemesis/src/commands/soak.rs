@@ -1,4 +1,4 @@
-//! `locksmith bench --soak [--sessions 1000000] [--keys 100000] [--time-limit-s 600]
+//! `locksmith bench --soak [--sessions 1000000] [--keys 100000] [--time-limit-s 540]
 //! [--rss-bound-mib N] [--catch-up-bound-s 60]`: the cluster soak of issue 27, lockd only
 //! (`nemesis::bench::soak` holds the behaviour). Exit 0 when every bound holds, 1 when one
 //! does not (the table says which), 2 when the soak could not run.
@@ -46,8 +46,9 @@ pub struct SoakArgs {
     /// Concurrent client tasks, one connection each.
     #[arg(long, requires = "soak", default_value_t = 64)]
     pub workers: usize,
-    /// The load must reach its targets within this many seconds; it stops there.
-    #[arg(long, requires = "soak", default_value_t = 600)]
+    /// The load must reach its targets within this many seconds; it stops there. It must
+    /// end before the held keys' lease (--hold-lease-ms) runs out: lockd renews no lease.
+    #[arg(long, requires = "soak", default_value_t = 540)]
     pub time_limit_s: u64,
     /// Every node's peak RSS (VmHWM) must stay at or below this, MiB.
     #[arg(long, requires = "soak", default_value_t = 1024)]

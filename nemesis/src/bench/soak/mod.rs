@@ -11,7 +11,8 @@
 //!    sessions, then register sessions until the target, touching the holders so that the
 //!    session table's cap never evicts them. Every [`SAMPLE_INTERVAL`], read each running
 //!    node's `VmRSS` and `VmHWM` ([`watch`]) and show progress. The load stops at the
-//!    targets, at `time_limit`, or when a node exits on its own.
+//!    targets, at `time_limit`, or when a node exits on its own. lockd renews no lease, so
+//!    the time limit must end before the held keys' lease runs out ([`SoakConfig::validate`]).
 //! 3. Read the leader's count of held locks, then restart the killed follower and poll the
 //!    nodes' status until its last applied index reaches the leader's commit index, within
 //!    `catch_up_bound`. No load runs meanwhile: the figure is the time to install the
@@ -122,6 +123,17 @@ impl SoakConfig {
             return bad(format!(
                 "--hold-lease-ms {}: lockd allows 1 to {} (lease_ms_max)",
                 self.hold_lease_ms, limits.lease_ms_max
+            ));
+        }
+        let load_ms_max = (self.time_limit + STOP_GRACE).as_millis() as u64;
+        if load_ms_max >= self.hold_lease_ms {
+            return bad(format!(
+                "--time-limit-s {} (plus {} s to stop) must end before the held keys' lease \
+                 of {} ms runs out: lockd renews no lease, so a key taken at the start is held \
+                 only that long",
+                self.time_limit.as_secs(),
+                STOP_GRACE.as_secs(),
+                self.hold_lease_ms
             ));
         }
         if !(1..=WORKERS_MAX).contains(&self.workers) {
@@ -275,14 +287,20 @@ impl SoakReport {
                 ));
             }
         }
-        let leader = self.leader_locks_held;
-        for node in &self.nodes {
-            let held = node.status.as_ref().map(|s| s.raft.locks_held);
-            if held.is_some() && held != leader {
-                failures.push(format!(
-                    "n{} holds {held:?} locks, the leader {leader:?}",
-                    node.node
-                ));
+        // State machine safety as the status shows it: nodes that applied the same prefix
+        // hold the same number of locks.
+        let statuses: Vec<(NodeId, &NodeStatus)> = (self.nodes.iter())
+            .filter_map(|n| Some((n.node, n.status.as_ref()?)))
+            .collect();
+        for (a, first) in &statuses {
+            for (b, second) in statuses.iter().filter(|(b, _)| b > a) {
+                let same_prefix = first.raft.last_applied == second.raft.last_applied;
+                if same_prefix && first.raft.locks_held != second.raft.locks_held {
+                    failures.push(format!(
+                        "n{a} and n{b} applied up to {} and hold {} and {} locks",
+                        first.raft.last_applied, first.raft.locks_held, second.raft.locks_held
+                    ));
+                }
             }
         }
         failures
@@ -540,7 +558,7 @@ mod tests {
             keys_per_session: 100,
             hold_lease_ms: 600_000,
             workers: 64,
-            time_limit: Duration::from_secs(600),
+            time_limit: Duration::from_secs(540),
             rss_bound_mib: 1024,
             catch_up_bound: Duration::from_secs(60),
         }
@@ -575,5 +593,11 @@ mod tests {
         let mut c = config();
         c.sessions = 10;
         assert!(refused(c, 3), "fewer sessions than holders");
+        let mut c = config();
+        c.time_limit = Duration::from_secs(600);
+        assert!(
+            refused(c, 3),
+            "the first keys' leases would run out before the load ends"
+        );
     }
 }
