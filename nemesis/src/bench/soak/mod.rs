@@ -319,7 +319,7 @@ pub async fn soak(bench: &BenchCluster, config: &SoakConfig) -> Result<SoakRepor
     sample_all(bench, &mut rss);
     bench.cluster.kill(follower)?;
     eprintln!("soak: n{leader} leads; n{follower} killed (SIGKILL), to be restarted at the end");
-    let driven = drive(bench, config, leader, &mut rss).await;
+    let mut driven = drive(bench, config, leader, &mut rss).await;
     let leader_locks_held = match bench.wait_for_leader(LEADER_TIMEOUT).await {
         Ok(now) => status(&control, now).await.map(|s| s.raft.locks_held),
         Err(_) => None,
@@ -330,6 +330,10 @@ pub async fn soak(bench: &BenchCluster, config: &SoakConfig) -> Result<SoakRepor
         None
     };
     sample_all(bench, &mut rss);
+    let exited = bench.exited();
+    driven
+        .exits
+        .extend(exited.iter().map(|(n, s)| format!("n{n} ({s})")));
     let final_leader = bench.leader().await;
     let mut nodes = Vec::new();
     for &node in &bench.layout.nodes {
@@ -376,19 +380,7 @@ async fn drive(
     let load = config.load();
     let holders = load.holders();
     let shared = Shared::new(load);
-    let addrs = bench.layout.client_addrs();
-    let leader_index = bench.layout.nodes.iter().position(|n| *n == leader);
-    let workers: Vec<_> = (0..config.workers)
-        .map(|index| {
-            let (shared, addrs) = (Arc::clone(&shared), addrs.clone());
-            tokio::spawn(load::worker(
-                shared,
-                addrs,
-                leader_index.unwrap_or(0),
-                index as u64,
-            ))
-        })
-        .collect();
+    let workers = spawn_workers(bench, config.workers, leader, &shared);
     let progress = Progress::new("soak", Some(config.sessions));
     let started = Instant::now();
     let deadline = started + config.time_limit;
@@ -417,6 +409,45 @@ async fn drive(
         }
     }
     let load_s = started.elapsed().as_secs_f64();
+    let sessions_distinct = distinct_sessions(workers).await;
+    let figures = shared.figures();
+    progress.finish(&format!(
+        "{} sessions, {} keys held, {:.1} s",
+        figures.registered, figures.keys_held, load_s
+    ));
+    Driven {
+        figures,
+        sessions_distinct,
+        load_s,
+        hold_s,
+        time_limit_reached,
+        exits,
+    }
+}
+
+/// Starts `count` workers, each first connected to `leader`.
+fn spawn_workers(
+    bench: &BenchCluster,
+    count: usize,
+    leader: NodeId,
+    shared: &Arc<Shared>,
+) -> Vec<tokio::task::JoinHandle<Vec<lockd::lock::SessionId>>> {
+    let addrs = bench.layout.client_addrs();
+    let leader_index = bench.layout.nodes.iter().position(|n| *n == leader);
+    (0..count)
+        .map(|index| {
+            let (shared, addrs) = (Arc::clone(shared), addrs.clone());
+            let first = leader_index.unwrap_or(0);
+            tokio::spawn(load::worker(shared, addrs, first, index as u64))
+        })
+        .collect()
+}
+
+/// Ends the workers (a worker still running after the grace is aborted, and its sessions
+/// are not counted) and counts the distinct session ids they were answered.
+async fn distinct_sessions(
+    workers: Vec<tokio::task::JoinHandle<Vec<lockd::lock::SessionId>>>,
+) -> u64 {
     let mut sessions = Vec::new();
     for worker in workers {
         worker.abort_handle().abort();
@@ -424,21 +455,9 @@ async fn drive(
             sessions.extend(ids);
         }
     }
-    let figures = shared.figures();
-    progress.finish(&format!(
-        "{} sessions, {} keys held, {:.1} s",
-        figures.registered, figures.keys_held, load_s
-    ));
     sessions.sort_unstable();
     sessions.dedup();
-    Driven {
-        figures,
-        sessions_distinct: sessions.len() as u64,
-        load_s,
-        hold_s,
-        time_limit_reached,
-        exits,
-    }
+    sessions.len() as u64
 }
 
 fn progress_message(
