@@ -51,11 +51,12 @@ pub struct SoakArgs {
     #[arg(long, requires = "soak", default_value_t = 540)]
     pub time_limit_s: u64,
     /// Every node's peak RSS (VmHWM) must stay at or below this, MiB. The default is about
-    /// 1.8 times the highest peak measured at the defaults (279 MiB, 2026-12-05; README).
+    /// 1.7 times the highest peak measured at the defaults (298 MiB, 2026-12-05; README).
     #[arg(long, requires = "soak", default_value_t = 512)]
     pub rss_bound_mib: u64,
     /// The restarted follower must reach the leader's commit index within this many seconds
-    /// (measured at the defaults: 0.9 s for an 11.5 MiB snapshot and the entries after it).
+    /// (measured at the defaults: 0.9 to 1.4 s for an 11.6 MiB snapshot and the entries
+    /// after it).
     #[arg(long, requires = "soak", default_value_t = 30)]
     pub catch_up_bound_s: u64,
 }
