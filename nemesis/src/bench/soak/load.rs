@@ -48,7 +48,7 @@ const BACKOFF: Duration = Duration::from_millis(20);
 const TRIES_MAX: u32 = 5;
 /// How many times each holder is touched, at least, within the registrations that would
 /// evict it (see the module doc).
-const TOUCHES_PER_WINDOW: u64 = 4;
+pub const TOUCHES_PER_WINDOW: u64 = 4;
 
 /// What the workers run.
 #[derive(Clone, Debug)]
