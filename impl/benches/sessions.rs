@@ -8,8 +8,8 @@
 //! cargo bench -p lockd --bench sessions -- [--sessions 1000000] [--keys 100000] [--key-len 16]
 //! ```
 //!
-//! What it does not do (see the issue's full soak): run a cluster of processes, kill and
-//! restart a follower, or measure each node's RSS.
+//! What it does not do: run a cluster of processes, kill and restart a follower, or measure
+//! each node's RSS. `locksmith bench --soak` does (nemesis/src/bench/soak/).
 
 use std::time::Instant;
 

@@ -31,7 +31,8 @@ enum Command {
     Convert(check::ConvertCommand),
     /// Generate a synthetic history: `gen lock --ops N --seed S [--inject double-grant]`.
     Gen(check::GenCommand),
-    /// Cycles per second, p50/p99 latency and leader failover, for lockd and etcd.
+    /// Cycles per second, p50/p99 latency and leader failover, side by side; `--soak`: the
+    /// cluster soak of lockd (a million sessions, held keys, memory, catch-up).
     Bench(bench::BenchArgs),
     /// Model-check the real Raft core and lock table with stateright.
     Model(model::ModelArgs),

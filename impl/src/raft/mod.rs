@@ -14,7 +14,9 @@
 //!   opens every term.
 //! - `replication`: AppendEntries with back-off on `reject_hint`, commit by a majority of
 //!   the current term only (Figure 8), apply in order, snapshots and InstallSnapshot.
-//! - `log`: the in-memory log over its snapshot base; `quorum`: majorities.
+//! - `log`: the in-memory log over its snapshot base; `quorum`: majorities; `timers`: the
+//!   armed timers, indexed by deadline too (a lease each held lock: a step must not scan
+//!   them).
 //! - `requests`: client requests, answered only from committed, applied entries (the
 //!   linearizability argument is there).
 //! - `leases`: lease timers on every node, locally expired locks, waiter queues, phantom
@@ -39,11 +41,13 @@ mod replication;
 mod requests;
 mod rewrite;
 mod snapshot;
+mod timers;
 
 pub use io::{
     ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
+pub use replication::TABLE_ENTRIES_COPIED_PER_ENTRY_MAX;
 pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,
@@ -78,7 +82,7 @@ pub struct Config {
     /// steps down.
     pub check_quorum: bool,
     /// Take a snapshot and compact the log once this many entries were applied since the
-    /// last one.
+    /// last one (more when the table is large: see [`TABLE_ENTRIES_COPIED_PER_ENTRY_MAX`]).
     pub snapshot_threshold_entries: u64,
     /// Compaction keeps up to this many entries at or below the snapshot in memory, so that
     /// a follower a little behind gets entries rather than the whole snapshot.
@@ -284,8 +288,8 @@ pub struct Node {
     /// last leader left it, whatever this node's clock reads (each process's clock starts at
     /// 0), and a rebased clock (the model) stamps the same values.
     clock_base_ms: (u64, u64),
-    /// Armed timers and their deadlines on the local clock.
-    timers: BTreeMap<Timer, u64>,
+    /// Armed timers and their deadlines on the local clock, indexed by deadline too.
+    timers: timers::Timers,
     /// The hard state last handed to the driver to persist.
     hard_state: HardState,
     /// Leader only: client proposals by log index.
@@ -350,7 +354,7 @@ impl Node {
             progress: BTreeMap::new(),
             noop_index: 0,
             clock_base_ms: (now_ms, 0),
-            timers: BTreeMap::new(),
+            timers: timers::Timers::default(),
             hard_state: durable.hard_state,
             pending: BTreeMap::new(),
             waiters: BTreeMap::new(),
@@ -432,17 +436,17 @@ impl Node {
 
     /// The deadline of `timer` on the local clock, if it is armed.
     pub fn deadline(&self, timer: &Timer) -> Option<u64> {
-        self.timers.get(timer).copied()
+        self.timers.get(timer)
     }
 
     /// The earliest deadline of any armed timer (the driver sleeps until then).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.timers.values().min().copied()
+        self.timers.next_deadline()
     }
 
     /// Every armed timer with its deadline.
     pub fn timers(&self) -> impl Iterator<Item = (&Timer, u64)> {
-        self.timers.iter().map(|(t, at)| (t, *at))
+        self.timers.iter()
     }
 
     /// Whether the lease of `key` under `token` ran out on this node's clock (its timer
@@ -550,15 +554,10 @@ impl Node {
         // Bounded: each timer fires at most once per tick; timers armed while firing lie in
         // the future (every deadline is now + a positive interval) except a lease re-armed
         // with lease_ms 0, which validation forbids.
-        let mut due: Vec<(u64, Timer)> = self
-            .timers
-            .iter()
-            .filter(|(_, at)| **at <= self.now_ms)
-            .map(|(t, at)| (*at, t.clone()))
-            .collect();
-        due.sort();
-        for (at, timer) in due {
-            if self.timers.get(&timer) != Some(&at) {
+        // Earliest first (ties in timer order), from the deadline index: the due timers
+        // only, not a pass over every lease.
+        for (at, timer) in self.timers.due(self.now_ms) {
+            if self.timers.get(&timer) != Some(at) {
                 continue; // cancelled or re-armed by an earlier timer of this tick
             }
             self.timers.remove(&timer);

@@ -60,6 +60,15 @@ fn well_formed(msg: &Message) -> bool {
     }
 }
 
+/// A snapshot copies the whole table (and the driver encodes and writes it), so the entries
+/// between two snapshots pay for it: at least one applied entry per this many table entries,
+/// whatever `snapshot_threshold_entries` says. Each entry then pays for copying at most this
+/// many table entries, however large the table. With a fixed count of 1,000 entries, a table
+/// of 100,000 held keys and 50,000 sessions was copied twice per 1,000 entries, which took
+/// most of a leader's core thread in `locksmith bench --soak` (2026-12-05). The price is a
+/// longer log between snapshots: at most a quarter as many entries as the table holds.
+pub const TABLE_ENTRIES_COPIED_PER_ENTRY_MAX: u64 = 4;
+
 impl Node {
     /// Dispatches a message from a peer after the term rules of Figure 2.
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
@@ -430,11 +439,15 @@ impl Node {
     }
 
     /// Takes a snapshot and compacts the log once `snapshot_threshold_entries` entries were
-    /// applied since the last one. Called at the start of a step, so that the snapshot is the
-    /// first thing the step persists.
+    /// applied since the last one, and at least one per [`TABLE_ENTRIES_COPIED_PER_ENTRY_MAX`]
+    /// entries of the table (locks and sessions). Called at the start of a step, so that the
+    /// snapshot is the first thing the step persists.
     pub(super) fn maybe_snapshot(&mut self) {
         let applied = self.table.last_applied();
-        let threshold = self.config.snapshot_threshold_entries.max(1);
+        let table_entries = (self.table.locks().len() + self.table.sessions_len()) as u64;
+        let threshold = (self.config.snapshot_threshold_entries)
+            .max(table_entries / TABLE_ENTRIES_COPIED_PER_ENTRY_MAX)
+            .max(1);
         if applied < self.log.base_index() + threshold {
             return;
         }
@@ -811,5 +824,49 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_large_table_is_copied_for_a_snapshot_in_proportion_to_the_entries_applied() {
+        // Regression (`locksmith bench --soak`, 2026-12-05): a snapshot copies the whole
+        // table, and one was taken every `snapshot_threshold_entries` applied entries however
+        // large the table: with 100,000 held keys and 50,000 sessions, every 1,000 entries
+        // copied 150,000 table entries twice (and wrote an 11 MB snapshot), and copying and
+        // dropping tables took most of a leader's core thread. Each entry must pay a bounded
+        // share of the copy. Here: 400 locks, threshold 10; 400 more entries.
+        let mut n = leader_snapshotting(10);
+        let mut index = 1;
+        let settle = |n: &mut Node, index: u64| {
+            n.step(Input::Persisted { term: 1, index });
+            n.step(ack(2, 1, index))
+        };
+        settle(&mut n, index);
+        for key in 0..400 {
+            let grant = Command::Grant {
+                key: format!("k{key}"),
+                lease_ms: 600_000,
+            };
+            n.step(Input::Propose(Proposal::system(grant)));
+            index += 1;
+            settle(&mut n, index);
+        }
+        assert_eq!(n.table().locks().len(), 400);
+        let mut snapshots = 0;
+        for _ in 0..400 {
+            let mut outputs = vec![n.step(Input::Propose(Proposal::system(Command::Noop)))];
+            index += 1;
+            outputs.push(n.step(Input::Persisted { term: 1, index }));
+            outputs.push(n.step(ack(2, 1, index)));
+            snapshots += outputs
+                .iter()
+                .filter(|o| o.persist.as_ref().is_some_and(|p| p.snapshot.is_some()))
+                .count();
+        }
+        assert_eq!(n.table().last_applied(), index, "every entry applied");
+        assert!(
+            (1..=8).contains(&snapshots),
+            "400 entries over a table of 400 locks took {snapshots} snapshots (one per 10 \
+             entries copies the table 40 times)"
+        );
     }
 }

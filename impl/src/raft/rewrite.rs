@@ -252,7 +252,7 @@ impl Node {
             timers: self
                 .timers
                 .iter()
-                .map(|(t, at)| (rewrite_timer(r, t), *at))
+                .map(|(t, at)| (rewrite_timer(r, t), at))
                 .collect(),
             hard_state: rewrite_hard_state(r, &self.hard_state),
             pending: self
@@ -294,9 +294,7 @@ impl Node {
         self.leader_contact_ms = self
             .leader_contact_ms
             .map(|at| shift(at.max(old.saturating_sub(window))));
-        for at in self.timers.values_mut() {
-            *at = shift(*at);
-        }
+        self.timers.shift_all(shift);
         // Only a leader reads its base, and only as a difference to now.
         self.clock_base_ms.0 = if self.role == super::Role::Leader {
             shift(self.clock_base_ms.0)

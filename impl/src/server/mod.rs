@@ -542,7 +542,11 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
 
 /// A tarpc transport over `stream`: JSON in length-delimited frames (Nagle is off on every
 /// stream of [`crate::sys::net`]: each message here is small and latency-bound).
-pub(crate) fn transport<Item, SinkItem>(
+///
+/// The wire format of every service of a node, public so that a caller that speaks the RPC
+/// itself (`locksmith bench --soak` registers sessions by the hundred thousand, with no
+/// [`crate::client::Client`] each) frames its calls exactly as the node reads them.
+pub fn transport<Item, SinkItem>(
     stream: TcpStream,
 ) -> serde_transport::Transport<TcpStream, Item, SinkItem, Json<Item, SinkItem>>
 where

@@ -7,6 +7,9 @@
 //! nodes), then the median time from SIGKILL of the leader until a lock is granted again.
 //! With both systems, the table shows lockd / etcd ratios. Exit 0 when every asked system
 //! ran, 2 when one could not run (not installed, not built, cluster never served).
+//!
+//! `locksmith bench --soak` runs the cluster soak of issue 27 instead (lockd only; its flags
+//! and report are in `commands/soak.rs`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -57,7 +60,7 @@ pub struct BenchArgs {
     /// Which systems to measure, comma-separated, side by side (with two, the table shows
     /// first/second ratios); lockd, etcd, zookeeper and redis when absent.
     #[arg(long, value_enum, value_delimiter = ',')]
-    system: Vec<System>,
+    pub system: Vec<System>,
     /// --system exec: the command that starts one node (placeholders as for `locksmith test`).
     #[arg(long)]
     node_cmd: Option<String>,
@@ -72,7 +75,7 @@ pub struct BenchArgs {
     clients: Vec<usize>,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
-    nodes: u64,
+    pub nodes: u64,
     /// How many times to kill the leader (0 skips the failover measurement).
     #[arg(long, default_value_t = 3)]
     failover_rounds: usize,
@@ -81,7 +84,10 @@ pub struct BenchArgs {
     lease_ms: u64,
     /// Keep each cluster's directory (data dirs, node-logs/) and print where it is.
     #[arg(long)]
-    keep_logs: bool,
+    pub keep_logs: bool,
+    /// The cluster soak (`--soak` and its flags).
+    #[command(flatten)]
+    pub soak: super::soak::SoakArgs,
 }
 
 /// The figures of one system, or why it could not run.
@@ -111,6 +117,9 @@ impl Figures {
 }
 
 pub fn run(args: BenchArgs) -> ExitCode {
+    if args.soak.soak {
+        return super::soak::run(&args);
+    }
     let systems = if args.system.is_empty() {
         vec![
             System::Lockd,

@@ -11,4 +11,5 @@ pub mod node;
 pub mod replay;
 pub mod serve;
 pub mod sim;
+pub mod soak;
 pub mod test;

@@ -6,6 +6,12 @@
 //! net: peers dial each other directly), [`measure_cycles`] drives concurrent clients on
 //! distinct keys, [`failover`] kills the leader while probes loop on acquire.
 //! Every loop here is bounded in time and in count, and reaching a count bound is reported.
+//!
+//! [`soak`] is the cluster soak of issue 27 (`locksmith bench --soak`, lockd only): a
+//! million sessions and 100,000 held keys, each node's peak RSS, a killed follower's
+//! catch-up, and the frame and record limits.
+
+pub mod soak;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
