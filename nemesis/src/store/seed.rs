@@ -180,15 +180,16 @@ mod tests {
             row("append-rejected").contains("1  first seed 4"),
             "{table}"
         );
-        let torn = row("torn-tail-cut");
-        assert!(torn.contains("NEVER REACHED (optional)"), "{table}");
+        // An optional probe (torn-tail-cut was one until it became required, 2026-12-05).
+        let optional = row("check-quorum-step-down");
+        assert!(optional.contains("NEVER REACHED (optional)"), "{table}");
         assert!(
             row("phantom-release-applied").contains("NEVER REACHED"),
             "{table}"
         );
         let missed = coverage.unreached_required();
         assert!(missed.contains(&"phantom-release-applied"), "{missed:?}");
-        assert!(!missed.contains(&"torn-tail-cut"), "{missed:?}");
+        assert!(!missed.contains(&"check-quorum-step-down"), "{missed:?}");
         assert!(!coverage.unreached_required().contains(&"waiter-granted"));
     }
 }
