@@ -277,6 +277,83 @@ impl LockService for LockServer {
     }
 }
 
+/// What a connection checks of every answer its handlers give, outside the handlers: a
+/// grant is never handed to a connection already known to be closed (DESIGN.md "Phantom
+/// locks": such a grant reaches nobody and must be released as an orphan). The handler
+/// looks at the connection's end after the answer came (`LockServer::call`); a mistake there
+/// hands the grant on and keeps a phantom lock until its lease runs out, which no history
+/// can tell from a grant that crossed its client's departure on the wire. The check sits at
+/// the `Serve` boundary, where the handler's answer leaves it in the same poll in which the
+/// handler decided, so a correct handler never trips it. Under the simulator a broken
+/// contract stops the node (`Event::ContractBroken`: node health names it); outside it is an
+/// error line only.
+#[derive(Clone)]
+struct Checked {
+    closed: watch::Receiver<bool>,
+    events: mpsc::Sender<Event>,
+}
+
+impl Checked {
+    fn wrap<S>(self, inner: S) -> CheckedServe<S> {
+        CheckedServe {
+            inner,
+            checked: self,
+        }
+    }
+
+    /// Whether `response` breaks the contract (and reports it).
+    fn check(&self, response: &crate::rpc::LockServiceResponse) -> bool {
+        let crate::rpc::LockServiceResponse::Acquire(Response::Granted { token }) = response else {
+            return false;
+        };
+        if !*self.closed.borrow() {
+            return false;
+        }
+        let reason = format!(
+            "the server handed grant token {token} to a client connection it knew was closed \
+             (a phantom lock: nobody gets it, and it is not released as an orphan)"
+        );
+        tracing::error!(token, "{reason}");
+        if crate::sys::simulated() {
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let _ = events.send(Event::ContractBroken { reason }).await;
+            });
+        }
+        true
+    }
+}
+
+/// A `Serve` that runs `inner` and [`Checked::check`]s its answer.
+#[derive(Clone)]
+struct CheckedServe<S> {
+    inner: S,
+    checked: Checked,
+}
+
+impl<S> tarpc::server::Serve for CheckedServe<S>
+where
+    S: tarpc::server::Serve<
+            Req = crate::rpc::LockServiceRequest,
+            Resp = crate::rpc::LockServiceResponse,
+        >,
+{
+    type Req = S::Req;
+    type Resp = S::Resp;
+
+    async fn serve(
+        self,
+        ctx: context::Context,
+        req: Self::Req,
+    ) -> Result<Self::Resp, tarpc::ServerError> {
+        let response = self.inner.serve(ctx, req).await;
+        if let Ok(response) = &response {
+            let _broken = self.checked.check(response);
+        }
+        response
+    }
+}
+
 pub(super) async fn serve_clients(
     listener: TcpListener,
     events: mpsc::Sender<Event>,
@@ -302,6 +379,10 @@ pub(super) async fn serve_clients(
             continue;
         };
         let (transport, closed) = EofNotify::new(transport(stream));
+        let checked = Checked {
+            closed: closed.clone(),
+            events: events.clone(),
+        };
         let server = LockServer {
             deliver_to_closed,
             events: events.clone(),
@@ -311,7 +392,7 @@ pub(super) async fn serve_clients(
         tokio::spawn(async move {
             BaseChannel::with_defaults(transport)
                 .max_concurrent_requests(CLIENT_REQUESTS_PER_CONNECTION_MAX)
-                .execute(server.serve())
+                .execute(checked.wrap(server.serve()))
                 .for_each(|request| async move {
                     tokio::spawn(request);
                 })
@@ -373,6 +454,24 @@ mod tests {
             Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 11)),
             other => panic!("expected the grant reported as orphaned, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_grant_leaving_for_a_closed_connection_breaks_the_contract() {
+        // The check outside the handler that makes the `grant-to-closed-connection` class
+        // visible to the simulator: only a grant, and only to a connection known closed.
+        let (events, _inbox) = mpsc::channel(8);
+        let (close, closed) = watch::channel(false);
+        let checked = Checked { closed, events };
+        let granted = crate::rpc::LockServiceResponse::Acquire(Response::Granted { token: 4 });
+        let busy = crate::rpc::LockServiceResponse::Acquire(Response::Busy);
+        assert!(
+            !checked.check(&granted),
+            "an open connection may get its grant"
+        );
+        close.send_replace(true);
+        assert!(checked.check(&granted), "a closed one may not");
+        assert!(!checked.check(&busy), "nothing to lose in a Busy");
     }
 
     #[tokio::test]

@@ -51,6 +51,9 @@ pub(super) struct Core {
     /// A crash point fired (`buggify::crash_point`): the core does nothing more, and the
     /// simulator crashes its host.
     crashed: bool,
+    /// A broken contract a client connection reported (`Event::ContractBroken`): the core
+    /// stops with it at the end of the turn.
+    broken: Option<String>,
 }
 
 /// Local snapshots written off the core's thread (see [`Core::defer_snapshot`]).
@@ -116,6 +119,7 @@ impl Core {
             exiting: Vec::new(),
             snapshots,
             crashed: false,
+            broken: None,
         }
     }
 
@@ -239,6 +243,9 @@ impl Core {
                 }
                 batch += 1;
             }
+            if let Some(reason) = self.broken.take() {
+                return Err(ServerError::Core { reason });
+            }
             let started = Instant::now();
             self.carry_out(output)?;
             for reply in self.exiting.drain(..) {
@@ -292,6 +299,13 @@ impl Core {
                 }
                 // An answer the core gives later has nobody to go to.
                 output.extend(self.step(Input::ClientGone { id }));
+            }
+            Event::ContractBroken { reason } => {
+                error!(
+                    reason,
+                    "a client connection saw a broken contract; stopping"
+                );
+                self.broken = Some(reason);
             }
             Event::Exit { reply } => {
                 info!("clean exit: handing leadership over");

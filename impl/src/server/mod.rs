@@ -411,6 +411,10 @@ pub(crate) enum Event {
     /// The node stops cleanly (SIGTERM): the core steps `Input::Exit` (a leader hands over
     /// with TimeoutNow), carries out its output, then answers.
     Exit { reply: oneshot::Sender<()> },
+    /// A client connection saw the server break its contract with clients (simulation
+    /// only, see `clients::Checked`): the core stops with `reason`, so that the simulator's
+    /// node health names it.
+    ContractBroken { reason: String },
     /// The clock nemesis.
     SetClock {
         rate: f64,
