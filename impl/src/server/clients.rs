@@ -179,6 +179,9 @@ impl LockServer {
             answer = &mut guard.answer => Some(answer),
             _ = closed.wait_for(|closed| *closed) => None,
         };
+        if matches!(answered, Some(Ok(Response::Granted { .. }))) && *closed.borrow() {
+            crate::probe!("grant-ready-as-connection-closed");
+        }
         match answered {
             // The answer and the end of the connection may be ready at once (the select
             // prefers the answer): an answer to a closed connection never reaches its client,
