@@ -258,7 +258,7 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     // failed. (A bound below the clients' count sheds load for good: 2-16 entries for 64
     // clients on one key starved two clients for the 10 s of the liveness check, seed 534.)
     let mut bounds_rng = Rng::derive(options.seed, BOUNDS_STREAM, 0);
-    let clients = options.concurrency as u64;
+    let clients = options.concurrency;
     let bounds = crate::systems::lockd::SimBounds {
         keys_per_session_max: bounds_rng.chance(1, 3).then_some(1),
         uncommitted_entries_max: bounds_rng
