@@ -46,10 +46,30 @@ pub fn kill_registered() -> usize {
     for pid in &pids {
         let _ = killpg(Pid::from_raw(*pid), Signal::SIGCONT);
         let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    // A process SIGKILLed inside a system call finishes that call first: one still starting
+    // could create libfaketime's files after a removal made at once. So remove them only
+    // once the process is dead (gone or a zombie), waiting at most a second for each.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    for pid in &pids {
+        while !is_dead(*pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         crate::systems::faketime::remove_shared_memory(*pid as u32);
     }
     registry().clear();
     pids.len()
+}
+
+/// Whether process `pid` runs no more: gone, or a zombie waiting to be reaped.
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis: `pid (comm) S ...`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
 }
 
 /// Registers the process group `pgid` of a child started elsewhere (an exec client adapter),
