@@ -27,6 +27,19 @@
 //!   the key was certainly free for longer than `waiter_grant_bound_ms` inside its wait is a
 //!   violation.
 //!
+//! - **S (sessions).** An op that ends `info` with error `session-expired` says the service
+//!   forgot its client's session. With the service's session timeout known
+//!   (`session_timeout_ms`), the same process's last `ok` acquire or release before it proves
+//!   the session was active when that op applied, after its invoke `A`. A session recorded
+//!   active at most `session_activity_slack_ms` before its request (lockd stamps activity
+//!   with committed time in 1 s steps), on clocks that run at most `1 + drift` fast, cannot
+//!   expire before `A + (timeout - slack) / (1 + drift)`: a `session-expired` completion
+//!   earlier than that is a violation. Not evaluable without a timeout, without such an
+//!   earlier `ok` op of the process, or when a clock fault (`skew`, `strobe`) overlaps the
+//!   interval, since a clock jumped ahead expires sessions early by design. (A session
+//!   evicted at the service's cap of sessions also answers `session-expired`; the rule
+//!   assumes histories with fewer clients than that cap.)
+//!
 //! P and W are judged only where no fault is active (fault spans from the vocabulary's
 //! pairs, [`history::fault_spans`]); each rule counts what it evaluated and what it could
 //! not. "Possibly live" is conservative: a grant that ended `ok` is live from its invoke until
@@ -62,6 +75,12 @@ pub struct LivenessOptions {
     pub waiter_slack_ms: u64,
     /// Rule W: the longest a key may stay free while a waiter waits for it.
     pub waiter_grant_bound_ms: u64,
+    /// Rule S: the service's session timeout, when known (lockd: 10 min unless configured
+    /// otherwise); `None`: rule S judges nothing.
+    pub session_timeout_ms: Option<u64>,
+    /// Rule S: how much older than a client's request its session's recorded activity may be
+    /// (lockd's `ACTIVITY_STAMP_MS`).
+    pub session_activity_slack_ms: u64,
 }
 
 impl Default for LivenessOptions {
@@ -72,6 +91,8 @@ impl Default for LivenessOptions {
             phantom_witness_margin_ms: 250,
             waiter_slack_ms: 2_000,
             waiter_grant_bound_ms: 1_000,
+            session_timeout_ms: None,
+            session_activity_slack_ms: 1_000,
         }
     }
 }
@@ -109,6 +130,14 @@ impl LivenessOptions {
         }
     }
 
+    /// With the service's session timeout (rule S).
+    pub fn with_session_timeout_ms(self, session_timeout_ms: Option<u64>) -> Self {
+        LivenessOptions {
+            session_timeout_ms,
+            ..self
+        }
+    }
+
     /// With another waiter grant bound (rule W).
     pub fn with_waiter_grant_bound_ms(self, waiter_grant_bound_ms: u64) -> Self {
         LivenessOptions {
@@ -130,7 +159,7 @@ pub struct RuleCount {
 /// One liveness violation, in words, with the rows it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LivenessViolation {
-    /// `R`, `P` or `W`.
+    /// `R`, `P`, `W` or `S`.
     pub rule: char,
     /// What happened.
     pub message: String,
@@ -147,6 +176,8 @@ pub struct LivenessReport {
     pub phantom: RuleCount,
     /// Rule W's counts.
     pub waiters: RuleCount,
+    /// Rule S's counts.
+    pub sessions: RuleCount,
     /// Every violation, in the order found.
     pub violations: Vec<LivenessViolation>,
 }
@@ -154,7 +185,10 @@ pub struct LivenessReport {
 impl LivenessReport {
     /// Events judged by any rule.
     pub fn evaluated(&self) -> u64 {
-        self.recovery.evaluated + self.phantom.evaluated + self.waiters.evaluated
+        self.recovery.evaluated
+            + self.phantom.evaluated
+            + self.waiters.evaluated
+            + self.sessions.evaluated
     }
 
     /// One line of counts per rule.
@@ -166,10 +200,11 @@ impl LivenessReport {
             )
         };
         format!(
-            "{}; {}; {}",
+            "{}; {}; {}; {}",
             line("recovery after the final heal", &self.recovery),
             line("phantom-lock release", &self.phantom),
-            line("waiters answered", &self.waiters)
+            line("waiters answered", &self.waiters),
+            line("sessions kept while active", &self.sessions)
         )
     }
 }
@@ -214,6 +249,7 @@ pub fn check(paired: &Paired, options: &LivenessOptions, drift: f64) -> Liveness
     context.recovery(&mut report);
     context.phantom(&mut report);
     context.waiters(&mut report);
+    context.sessions(&mut report);
     report
 }
 
@@ -230,6 +266,8 @@ struct Context<'a> {
     faults: Vec<(u64, u64)>,
     /// The `recover` marker: time and row.
     recover: Option<(u64, u64)>,
+    /// Clock fault spans (`skew`, `strobe`) `[start, end]`, for rule S.
+    clock_faults: Vec<(u64, u64)>,
     /// The history's last time.
     end_ns: u64,
     options: LivenessOptions,
@@ -264,6 +302,10 @@ impl<'a> Context<'a> {
                 _ => faults.push((start, end)),
             }
         }
+        let clock_faults = (spans.iter())
+            .filter(|s| matches!(s.verb, Some(FaultVerb::Skew | FaultVerb::Strobe)))
+            .map(|s| (s.start_ns, s.end_ns.unwrap_or(u64::MAX)))
+            .collect();
         let recover = paired
             .faults
             .iter()
@@ -301,6 +343,7 @@ impl<'a> Context<'a> {
             operations: &paired.operations,
             faults,
             recover,
+            clock_faults,
             end_ns,
             options: *options,
             drift,
@@ -753,6 +796,64 @@ impl Context<'_> {
         }
     }
 
+    /// Rule S.
+    fn sessions(&self, report: &mut LivenessReport) {
+        // Each process's ok acquires and releases, by invoke time (ops are in invoke order).
+        let mut last_ok: HashMap<u64, &Operation, FastBuildHasher> = HashMap::default();
+        for op in self.operations {
+            let expired = op
+                .completion
+                .as_ref()
+                .filter(|c| c.op_type == OpType::Info && c.error == ErrorWord::SessionExpired);
+            if let Some(c) = expired {
+                self.judge_session(op, c.time_ns, last_ok.get(&op.process).copied(), report);
+            }
+            if op.is_ok() && (op.f == OpName::Acquire || op.f == OpName::Release) {
+                last_ok.insert(op.process, op);
+            }
+        }
+    }
+
+    fn judge_session(
+        &self,
+        op: &Operation,
+        expired_ns: u64,
+        active: Option<&Operation>,
+        report: &mut LivenessReport,
+    ) {
+        let (Some(timeout_ms), Some(active)) = (self.options.session_timeout_ms, active) else {
+            report.sessions.not_evaluable += 1;
+            return;
+        };
+        let from = active.call_ns();
+        if (self.clock_faults.iter()).any(|(s, e)| *s <= expired_ns && *e >= from) {
+            report.sessions.not_evaluable += 1;
+            return;
+        }
+        report.sessions.evaluated += 1;
+        let idle_ms = timeout_ms.saturating_sub(self.options.session_activity_slack_ms);
+        let earliest =
+            from.saturating_add((idle_ms as f64 * MS as f64 / (1.0 + self.drift)) as u64);
+        if expired_ns < earliest {
+            report.violations.push(LivenessViolation {
+                rule: 'S',
+                message: format!(
+                    "a session expires only after it was idle for the timeout: violated: {} \
+                     was told its session expired {} after {} was invoked and then answered \
+                     ok under it, where a session timeout of {timeout_ms} ms (activity \
+                     recorded up to {} ms early, drift {}) allows it no earlier than {}",
+                    describe(op),
+                    ms(expired_ns - from),
+                    describe(active),
+                    self.options.session_activity_slack_ms,
+                    self.drift,
+                    ms(earliest),
+                ),
+                rows: rows_of(active).into_iter().chain(rows_of(op)).collect(),
+            });
+        }
+    }
+
     /// For a waiter that failed busy: a release ok of its key inside its wait after which
     /// no grant could hold the key for longer than the grant bound.
     fn free_while_waiting(
@@ -852,6 +953,59 @@ mod tests {
         assert_eq!(report.phantom, RuleCount::default());
         assert!(!result.checked, "nothing judged: not checked, never valid");
         assert!(matches!(result.verdict, Verdict::Unknown { .. }));
+    }
+
+    #[test]
+    fn a_session_expired_sooner_than_its_timeout_after_an_ok_op_is_a_violation() {
+        // Rule S: process 0 acquired ok (invoked at 1 s) and was told at 5 s that its session
+        // expired. A 10 s timeout cannot have run out (the review's stamp defect expired
+        // busy sessions so); a 3 s one can. Without a timeout, or with no earlier ok op, or
+        // with a clock fault between, the rule judges nothing.
+        let rows = "0,1000000000,0,invoke,acquire,a,1000,,,\n\
+                    1,1010000000,0,ok,acquire,a,,3,n1,\n\
+                    2,5000000000,0,invoke,release,a,,3,,\n\
+                    3,5010000000,0,info,release,a,,,,session-expired\n";
+        let timeout = |ms| LivenessOptions::default().with_session_timeout_ms(Some(ms));
+        let (report, result) = run(rows, timeout(10_000));
+        assert_eq!(report.sessions.evaluated, 1, "{report:?}");
+        assert_eq!(result.verdict, Verdict::Invalid, "{result:?}");
+        assert_eq!(result.rows, vec![0, 1, 2, 3]);
+        let text = result.explanation.clone().unwrap_or_default();
+        assert!(text.contains("session timeout of 10000 ms"), "{text}");
+        // 4.01 s after the invoke: a 5 s timeout less the 1 s stamp slack allows it.
+        let (report, result) = run(rows, timeout(5_000));
+        assert_eq!(report.sessions.evaluated, 1);
+        assert_eq!(result.verdict, Verdict::Valid, "{result:?}");
+        let (report, _) = run(rows, timeout(5_100));
+        assert_eq!(
+            report.violations.len(),
+            1,
+            "5.1 s less 1 s is past 4.01 s: {report:?}"
+        );
+        let (report, result) = run(rows, LivenessOptions::default());
+        assert_eq!(report.sessions.not_evaluable, 1);
+        assert!(
+            !result.checked,
+            "nothing judged without a timeout: {result:?}"
+        );
+        let alone = "0,5000000000,0,invoke,release,a,,3,,\n\
+                     1,5010000000,0,info,release,a,,,,session-expired\n";
+        let (report, _) = run(alone, timeout(10_000));
+        assert_eq!(
+            (report.sessions.evaluated, report.sessions.not_evaluable),
+            (0, 1)
+        );
+        let skewed = "0,1000000000,0,invoke,acquire,a,1000,,,\n\
+                      1,1010000000,0,ok,acquire,a,,3,n1,\n\
+                      2,2000000000,nemesis,info,skew,,n1,,,\n\
+                      3,5000000000,0,invoke,release,a,,3,,\n\
+                      4,5010000000,0,info,release,a,,,,session-expired\n\
+                      5,6000000000,nemesis,info,reset-clock,,n1,,,\n";
+        let (report, _) = run(skewed, timeout(10_000));
+        assert_eq!(
+            (report.sessions.evaluated, report.sessions.not_evaluable),
+            (0, 1)
+        );
     }
 
     #[test]

@@ -177,6 +177,11 @@ words!(
         NoLeader => "no-leader",
         /// A request was sent and its outcome is unknown for a reason other than a deadline.
         Indeterminate => "indeterminate",
+        /// The service forgot the client's session (idle past its timeout, or evicted) and
+        /// answered nothing else: the op's outcome is unknown (`info`; an earlier attempt of
+        /// it may have taken effect). Liveness rule S judges whether the session could have
+        /// been idle that long.
+        SessionExpired => "session-expired",
         /// The harness itself failed to run the op (a bug or resource problem of the tester).
         Harness => "harness",
         /// Register: a cas whose compare did not match (Porcupine's etcd `:fail :cas`); the

@@ -59,7 +59,7 @@ pub const POINTS: &[Point] = &[
     ),
     point(
         "client-cut-connection",
-        20,
+        8,
         "the client closes its connection while a request is in flight and retries elsewhere",
     ),
     point(
@@ -135,6 +135,15 @@ pub fn crash_point(name: &'static str, node: u64) -> bool {
 /// The crashes requested since the last call: (node, point).
 pub fn take_crashes() -> Vec<(u64, &'static str)> {
     CRASHES.with(|c| std::mem::take(&mut *c.borrow_mut()))
+}
+
+/// The names of the points that [`configure`] enables for `seed`, without configuring.
+pub fn enabled_points(seed: u64) -> Vec<&'static str> {
+    let mut rng = crate::rng::mix(seed ^ 0xB0_6617);
+    (POINTS.iter())
+        .filter(|_| crate::rng::splitmix64(&mut rng) % ENABLE_ONE_IN == 0)
+        .map(|p| p.name)
+        .collect()
 }
 
 /// Turns fault points on for this thread's simulation with `seed` (`Some`), or off (`None`).
@@ -238,6 +247,21 @@ macro_rules! buggify {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enabled_points_names_what_configure_enables() {
+        // plan.txt lists a seed's fault points from `enabled_points`, without configuring.
+        for seed in [1, 2, 13, 99] {
+            let listed = enabled_points(seed);
+            assert_eq!(configure(Some(seed)), listed, "seed {seed}");
+        }
+        configure(None);
+        assert_ne!(
+            enabled_points(1),
+            enabled_points(2),
+            "seeds draw differently"
+        );
+    }
 
     #[test]
     fn outside_a_simulation_no_point_fires() {

@@ -57,7 +57,9 @@ pub enum Bug {
     /// with the end of its client's connection to that dead connection, so a grant in it is
     /// lost and held until its lease runs out (the fix of last round's read-found server
     /// defect, reverted). Reached by the fault point `server-wait-late` with a client that
-    /// cut its connection; caught by the liveness check's phantom-lock rule.
+    /// cut its connection hard (`client-cut-connection`); caught by the contract check at the
+    /// client port's `Serve` boundary (`server::clients::Checked`), which stops the simulated
+    /// node so that node health names it.
     GrantToClosedConnection,
     /// `trust-retry-after-unknown`: the client library takes a grant that a retry got back
     /// from the dedupe table after a node answered `Unknown` for the same request (the node
@@ -77,11 +79,23 @@ pub enum Bug {
     /// its own first attempt reached). Reached on seeds that draw small request bounds;
     /// caught by linearizability (a `fail` acquire whose grant holds the key).
     InvalidAfterSent,
+    /// `activity-at-registration`: the leader stamps committed time on registrations only,
+    /// so a request marks its session active at the last registration's time, and a session
+    /// busy long after a registration expires at the next one (the fix of a review defect of
+    /// issue 24, reverted). Reached on seeds that draw a short session timeout; caught by
+    /// liveness rule S (a session told it expired soon after an ok op under it).
+    ActivityAtRegistration,
+    /// `committed-time-from-uptime`: the leader stamps its own process clock as committed
+    /// time, so a leader change to a node up longer jumps committed time ahead by the
+    /// difference of the uptimes and expires every session at once (the fix of a review
+    /// defect of issue 24, reverted). Reached on seeds with a short session timeout and a
+    /// restarted node; caught by liveness rule S.
+    CommittedTimeFromUptime,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 17] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -97,6 +111,8 @@ impl Bug {
         Bug::TrustRetryAfterUnknown,
         Bug::ReplyBeforePersist,
         Bug::InvalidAfterSent,
+        Bug::ActivityAtRegistration,
+        Bug::CommittedTimeFromUptime,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -117,11 +133,13 @@ impl Bug {
             Bug::TrustRetryAfterUnknown => "trust-retry-after-unknown",
             Bug::ReplyBeforePersist => "reply-before-persist",
             Bug::InvalidAfterSent => "invalid-after-sent",
+            Bug::ActivityAtRegistration => "activity-at-registration",
+            Bug::CommittedTimeFromUptime => "committed-time-from-uptime",
         }
     }
 
-    fn bit(self) -> u16 {
-        1 << (self as u16)
+    fn bit(self) -> u32 {
+        1 << (self as u32)
     }
 }
 
@@ -154,7 +172,7 @@ impl FromStr for Bug {
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
-pub struct BugSet(u16);
+pub struct BugSet(u32);
 
 impl BugSet {
     /// No bugs.

@@ -23,8 +23,10 @@
 //! A session expires when it stays idle longer than the cluster's session timeout (in
 //! committed time), or when the table is full and it is the least recently active. A request
 //! of an expired session is answered `SessionExpired`: the client forgets the session,
-//! reports that op [`ClientError::Unknown`] (an earlier attempt of it, under the session
-//! before it expired, may have taken effect) and registers a new session for its next op.
+//! reports that op [`ClientError::SessionExpired`], an unknown outcome (an earlier attempt of
+//! it, under the session before it expired, may have taken effect), and registers a new
+//! session for its next op. It is an error of its own so that a checker can judge whether the
+//! session could have been idle that long (the harness's liveness rule S).
 //! The error says what is known:
 //! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
 //!   answer from the leader (or, for Invalid, from the request's validation). An `Invalid`
@@ -78,6 +80,12 @@ pub enum ClientError {
     /// A request was sent and no definite answer came back: it may take effect or not.
     #[error("unknown outcome: {0}")]
     Unknown(String),
+    /// The cluster no longer knew the client's session (idle past the session timeout, or
+    /// evicted at the sessions' cap): the op's outcome is unknown, since an earlier attempt
+    /// of it may have taken effect under that session. A new session is registered for the
+    /// next op.
+    #[error("unknown outcome: session {0} expired; a new one is registered for the next op")]
+    SessionExpired(u64),
 }
 
 /// What an acquire can fail with (never `NotHolder`).
@@ -89,7 +97,10 @@ pub type ReleaseError = ClientError;
 impl ClientError {
     /// Whether the op certainly did not take effect (history `fail`, not `info`).
     pub fn is_definite(&self) -> bool {
-        !matches!(self, ClientError::Unknown(_))
+        !matches!(
+            self,
+            ClientError::Unknown(_) | ClientError::SessionExpired(_)
+        )
     }
 }
 
@@ -149,6 +160,9 @@ pub struct Answered<T> {
 struct Conn {
     rpc: LockServiceClient,
     alive: Arc<AtomicBool>,
+    /// Ends the connection's dispatch task: its socket closes with nothing more sent, as
+    /// when the client's process or link dies (the fault point `client-cut-connection`).
+    dispatch: tokio::task::AbortHandle,
 }
 
 /// How one attempt ended.
@@ -399,11 +413,7 @@ impl Client {
             // Register anew for the next op; this one may have taken effect under the old
             // session on an earlier attempt.
             *self.lock_session() = None;
-            let error = ClientError::Unknown(format!(
-                "session {} expired; a new one is registered for the next op",
-                session.id
-            ));
-            return (Err(error), node);
+            return (Err(ClientError::SessionExpired(session.id)), node);
         }
         (result, node)
     }
@@ -547,10 +557,16 @@ impl Client {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         // A fault point: the client gives up on the attempt soon after sending it and closes
-        // the connection, the request still in flight at the node.
+        // the connection, the request still in flight at the node. Half the cuts are hard:
+        // the socket closes with no cancellation sent first, as when the client's process
+        // dies or its link breaks, so the node sees only the end of the connection (a soft
+        // cut's cancellation ends the node's handler before that).
         let cut = crate::buggify!("client-cut-connection")
-            .then(|| Instant::now() + Duration::from_millis(crate::buggify::between(1, 30)))
-            .filter(|cut| *cut < deadline);
+            .then(|| {
+                let at = Instant::now() + Duration::from_millis(crate::buggify::between(1, 30));
+                (at, crate::buggify::between(0, 1) == 1)
+            })
+            .filter(|(at, _)| *at < deadline);
         let conn = match self.conn(node).await {
             Ok(conn) => conn,
             Err(reason) => return Attempt::NotSent(reason),
@@ -559,7 +575,7 @@ impl Client {
         let timeout_ms = deadline
             .saturating_duration_since(Instant::now())
             .as_millis() as u64;
-        let call_deadline = cut.unwrap_or(deadline);
+        let call_deadline = cut.map_or(deadline, |(at, _)| at);
         let result = match op.clone() {
             Op::Acquire {
                 key,
@@ -592,6 +608,11 @@ impl Client {
         let node_name = format!("node {} ({})", node + 1, self.cluster[node]);
         match result {
             Err(RpcError::DeadlineExceeded) if cut.is_some() => {
+                if cut.is_some_and(|(_, hard)| hard) {
+                    // The call's future is gone, and its cancellation is queued for the
+                    // dispatch task, which ends before it runs again (one thread).
+                    conn.dispatch.abort();
+                }
                 self.lock_conns()[node] = None;
                 Attempt::Lost(format!(
                     "{node_name}: the client cut its connection with the request in flight"
@@ -642,11 +663,16 @@ impl Client {
         );
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();
-        tokio::spawn(async move {
+        let dispatch = tokio::spawn(async move {
             let _ = dispatch.await;
             flag.store(false, Ordering::Release);
-        });
-        let conn = Conn { rpc: client, alive };
+        })
+        .abort_handle();
+        let conn = Conn {
+            rpc: client,
+            alive,
+            dispatch,
+        };
         self.lock_conns()[node] = Some(conn.clone());
         Ok(conn)
     }
@@ -876,6 +902,36 @@ mod tests {
             *node.releases.lock().unwrap(),
             vec![("k".to_owned(), 7)],
             "the client gives back the grant it will not report"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_expired_answer_is_its_own_unknown_error_and_the_next_op_registers_anew() {
+        // The history needs to tell a forgotten session from a timeout: liveness rule S
+        // judges whether the session could have been idle that long.
+        let (node, client) = scripted_client(vec![
+            Response::SessionExpired,
+            Response::Granted { token: 5 },
+        ])
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let first = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert!(
+            matches!(&first.result, Err(ClientError::SessionExpired(1))),
+            "{:?}",
+            first.result
+        );
+        assert!(!first.result.as_ref().unwrap_err().is_definite());
+        assert!(
+            client.lock_session().is_none(),
+            "the expired session is forgotten"
+        );
+        let second = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert!(matches!(second.result, Ok(5)), "{:?}", second.result);
+        assert!(node.acquires.lock().unwrap().is_empty());
+        assert!(
+            client.lock_session().is_some(),
+            "a new session was registered"
         );
     }
 

@@ -648,6 +648,7 @@ impl LockTable {
             if active_ms.saturating_add(timeout_ms) >= self.clock_ms {
                 break;
             }
+            crate::probe!("session-expired-by-timeout");
             self.sessions.pop_oldest();
         }
     }

@@ -40,6 +40,8 @@ pub struct CheckArgs {
     /// `--no-phantom-release`: unseen grants of `info` acquires end only by their lease
     /// (see [`checker::Options::phantom_release`]).
     pub no_phantom_release: bool,
+    /// `--session-timeout-ms`: the service's session timeout, for liveness rule S.
+    pub session_timeout_ms: Option<u64>,
 }
 
 impl CheckArgs {
@@ -60,6 +62,7 @@ impl CheckArgs {
             plot: None,
             junit: None,
             no_phantom_release: false,
+            session_timeout_ms: None,
         }
     }
 
@@ -68,6 +71,10 @@ impl CheckArgs {
             .with_drift(self.drift)
             .with_phantom_release(!self.no_phantom_release)
             .with_init(self.init.clone())
+            .with_liveness(
+                checker::liveness::LivenessOptions::default()
+                    .with_session_timeout_ms(self.session_timeout_ms),
+            )
     }
 
     fn report_files(&self) -> ReportFiles {

@@ -211,8 +211,11 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             )
         });
     extra.extend(vouching);
-    let check_options =
-        checker::Options::default().with_owner_aware_release(system.owner_aware_release());
+    let liveness = checker::liveness::LivenessOptions::default()
+        .with_session_timeout_ms(system.session_timeout_ms());
+    let check_options = checker::Options::default()
+        .with_owner_aware_release(system.owner_aware_release())
+        .with_liveness(liveness);
     let mut output = pipeline::check_history_with(&dir, &check_options, extra);
     if let Some(reason) = distrust {
         output.verdict = Verdict::unknown(reason);

@@ -113,7 +113,10 @@ async fn unfenced_writes_under_pause_faults_end_invalid() {
     let stalls = (options.plan().iter())
         .filter(|p| p.op.f == nemesis::faults::Verb::PauseClients)
         .count();
-    assert!(stalls >= 6, "seed {TEETH_SEED} now plans {stalls} client stalls");
+    assert!(
+        stalls >= 6,
+        "seed {TEETH_SEED} now plans {stalls} client stalls"
+    );
     let system = Arc::new(Lockd::new(
         find_lockd().expect("lockd binary"),
         None,

@@ -15,6 +15,7 @@
 use super::{
     Committed, Entry, Index, Message, Node, NodeId, Persist, Role, Snapshot, Term, quorum,
 };
+use crate::bugs::Bug;
 use crate::lock::{Command, Proposal};
 
 /// Whether `msg` is internally consistent: a term below `u64::MAX` (a node in that term could
@@ -188,8 +189,17 @@ impl Node {
         // the leader's own clock made committed time jump by the difference of two
         // processes' uptimes at a leader change, expiring every session at once.
         let (base_now_ms, base_clock_ms) = self.clock_base_ms;
-        let committed_now_ms = base_clock_ms + self.now_ms.saturating_sub(base_now_ms);
-        if proposal.wants_time(committed_now_ms, self.table.clock_ms()) {
+        let committed_now_ms = if self.bug(Bug::CommittedTimeFromUptime) {
+            self.now_ms
+        } else {
+            base_clock_ms + self.now_ms.saturating_sub(base_now_ms)
+        };
+        let wants_time = if self.bug(Bug::ActivityAtRegistration) {
+            proposal.command == Command::RegisterSession
+        } else {
+            proposal.wants_time(committed_now_ms, self.table.clock_ms())
+        };
+        if wants_time {
             proposal.time_ms = committed_now_ms;
         }
         let entry = Entry {

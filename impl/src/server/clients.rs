@@ -170,7 +170,7 @@ impl LockServer {
         if crate::buggify!("server-wait-late") {
             // The handler comes back to its request late: the answer and the end of the
             // connection may then both be ready when it looks.
-            let ms = crate::buggify::between(1, 30);
+            let ms = crate::buggify::between(1, 100);
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         let mut closed = self.closed;

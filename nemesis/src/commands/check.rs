@@ -43,6 +43,10 @@ pub struct CheckCommand {
     /// also end by a phantom-lock release, which lockd performs).
     #[arg(long)]
     pub no_phantom_release: bool,
+    /// The service's session timeout, ms (lockd: 600000): liveness rule S then judges every
+    /// `session-expired` op against it. Without it those ops are counted not evaluable.
+    #[arg(long, value_name = "MS")]
+    pub session_timeout_ms: Option<u64>,
 }
 
 /// `locksmith convert --from jepsen-edn|porcupine-etcd|porcupine-kv IN OUT.csv`
@@ -77,6 +81,7 @@ pub fn check(command: CheckCommand) -> i32 {
     args.timeline = command.timeline;
     args.plot = command.plot;
     args.no_phantom_release = command.no_phantom_release;
+    args.session_timeout_ms = command.session_timeout_ms;
     args.junit = command.junit;
     // A big history takes a while: show that it is being worked on.
     let big = args

@@ -204,6 +204,89 @@ impl Simulated {
     }
 }
 
+/// What a seed draws for its simulated world beyond its [`TestOptions`]: plan.txt lists it
+/// (`# simulator draws`), and the same seed draws it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WorldDraws {
+    /// The network's longest message latency, ms (the shortest is 1).
+    pub max_latency_ms: u64,
+    /// The nodes' snapshot threshold, entries.
+    pub snapshot_threshold: u64,
+    /// Whether a crash tears unsynced writes at 512-byte blocks.
+    pub torn_writes: bool,
+    /// The request bounds ([`sim_bounds`]).
+    pub bounds: crate::systems::lockd::SimBounds,
+}
+
+impl WorldDraws {
+    pub(crate) fn of(options: &TestOptions) -> WorldDraws {
+        let mut net_rng = Rng::derive(options.seed, NET_STREAM, 0);
+        let max_latency_ms = net_rng.range(2, 25);
+        // Snapshots, compaction and InstallSnapshot come into play within a run only with a
+        // threshold far below the server's default of 1000 entries.
+        let snapshot_threshold = net_rng.range(SNAPSHOT_THRESHOLD_MIN, SNAPSHOT_THRESHOLD_MAX);
+        // Half the seeds crash on a disk that tears unsynced writes at 512-byte blocks and
+        // lets a few unsynced writes through (storage must take a torn last record as never
+        // written); the other half lose every unsynced write whole.
+        let torn_writes = net_rng.chance(1, 2);
+        WorldDraws {
+            max_latency_ms,
+            snapshot_threshold,
+            torn_writes,
+            bounds: sim_bounds(options),
+        }
+    }
+
+    /// plan.txt's `# simulator draws` section: one `name value` line each, then the fault
+    /// points the seed enabled.
+    pub(crate) fn describe(&self, options: &TestOptions) -> String {
+        let or_default = |v: Option<u64>| v.map_or_else(|| "default".to_owned(), |v| v.to_string());
+        let points = if options.buggify {
+            lockd::buggify::enabled_points(options.seed).join(" ")
+        } else {
+            "none (--buggify off)".to_owned()
+        };
+        format!(
+            "# simulator draws\nmax_latency_ms {}\nsnapshot_threshold {}\ntorn_writes {}\n\
+             keys_per_session_max {}\nuncommitted_entries_max {}\nsession_timeout_ms {}\n\
+             fault_points {points}\n",
+            self.max_latency_ms,
+            self.snapshot_threshold,
+            self.torn_writes,
+            or_default(self.bounds.keys_per_session_max),
+            or_default(self.bounds.uncommitted_entries_max.map(|v| v as u64)),
+            or_default(self.bounds.session_timeout_ms),
+        )
+    }
+}
+
+/// The request bounds a seed draws (issue 24: no seed ever reached one), from a stream of
+/// their own so that no other draw of a seed moved. One seed in three lets a session hold
+/// one key; one in four lets the leader hold only 0-8 uncommitted entries more than there
+/// are clients: a retry of a request already in the log is then refused (`Invalid`) by a
+/// bound its own first attempt reached, which the client must report unknown, not failed. (A
+/// bound below the clients' count sheds load for good: 2-16 entries for 64 clients on one
+/// key starved two clients for the 10 s of the liveness check, seed 534.) One in three gives
+/// sessions a timeout of 3-12 s instead of 10 minutes, so that sessions expire within the
+/// run and liveness rule S judges each expiry against it (a run is shorter than the
+/// default).
+pub(crate) fn sim_bounds(options: &TestOptions) -> crate::systems::lockd::SimBounds {
+    let mut bounds_rng = Rng::derive(options.seed, BOUNDS_STREAM, 0);
+    let clients = options.concurrency;
+    let keys_per_session_max = bounds_rng.chance(1, 3).then_some(1);
+    let uncommitted_entries_max = bounds_rng
+        .chance(1, 4)
+        .then(|| (clients + bounds_rng.range(0, 8)) as usize);
+    let session_timeout_ms = bounds_rng
+        .chance(1, 3)
+        .then(|| bounds_rng.range(3_000, 12_000));
+    crate::systems::lockd::SimBounds {
+        keys_per_session_max,
+        uncommitted_entries_max,
+        session_timeout_ms,
+    }
+}
+
 /// Checks a simulated run through the one pipeline, node health and traces included.
 fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     let options = &case.options;
@@ -214,8 +297,12 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         .or_else(|| (simulated.ops.is_empty()).then(|| "the harness recorded nothing".into()));
     // `--trace`: the nodes' traces, on the real disk, through the model.
     let extra = harness::run_checks(&execution, error.as_deref(), case.trace_dir().as_deref());
-    let checked =
-        crate::store::pipeline::check_ops(&simulated.ops, &checker::Options::default(), extra);
+    let session_timeout_ms = (sim_bounds(options).session_timeout_ms)
+        .unwrap_or(lockd::lock::SessionLimits::DEFAULT.timeout_ms);
+    let liveness = checker::liveness::LivenessOptions::default()
+        .with_session_timeout_ms(Some(session_timeout_ms));
+    let check_options = checker::Options::default().with_liveness(liveness);
+    let checked = crate::store::pipeline::check_ops(&simulated.ops, &check_options, extra);
     let ops = simulated.ops.len() as u64;
     let mut results = Results::of(options, "lockd", "simulation", &execution, ops);
     results.duration_ms = wall.as_millis() as u64;
@@ -241,30 +328,12 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         let _ = std::fs::remove_dir_all(dir);
         let _ = std::fs::create_dir_all(dir);
     }
-    let mut net_rng = Rng::derive(options.seed, NET_STREAM, 0);
-    let max_latency_ms = net_rng.range(2, 25);
-    // Snapshots, compaction and InstallSnapshot come into play within a run only with a
-    // threshold far below the server's default of 1000 entries.
-    let snapshot_threshold = net_rng.range(SNAPSHOT_THRESHOLD_MIN, SNAPSHOT_THRESHOLD_MAX);
-    // Half the seeds crash on a disk that tears unsynced writes at 512-byte blocks and lets
-    // a few unsynced writes through (storage must take a torn last record as never
-    // written); the other half lose every unsynced write whole.
-    let torn_writes = net_rng.chance(1, 2);
-    // The request bounds a client can reach (issue 24: no seed ever reached one). Their own
-    // stream, so that no other draw of a seed moved. One seed in three lets a session hold
-    // one key; one in four lets the leader hold only 0-8 uncommitted entries more than there
-    // are clients: a retry of a request already in the log is then refused (`Invalid`) by a
-    // bound its own first attempt reached, which the client must report unknown, not
-    // failed. (A bound below the clients' count sheds load for good: 2-16 entries for 64
-    // clients on one key starved two clients for the 10 s of the liveness check, seed 534.)
-    let mut bounds_rng = Rng::derive(options.seed, BOUNDS_STREAM, 0);
-    let clients = options.concurrency;
-    let bounds = crate::systems::lockd::SimBounds {
-        keys_per_session_max: bounds_rng.chance(1, 3).then_some(1),
-        uncommitted_entries_max: bounds_rng
-            .chance(1, 4)
-            .then(|| (clients + bounds_rng.range(0, 8)) as usize),
-    };
+    let WorldDraws {
+        max_latency_ms,
+        snapshot_threshold,
+        torn_writes,
+        bounds,
+    } = WorldDraws::of(&options);
     let run_ms = (options.time_s + options.recovery_s) * 1000
         + crate::harness::phases::DRAIN_TIMEOUT_MS
         + OVERRUN_MS;

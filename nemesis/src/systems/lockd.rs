@@ -243,6 +243,7 @@ pub fn error_word(error: &ClientError) -> ErrorWord {
         ClientError::Invalid(_) => ErrorWord::Invalid,
         ClientError::Unavailable(_) => ErrorWord::Unavailable,
         ClientError::Unknown(_) => ErrorWord::Timeout,
+        ClientError::SessionExpired(_) => ErrorWord::SessionExpired,
     }
 }
 
@@ -289,6 +290,11 @@ fn role_name(role: Role) -> String {
 }
 
 impl System for Lockd {
+    fn session_timeout_ms(&self) -> Option<u64> {
+        // The binary has no flag for it: every node runs the default.
+        Some(lockd::lock::SessionLimits::DEFAULT.timeout_ms)
+    }
+
     fn releases_phantom_locks(&self) -> bool {
         true
     }
@@ -422,6 +428,9 @@ impl Lockd {
                 if let Some(max) = bounds.uncommitted_entries_max {
                     raft.uncommitted_entries_max = max;
                 }
+                if let Some(ms) = bounds.session_timeout_ms {
+                    raft.session_limits.timeout_ms = ms;
+                }
                 let (members, pause_gate) = (members.clone(), pause_gate.clone());
                 let (link_faults, trace) = (link_faults.clone(), trace.clone());
                 let (stopped, secret) = (stopped.clone(), secret.clone());
@@ -466,4 +475,6 @@ pub struct SimBounds {
     pub keys_per_session_max: Option<u64>,
     /// `raft::Config::uncommitted_entries_max`.
     pub uncommitted_entries_max: Option<usize>,
+    /// `raft::Config::session_limits.timeout_ms`, the same on every node.
+    pub session_timeout_ms: Option<u64>,
 }

@@ -182,6 +182,13 @@ pub trait System: Send + Sync {
         false
     }
 
+    /// The service's session timeout, ms, when it has one the checks can rely on: liveness
+    /// rule S then judges every `session-expired` answer against it
+    /// (`checker::liveness::LivenessOptions::session_timeout_ms`). None by default.
+    fn session_timeout_ms(&self) -> Option<u64> {
+        None
+    }
+
     /// More words on a failed run, after the checks' explanation: the system's own story
     /// of the anomaly (redis: the two holders of a key, with a timeline). None by default.
     fn explain(&self, _history: &[history::Op], _check: &checker::Check) -> Option<String> {
