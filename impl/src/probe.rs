@@ -95,7 +95,7 @@ pub const PROBES: &[Probe] = &[
         "a crash point crashed a node between its sends and its persist",
     ),
     // The path of the `grant-to-closed-connection` mutant: reached by none of 1,000 default
-    // seeds until `client-cut-connection` could cut hard, now by 2 of 200 (seeds 10, 116;
+    // seeds until `client-cut-connection` could cut hard, now by 8 of 200 (first seed 23;
     // 2026-12-05). Optional: too rare to demand of every 200-seed range.
     probe(
         "grant-ready-as-connection-closed",
