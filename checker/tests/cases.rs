@@ -50,7 +50,10 @@ fn run(area: &str, path: &Path) -> Check {
         // Liveness cases: only the liveness result of the one entry point, which must have
         // judged something (a "not checked" result would not be valid).
         "liveness" => {
-            let check = checker::check(&ops, &options).unwrap();
+            // Rule S needs the service's session timeout: these cases give 10 s.
+            let liveness =
+                checker::liveness::LivenessOptions::default().with_session_timeout_ms(Some(10_000));
+            let check = checker::check(&ops, &options.with_liveness(liveness)).unwrap();
             let liveness = check
                 .result(history::CheckName::Liveness)
                 .expect("a liveness result")

@@ -71,9 +71,27 @@ fn well_formed(msg: &Message) -> bool {
 pub const TABLE_ENTRIES_COPIED_PER_ENTRY_MAX: u64 = 4;
 
 impl Node {
+    /// Why this node refuses a peer's message before any rule looks at it, `None` when it
+    /// does not: a message from itself or from a node outside the cluster, or a malformed one
+    /// (absurd terms or indexes, a snapshot chunk past its limit: a buggy or foreign peer).
+    /// The node drops a refused message; the server logs it.
+    pub fn refusal(&self, from: NodeId, msg: &Message) -> Option<&'static str> {
+        if from == self.config.id {
+            Some("a message from this node itself")
+        } else if !self.config.members.contains(&from) {
+            Some("a sender outside the cluster")
+        } else if !well_formed(msg) {
+            Some(
+                "a malformed message (an absurd term or index, or a snapshot chunk past its limit)",
+            )
+        } else {
+            None
+        }
+    }
+
     /// Dispatches a message from a peer after the term rules of Figure 2.
     pub(super) fn handle_message(&mut self, from: NodeId, msg: Message) {
-        if from == self.config.id || !self.config.members.contains(&from) || !well_formed(&msg) {
+        if self.refusal(from, &msg).is_some() {
             return;
         }
         match msg {
@@ -694,6 +712,28 @@ mod tests {
             },
         });
         assert_eq!(n.progress[&2].next_index, (next_index - 1).max(1));
+    }
+
+    #[test]
+    fn refused_peer_messages_say_why_and_a_good_one_is_not_refused() {
+        // Issue 27: a peer's message with absurd values, or from an unknown sender, is
+        // refused (and the server logs the reason), never a panic.
+        let n = node(2);
+        let vote = |term| Message::RequestVote {
+            term,
+            last_log_index: 0,
+            last_log_term: 0,
+        };
+        assert_eq!(n.refusal(1, &vote(2)), None);
+        let why = |from, msg: &Message| n.refusal(from, msg).unwrap_or("accepted");
+        assert!(why(2, &vote(2)).contains("itself"));
+        assert!(why(9, &vote(2)).contains("outside the cluster"));
+        assert!(why(1, &vote(u64::MAX)).contains("malformed"));
+        let past_the_end = vec![entry(1, u64::MAX, Command::Noop)];
+        let Input::Message { msg, .. } = append(1, 1, (1, u64::MAX), past_the_end, 0) else {
+            panic!("append builds a message");
+        };
+        assert!(why(1, &msg).contains("malformed"));
     }
 
     #[test]

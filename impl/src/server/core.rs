@@ -54,6 +54,8 @@ pub(super) struct Core {
     /// A broken contract a client connection reported (`Event::ContractBroken`): the core
     /// stops with it at the end of the turn.
     broken: Option<String>,
+    /// Peer messages refused so far, by sender ([`Core::refused`]).
+    refusals: HashMap<NodeId, u64>,
 }
 
 /// Local snapshots written off the core's thread (see [`Core::defer_snapshot`]).
@@ -120,6 +122,7 @@ impl Core {
             snapshots,
             crashed: false,
             broken: None,
+            refusals: HashMap::new(),
         }
     }
 
@@ -265,12 +268,26 @@ impl Core {
         }
     }
 
+    /// Logs a refused peer message: the 1st, 2nd, 4th, 8th, ... of each sender, so that a
+    /// peer that sends nothing else cannot flood the log.
+    fn refused(&mut self, from: NodeId, why: &'static str) {
+        let count = self.refusals.entry(from).or_default();
+        *count += 1;
+        if count.is_power_of_two() {
+            warn!(from, refused = *count, "peer message refused: {why}");
+        }
+    }
+
     /// Steps the node with `event`'s inputs, merging the outputs into `output`; answers
     /// queries about the driver itself at once.
     fn handle(&mut self, event: Event, output: &mut Output) {
         match event {
             Event::Peer { from, msgs } => {
                 for msg in msgs {
+                    if let Some(why) = self.node.refusal(from, &msg) {
+                        self.refused(from, why);
+                        continue;
+                    }
                     output.extend(self.step(Input::Message { from, msg }));
                 }
             }
