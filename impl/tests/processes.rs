@@ -956,5 +956,19 @@ mod hostile_peers {
             .acquire("still-serving", 60_000, 0, within_ms(5000))
             .await;
         assert!(token.is_ok(), "{token:?}\n{}", cluster.log_tails(20));
+        // Issue 27: refused, and logged with the reason. (A member's malformed messages of
+        // an ordinary term reach the core, which says why it drops them.)
+        let log = std::fs::read_to_string(&cluster.specs[(leader - 1) as usize].log_path)
+            .unwrap_or_default();
+        for reason in [
+            "peer message refused: a malformed message",
+            "peer messages from a node that is not a peer; ignored",
+            "peer messages with an absurd term; ignored",
+        ] {
+            assert!(
+                log.contains(reason),
+                "no {reason:?} in the victim's log:\n{log}"
+            );
+        }
     }
 }
