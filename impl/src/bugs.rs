@@ -91,11 +91,17 @@ pub enum Bug {
     /// defect of issue 24, reverted). Reached on seeds with a short session timeout and a
     /// restarted node; caught by liveness rule S.
     CommittedTimeFromUptime,
+    /// `grant-lost-on-gone`: a client's departure in the same batch of events as the
+    /// node's grant of its request does not take the grant out of the batch's output, so the
+    /// answer finds no request and the grant is never released (the fix of a review defect of
+    /// issue 24, reverted). Caught by the core's contract check (`Core::lost_grant`), which
+    /// stops the simulated node so that node health names it.
+    GrantLostOnGone,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 18] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -113,6 +119,7 @@ impl Bug {
         Bug::InvalidAfterSent,
         Bug::ActivityAtRegistration,
         Bug::CommittedTimeFromUptime,
+        Bug::GrantLostOnGone,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -135,6 +142,7 @@ impl Bug {
             Bug::InvalidAfterSent => "invalid-after-sent",
             Bug::ActivityAtRegistration => "activity-at-registration",
             Bug::CommittedTimeFromUptime => "committed-time-from-uptime",
+            Bug::GrantLostOnGone => "grant-lost-on-gone",
         }
     }
 

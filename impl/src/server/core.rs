@@ -56,6 +56,8 @@ pub(super) struct Core {
     broken: Option<String>,
     /// Peer messages refused so far, by sender ([`Core::refused`]).
     refusals: HashMap<NodeId, u64>,
+    /// Grants that found no request to go to ([`Core::lost_grant`]).
+    lost_grants: u64,
 }
 
 /// Local snapshots written off the core's thread (see [`Core::defer_snapshot`]).
@@ -123,6 +125,7 @@ impl Core {
             crashed: false,
             broken: None,
             refusals: HashMap::new(),
+            lost_grants: 0,
         }
     }
 
@@ -268,6 +271,26 @@ impl Core {
         }
     }
 
+    /// A contract check: the node granted request `id`, which the core no longer holds. A
+    /// client's departure (`Event::Gone`) either takes an answer of its own batch out of the
+    /// output or tells the node (`Input::ClientGone`), which then answers nothing more; so an
+    /// answer that finds no request here was lost, and a grant in it is a phantom lock that
+    /// nothing releases (the review defect of a grant answered in the turn its client left).
+    /// Under the simulator the core stops with it, so that node health names it; outside, an
+    /// error line.
+    fn lost_grant(&mut self, id: RequestId, token: Token) {
+        let reason = format!(
+            "the node granted token {token} to request {} after its client left, and nothing \
+             released it (a phantom lock)",
+            id.0
+        );
+        error!(token, request = id.0, "{reason}");
+        self.lost_grants += 1;
+        if crate::sys::simulated() {
+            self.broken.get_or_insert(reason);
+        }
+    }
+
     /// Logs a refused peer message: the 1st, 2nd, 4th, 8th, ... of each sender, so that a
     /// peer that sends nothing else cannot flood the log.
     fn refused(&mut self, from: NodeId, why: &'static str) {
@@ -305,8 +328,14 @@ impl Core {
                     return;
                 };
                 // Answered earlier in this batch and not yet carried out: the answer has
-                // nobody to go to, and a grant in it is an orphan, released next turn.
-                if let Some(at) = output.respond.iter().position(|(rid, _)| *rid == id) {
+                // nobody to go to, and a grant in it is an orphan, released next turn. (The
+                // mutant `grant-lost-on-gone` skips this, and the answer finds nobody.)
+                let in_batch = if self.node.config().bugs.contains(Bug::GrantLostOnGone) {
+                    None
+                } else {
+                    output.respond.iter().position(|(rid, _)| *rid == id)
+                };
+                if let Some(at) = in_batch {
                     let (_, answer) = output.respond.remove(at);
                     if let (Response::Granted { token }, Some(key)) = (answer, pending.key) {
                         crate::probe!("grant-to-gone-client");
@@ -456,8 +485,13 @@ impl Core {
             );
         }
         for (id, response) in output.respond {
-            if let Some(pending) = self.pending.remove(&id)
-                && let Err(Response::Granted { token }) = pending.reply.send(response)
+            let Some(pending) = self.pending.remove(&id) else {
+                if let Response::Granted { token } = response {
+                    self.lost_grant(id, token);
+                }
+                continue;
+            };
+            if let Err(Response::Granted { token }) = pending.reply.send(response)
                 && let Some(key) = pending.key
             {
                 // The handler is gone: the grant never reached its client.
@@ -628,7 +662,10 @@ mod tests {
 
     /// A core of node 1 of 3 whose peers are unreachable, on a fresh data dir.
     fn core(dir: &Path) -> Core {
-        let raft = Config::new(1, vec![1, 2, 3]);
+        core_with(dir, Config::new(1, vec![1, 2, 3]))
+    }
+
+    fn core_with(dir: &Path, raft: Config) -> Core {
         let unreachable: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
         let peers: BTreeMap<NodeId, std::net::SocketAddr> =
             [1, 2, 3].into_iter().map(|id| (id, unreachable)).collect();
@@ -641,6 +678,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_grant_answered_in_the_turn_its_client_left_is_released_not_dropped() {
+        for bugs in [crate::bugs::BugSet::NONE, crate::bugs::BugSet::of(&[Bug::GrantLostOnGone])] {
+            grant_answered_as_its_client_left(bugs);
+        }
+    }
+
+    fn grant_answered_as_its_client_left(bugs: crate::bugs::BugSet) {
+        let mutant = bugs.contains(Bug::GrantLostOnGone);
         // Review defect (issue 24): the core steps a batch of events, then carries out their
         // merged output. When a peer's ack in the batch commits a Grant and answers it, and
         // the same batch holds the `Gone` of that request (its client's deadline passed or
@@ -648,7 +692,9 @@ mod tests {
         // nobody: the grant was neither delivered nor released (a phantom lock until its
         // lease ran out).
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut core = core(dir.path());
+        let mut raft = Config::new(1, vec![1, 2, 3]);
+        raft.bugs = bugs;
+        let mut core = core_with(dir.path(), raft);
         let (reply, mut answer) = oneshot::channel();
         let request = ClientRequest::Acquire {
             key: "k".to_owned(),
@@ -670,10 +716,18 @@ mod tests {
             answer.try_recv().is_err(),
             "a gone client's answer is not delivered"
         );
+        if mutant {
+            // The mutant puts the defect back: the grant finds nobody, and the contract
+            // check names it (under the simulator it stops the node).
+            assert!(core.orphans.is_empty());
+            assert_eq!(core.lost_grants, 1, "the lost grant is seen");
+            return;
+        }
         assert_eq!(
             core.orphans,
             vec![("k".to_owned(), 5)],
             "the grant nobody received is released (an orphan of the next turn)"
         );
+        assert_eq!(core.lost_grants, 0, "a correct core loses no grant");
     }
 }
