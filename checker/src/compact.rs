@@ -17,8 +17,9 @@
 //! caller then reads the file again and runs the ordinary checks, which write the report.
 //! It gives up on:
 //!
-//! - any nemesis row, an acquire that waits (`LEASE_MS WAIT_MS`) or an abandoned acquire
-//!   (`info` `gave-up`/`disconnected`): the liveness rules would have something to judge;
+//! - any nemesis row, an acquire that waits (`LEASE_MS WAIT_MS`), an abandoned acquire
+//!   (`info` `gave-up`/`disconnected`) or an expired session (`info` `session-expired`):
+//!   the liveness rules would have something to judge or count;
 //! - an op outside `acquire`, `release`, `read`, `write`, an acquire value that is no
 //!   lease, a model other than `lock` (or `auto` inferring it), the generic search;
 //! - a history whose checks would say "not checked" (no tokens, no leased grant, no lock
@@ -178,8 +179,11 @@ impl Store {
         };
         let record = &mut self.keys[key as usize].records[position as usize];
         let error = ErrorWord::parse(row.error);
-        if row.op_type == OpType::Info && error.is_some_and(ErrorWord::is_abandon) {
-            // An abandoned acquire: liveness rule P judges it.
+        if row.op_type == OpType::Info
+            && error.is_some_and(|e| e.is_abandon() || e == ErrorWord::SessionExpired)
+        {
+            // An abandoned acquire (liveness rule P judges it) or an expired session (rule
+            // S counts it).
             return false;
         }
         record.op_type = Some(row.op_type);

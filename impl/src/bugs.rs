@@ -97,11 +97,17 @@ pub enum Bug {
     /// issue 24, reverted). Caught by the core's contract check (`Core::lost_grant`), which
     /// stops the simulated node so that node health names it.
     GrantLostOnGone,
+    /// `check-quorum-any-message`: a leader counts any message from a follower, PreVotes and
+    /// answers of older terms included, as that follower's activity for check-quorum, so a
+    /// leader whose links out are cut keeps leading while the others' PreVotes reach it (the
+    /// fix of a review defect of issue 24, reverted). Caught by the trace replay's
+    /// check-quorum property (`checker::model::replay`).
+    CheckQuorumAnyMessage,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 18] = [
+    pub const ALL: [Bug; 19] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -120,6 +126,7 @@ impl Bug {
         Bug::ActivityAtRegistration,
         Bug::CommittedTimeFromUptime,
         Bug::GrantLostOnGone,
+        Bug::CheckQuorumAnyMessage,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -143,6 +150,7 @@ impl Bug {
             Bug::ActivityAtRegistration => "activity-at-registration",
             Bug::CommittedTimeFromUptime => "committed-time-from-uptime",
             Bug::GrantLostOnGone => "grant-lost-on-gone",
+            Bug::CheckQuorumAnyMessage => "check-quorum-any-message",
         }
     }
 

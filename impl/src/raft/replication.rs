@@ -94,6 +94,12 @@ impl Node {
         if self.refusal(from, &msg).is_some() {
             return;
         }
+        if self.bug(Bug::CheckQuorumAnyMessage)
+            && self.role == Role::Leader
+            && let Some(progress) = self.progress.get_mut(&from)
+        {
+            progress.recent_active = true;
+        }
         match msg {
             Message::PreVote {
                 term,

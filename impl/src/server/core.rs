@@ -661,10 +661,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// A core of node 1 of 3 whose peers are unreachable, on a fresh data dir.
-    fn core(dir: &Path) -> Core {
-        core_with(dir, Config::new(1, vec![1, 2, 3]))
-    }
-
     fn core_with(dir: &Path, raft: Config) -> Core {
         let unreachable: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
         let peers: BTreeMap<NodeId, std::net::SocketAddr> =
@@ -678,7 +674,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_grant_answered_in_the_turn_its_client_left_is_released_not_dropped() {
-        for bugs in [crate::bugs::BugSet::NONE, crate::bugs::BugSet::of(&[Bug::GrantLostOnGone])] {
+        for bugs in [
+            crate::bugs::BugSet::NONE,
+            crate::bugs::BugSet::of(&[Bug::GrantLostOnGone]),
+        ] {
             grant_answered_as_its_client_left(bugs);
         }
     }
