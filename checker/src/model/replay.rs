@@ -548,7 +548,7 @@ fn check_quorum_heard(
     }
     let members = node.config().members.len();
     let answered = 1 + entry.1.iter().filter(|n| **n != id).count();
-    let majority = members / 2 + 1;
+    let majority = lockd::raft::majority(members);
     let result = if answered < majority {
         Err(format!(
             "node {id} stayed leader of term {} at its check-quorum with answers of its term \

@@ -52,6 +52,7 @@ pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,
 };
+pub use quorum::majority;
 pub use snapshot::SNAPSHOT_BYTES_MAX;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -3,7 +3,7 @@
 use super::message::Index;
 
 /// The number of votes that make a majority of `members` voters.
-pub(crate) fn majority(members: usize) -> usize {
+pub fn majority(members: usize) -> usize {
     members / 2 + 1
 }
 
