@@ -47,12 +47,12 @@ pub use io::{
     ClientRequest, Committed, Durable, Input, Output, Persist, RequestId, Response, Timer, TimerCmd,
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
+pub use quorum::majority;
 pub use replication::TABLE_ENTRIES_COPIED_PER_ENTRY_MAX;
 pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,
 };
-pub use quorum::majority;
 pub use snapshot::SNAPSHOT_BYTES_MAX;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
