@@ -470,7 +470,11 @@ async fn an_isolated_server_hears_no_votes_and_rejoins_after_the_heal() {
     // Init: three servers behind the proxy, one leader.
     let dir = tempfile::tempdir().expect("tempdir");
     let _sweep = Sweep(dir.path().display().to_string());
-    let layout = Layout::new(3, dir.path()).expect("layout");
+    // The ports stay bound while the proxy and the election relays bind theirs on port 0,
+    // which could otherwise take one of them (CI, stop 32: "ZooKeeper peer link ...: bind:
+    // Address already in use"), and are let go right before the servers start, as
+    // `locksmith test` does.
+    let (layout, reservation) = Layout::reserve(3, dir.path()).expect("layout");
     let proxy = Proxy::start(&layout.peer).await.expect("proxy");
     let mut dial = BTreeMap::new();
     for s in &layout.nodes {
@@ -480,6 +484,7 @@ async fn an_isolated_server_hears_no_votes_and_rejoins_after_the_heal() {
     }
     let system = ZooKeeper::new(find_zookeeper().expect("installed"));
     let launcher = system.launcher(&layout, dial).expect("launcher");
+    reservation.release();
     let cluster = Cluster::start(launcher, &layout.nodes, &layout.log_dir).expect("start");
     let serving = |views: &[nemesis::systems::NodeView]| {
         views.len() == 3
