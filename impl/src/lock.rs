@@ -182,12 +182,9 @@ pub struct Proposal {
     pub command: Command,
     /// The committed time when the leader proposed (session expiry, see the module doc);
     /// 0 on entries the leader does not stamp (Noop, Expire, phantom releases).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// Always encoded, 0 too: the peers' wire format (bincode) has no optional fields.
+    #[serde(default)]
     pub time_ms: u64,
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
 }
 
 impl Proposal {

@@ -112,13 +112,76 @@ pub enum TraceError {
     },
 }
 
+/// Where a [`TraceWriter`] puts its lines: any `Write` gets JSON lines (the format above);
+/// [`Lines`] keeps them as values.
+pub trait TraceOut {
+    /// Takes one line.
+    fn put(&mut self, line: TraceLine) -> io::Result<()>;
+}
+
+impl<W: Write> TraceOut for W {
+    fn put(&mut self, line: TraceLine) -> io::Result<()> {
+        serde_json::to_writer(&mut *self, &line).map_err(io::Error::other)?;
+        self.write_all(b"\n")
+    }
+}
+
+/// Lines kept as values, not encoded: a simulator's trace, which its replay reads in the
+/// same process (no JSON written and parsed back: most of a traced seed's cost).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lines(pub Vec<TraceLine>);
+
+impl TraceOut for Lines {
+    fn put(&mut self, line: TraceLine) -> io::Result<()> {
+        self.0.push(line);
+        Ok(())
+    }
+}
+
+/// A trace in memory that outlives the node writing it (a simulated node's restarts append
+/// to the same one, as a process appends to its file). Clones share the lines.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryTrace {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<TraceLine>>>,
+}
+
+impl MemoryTrace {
+    /// An empty trace.
+    pub fn new() -> Self {
+        MemoryTrace::default()
+    }
+
+    /// Appends `lines` (a turn's, in order).
+    pub fn append(&self, lines: &mut Vec<TraceLine>) {
+        self.lock().append(lines);
+    }
+
+    /// A copy of every line so far.
+    pub fn lines(&self) -> Vec<TraceLine> {
+        self.lock().clone()
+    }
+
+    /// Writes every line so far to `path` as a trace file (JSON lines, the format above).
+    pub fn write_file(&self, path: &std::path::Path) -> io::Result<()> {
+        let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+        for line in self.lock().iter() {
+            out.put(line.clone())?;
+        }
+        out.flush()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TraceLine>> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Writes trace lines.
-pub struct TraceWriter<W: Write> {
+pub struct TraceWriter<W: TraceOut> {
     out: W,
     seq: std::collections::BTreeMap<NodeId, u64>,
 }
 
-impl<W: Write> TraceWriter<W> {
+impl<W: TraceOut> TraceWriter<W> {
     /// A writer into `out`.
     pub fn new(out: W) -> Self {
         TraceWriter {
@@ -129,7 +192,7 @@ impl<W: Write> TraceWriter<W> {
 
     /// Records node `config.id`'s configuration; call once before its first step.
     pub fn config(&mut self, config: &Config) -> io::Result<()> {
-        self.line(&TraceLine::Config {
+        self.out.put(TraceLine::Config {
             node: config.id,
             config: config.clone(),
         })
@@ -137,7 +200,7 @@ impl<W: Write> TraceWriter<W> {
 
     /// Records a restart of `node` from `durable` at `now_ms` (what `Node::new` was given).
     pub fn restart(&mut self, node: NodeId, durable: &Durable, now_ms: u64) -> io::Result<()> {
-        self.line(&TraceLine::Restart {
+        self.out.put(TraceLine::Restart {
             node,
             restart: durable.clone(),
             now_ms,
@@ -146,27 +209,34 @@ impl<W: Write> TraceWriter<W> {
 
     /// Records one `Node::step` of `node`: the input, and the output when given.
     pub fn step(&mut self, node: NodeId, input: &Input, output: Option<&Output>) -> io::Result<()> {
+        self.step_owned(node, input.clone(), output)
+    }
+
+    /// As [`step`](Self::step), taking the input (no clone).
+    pub fn step_owned(
+        &mut self,
+        node: NodeId,
+        input: Input,
+        output: Option<&Output>,
+    ) -> io::Result<()> {
         let seq = self.seq.entry(node).or_insert(0);
         let line = TraceLine::Step {
             node,
             seq: *seq,
-            input: input.clone(),
+            input,
             output: output.map(OutputDigest::from),
         };
         *seq += 1;
-        self.line(&line)
-    }
-
-    fn line(&mut self, line: &TraceLine) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, line).map_err(io::Error::other)?;
-        self.out.write_all(b"\n")
+        self.out.put(line)
     }
 
     /// The inner writer (a driver that traces into a buffer drains it after each turn).
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.out
     }
+}
 
+impl<W: Write> TraceWriter<W> {
     /// Flushes and returns the inner writer.
     pub fn into_inner(mut self) -> io::Result<W> {
         self.out.flush()?;
@@ -275,6 +345,36 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_memory_trace_holds_the_lines_a_file_would_and_writes_that_file() {
+        // The simulator's traces stay in memory; a failing seed's are written as files. The
+        // two writers make the same lines, and the file reads back as the memory held them.
+        let config = Config::new(2, vec![1, 2]);
+        let inputs = [Input::Tick { now_ms: 5 }, Input::Campaign];
+        let mut to_file = TraceWriter::new(Vec::new());
+        let mut to_memory = TraceWriter::new(Lines::default());
+        to_file.config(&config).unwrap();
+        to_memory.config(&config).unwrap();
+        for input in &inputs {
+            to_file.step(2, input, Some(&Output::default())).unwrap();
+            to_memory.step(2, input, Some(&Output::default())).unwrap();
+        }
+        let memory = MemoryTrace::new();
+        memory.append(&mut to_memory.get_mut().0);
+        assert!(
+            to_memory.get_mut().0.is_empty(),
+            "append drains the turn's lines"
+        );
+        let from_file = read_trace(to_file.into_inner().unwrap().as_slice()).unwrap();
+        assert_eq!(memory.lines(), from_file);
+        assert_eq!(from_file.len(), 3);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n2.trace.jsonl");
+        memory.write_file(&path).unwrap();
+        let written = read_trace(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+        assert_eq!(written.unwrap(), from_file);
     }
 
     #[test]

@@ -472,7 +472,7 @@ mod phantom {
     use futures::SinkExt;
     use lockd::client::ClientError;
     use lockd::rpc::LockServiceRequest;
-    use tarpc::tokio_serde::formats::Json;
+    use tarpc::tokio_serde::formats::Bincode;
     use tarpc::{ClientMessage, Response};
     use tokio::net::TcpStream;
 
@@ -485,7 +485,7 @@ mod phantom {
             Response<lockd::rpc::LockServiceResponse>,
             ClientMessage<LockServiceRequest>,
             _,
-        >::from((stream, Json::default()));
+        >::from((stream, Bincode::default()));
         let mut context = tarpc::context::current();
         context.deadline = Instant::now() + Duration::from_secs(30);
         let request = tarpc::Request {
@@ -824,7 +824,7 @@ mod transport {
             .unwrap();
         let transport = tarpc::serde_transport::Transport::from((
             stream,
-            tarpc::tokio_serde::formats::Json::default(),
+            tarpc::tokio_serde::formats::Bincode::default(),
         ));
         let raw =
             lockd::rpc::LockServiceClient::new(tarpc::client::Config::default(), transport).spawn();
@@ -855,7 +855,7 @@ mod hostile_peers {
     use lockd::lock::{Command, Proposal};
     use lockd::raft::{Entry, Message};
     use lockd::rpc::PeerClient;
-    use tarpc::tokio_serde::formats::Json;
+    use tarpc::tokio_serde::formats::Bincode;
     use tokio::io::AsyncWriteExt;
 
     fn entry(term: u64, index: u64) -> Entry {
@@ -877,7 +877,7 @@ mod hostile_peers {
         let (mut cluster, client, leader) = three_nodes_and_leader().await;
         let victim = cluster.specs[(leader - 1) as usize].peer_addr;
         let stream = tokio::net::TcpStream::connect(victim).await.unwrap();
-        let transport = tarpc::serde_transport::Transport::from((stream, Json::default()));
+        let transport = tarpc::serde_transport::Transport::from((stream, Bincode::default()));
         let peer = PeerClient::new(tarpc::client::Config::default(), transport).spawn();
         let other = if leader == 1 { 2 } else { 1 };
         let hostile = vec![

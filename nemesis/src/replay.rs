@@ -148,6 +148,24 @@ pub fn replay_run(run_dir: &Path) -> anyhow::Result<RunReplay> {
     })
 }
 
+/// As [`replay_run`], of traces held in memory (a simulated seed's, `lockd::trace::
+/// MemoryTrace`): `traces` are `(file, lines)` in node order, each named by the file it is
+/// written to when kept. A node without lines is left out, as a node without a file is.
+pub fn replay_lines(traces: Vec<(PathBuf, Vec<lockd::trace::TraceLine>)>) -> RunReplay {
+    let (mut files, mut starts, mut lines) = (Vec::new(), Vec::new(), Vec::new());
+    for (file, node_lines) in traces.into_iter().filter(|(_, l)| !l.is_empty()) {
+        files.push(file);
+        starts.push(lines.len());
+        lines.extend(node_lines);
+    }
+    let report = replay(&lines);
+    RunReplay {
+        files,
+        starts,
+        report,
+    }
+}
+
 /// A trace file as the run's store names it: `node-logs/nI.trace.jsonl` (a simulated seed's
 /// traces lie in a temporary folder that is gone when its verdict is printed; the store
 /// keeps the copy), else the path as given.

@@ -162,6 +162,7 @@ fn a_simulated_run_replays_through_the_model() {
     let mut clean = SimCase::new(1);
     clean.options.time_s = 4;
     clean.trace_root = Some(root.path().join("clean"));
+    clean.trace_files = true;
     let result = run_case(&clean);
     assert!(
         result.verdict().is_valid(),
@@ -179,6 +180,21 @@ fn a_simulated_run_replays_through_the_model() {
             .map(|r| r.verdict.clone())
     };
     assert_eq!(replayed(&result), Some(checker::Verdict::Valid), "seed 1");
+    // The verdict replayed the nodes' traces in memory; the files written from them hold
+    // the same steps (the store and `locksmith model replay` read the files).
+    let explanation = (result.results.checks.iter())
+        .flat_map(|c| c.results.iter())
+        .find(|r| r.name == history::CheckName::TraceReplay)
+        .and_then(|r| r.explanation.clone())
+        .unwrap_or_default();
+    let from_files = nemesis::replay::replay_run(&clean.trace_dir().expect("traces are on"))
+        .expect("the trace files read back");
+    assert!(from_files.report.steps > 100, "{}", from_files.report.steps);
+    assert!(
+        explanation.starts_with(&format!("{} steps of ", from_files.report.steps)),
+        "in memory: {explanation}; from the files: {} steps",
+        from_files.report.steps
+    );
     let out = replay(&clean);
     assert_eq!(
         out.status.code(),
@@ -194,6 +210,7 @@ fn a_simulated_run_replays_through_the_model() {
     buggy.options.time_s = 4;
     buggy.options.bug = Some("follower-grants".to_owned());
     buggy.trace_root = Some(root.path().join("buggy"));
+    buggy.trace_files = true;
     run_case(&buggy);
     let out = replay(&buggy);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -213,6 +230,7 @@ fn a_simulated_run_replays_through_the_model() {
     no_fsync.options.time_s = 4;
     no_fsync.options.bug = Some("no-fsync".to_owned());
     no_fsync.trace_root = Some(root.path().join("no-fsync"));
+    no_fsync.trace_files = true;
     let result = run_case(&no_fsync);
     assert_eq!(
         replayed(&result),

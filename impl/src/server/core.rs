@@ -22,7 +22,7 @@ use crate::raft::{
 use crate::raft::{Persist, Snapshot};
 use crate::rpc::NodeStatus;
 use crate::storage::{DataDir, StorageError};
-use crate::trace::TraceWriter;
+use crate::trace::{Lines, MemoryTrace, TraceOut, TraceWriter};
 
 /// A client request the core has not answered yet.
 #[derive(Debug)]
@@ -78,11 +78,19 @@ struct SnapshotWriter {
 /// The trace of the core's inputs (`ServerConfig::trace`, format in `lockd::trace`). Lines are
 /// buffered and written with one `write` before an output is carried out, so the file holds
 /// every input whose effects another node or a client could have seen, in whole lines (a
-/// SIGKILL between two writes leaves no partial line; a restarted process appends).
-struct Trace {
-    path: PathBuf,
-    file: File,
-    writer: TraceWriter<Vec<u8>>,
+/// SIGKILL between two writes leaves no partial line; a restarted process appends). A
+/// simulator's trace in memory (`ServerConfig::trace_memory`) takes the same lines at the
+/// same moments, as values.
+enum Trace {
+    File {
+        path: PathBuf,
+        file: File,
+        writer: TraceWriter<Vec<u8>>,
+    },
+    Memory {
+        trace: MemoryTrace,
+        writer: TraceWriter<Lines>,
+    },
 }
 
 impl Core {
@@ -143,12 +151,8 @@ impl Core {
             .open(path)
             .map_err(error)?;
         let mut writer = TraceWriter::new(Vec::new());
-        let id = self.node.config().id;
-        writer.config(self.node.config()).map_err(error)?;
-        writer
-            .restart(id, self.storage.durable(), self.node.now_ms())
-            .map_err(error)?;
-        self.trace = Some(Trace {
+        self.trace_start(&mut writer).map_err(error)?;
+        self.trace = Some(Trace::File {
             path: path.to_path_buf(),
             file,
             writer,
@@ -157,38 +161,68 @@ impl Core {
         Ok(self)
     }
 
+    /// As [`with_trace`](Self::with_trace), into a trace in memory.
+    pub(super) fn with_memory_trace(mut self, trace: MemoryTrace) -> Self {
+        let mut writer = TraceWriter::new(Lines::default());
+        // Into memory, putting a line cannot fail.
+        let _ = self.trace_start(&mut writer);
+        self.trace = Some(Trace::Memory { trace, writer });
+        let _ = self.flush_trace();
+        self
+    }
+
+    /// The first lines of a trace: the configuration and what `Node::new` was given.
+    fn trace_start<W: TraceOut>(&self, writer: &mut TraceWriter<W>) -> std::io::Result<()> {
+        writer.config(self.node.config())?;
+        writer.restart(
+            self.node.config().id,
+            self.storage.durable(),
+            self.node.now_ms(),
+        )
+    }
+
     /// `Node::step`, traced when a trace is on.
     fn step(&mut self, input: Input) -> Output {
-        let Some(trace) = &mut self.trace else {
-            return self.node.step(input);
-        };
-        let output = self.node.step(input.clone());
-        // Serializing into a Vec cannot fail; a write error surfaces in flush_trace.
-        let _ = trace
-            .writer
-            .step(self.node.config().id, &input, Some(&output));
-        output
+        let id = self.node.config().id;
+        // Putting a line into a buffer cannot fail; a write error surfaces in flush_trace.
+        match &mut self.trace {
+            None => self.node.step(input),
+            Some(Trace::File { writer, .. }) => {
+                let output = self.node.step(input.clone());
+                let _ = writer.step_owned(id, input, Some(&output));
+                output
+            }
+            Some(Trace::Memory { writer, .. }) => {
+                let output = self.node.step(input.clone());
+                let _ = writer.step_owned(id, input, Some(&output));
+                output
+            }
+        }
     }
 
     /// Writes the traced lines so far. A trace that cannot be written stops the node: a
     /// trace with a gap would replay as a run that never happened.
     fn flush_trace(&mut self) -> Result<(), ServerError> {
-        let Some(trace) = &mut self.trace else {
-            return Ok(());
-        };
-        let buffer = trace.writer.get_mut();
-        if buffer.is_empty() {
-            return Ok(());
+        match &mut self.trace {
+            None => Ok(()),
+            Some(Trace::Memory { trace, writer }) => {
+                trace.append(&mut writer.get_mut().0);
+                Ok(())
+            }
+            Some(Trace::File { path, file, writer }) => {
+                let buffer = writer.get_mut();
+                if buffer.is_empty() {
+                    return Ok(());
+                }
+                file.write_all(buffer)
+                    .map_err(|source| ServerError::Trace {
+                        path: path.clone(),
+                        source,
+                    })?;
+                buffer.clear();
+                Ok(())
+            }
         }
-        trace
-            .file
-            .write_all(buffer)
-            .map_err(|source| ServerError::Trace {
-                path: trace.path.clone(),
-                source,
-            })?;
-        buffer.clear();
-        Ok(())
     }
 
     pub(super) async fn run(

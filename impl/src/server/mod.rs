@@ -65,7 +65,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use tarpc::serde_transport;
-use tarpc::tokio_serde::formats::Json;
+use tarpc::tokio_serde::formats::Bincode;
 use tarpc::tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
@@ -146,6 +146,9 @@ pub struct ServerConfig {
     /// Where the core appends a trace of every input it steps (`lockd::trace`, for
     /// `locksmith model replay`); `None`: no trace.
     pub trace: Option<PathBuf>,
+    /// Harness-only: the core traces into this in-memory trace instead (the simulator's,
+    /// whose replay reads it in the same process); wins over `trace`.
+    pub trace_memory: Option<crate::trace::MemoryTrace>,
     /// The admin endpoint (the harness's controls); `None`, the default: no endpoint.
     pub admin: Option<AdminConfig>,
 }
@@ -280,6 +283,7 @@ impl ServerConfig {
             pause_gate: None,
             link_faults: None,
             trace: None,
+            trace_memory: None,
             admin: None,
         }
     }
@@ -477,9 +481,10 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         links,
         config.clock_rate,
     );
-    let core = match &config.trace {
-        Some(path) => core.with_trace(path)?,
-        None => core,
+    let core = match (&config.trace_memory, &config.trace) {
+        (Some(memory), _) => core.with_memory_trace(memory.clone()),
+        (None, Some(path)) => core.with_trace(path)?,
+        (None, None) => core,
     };
     let gate = config.pause_gate.clone();
     if crate::sys::simulated() {
@@ -544,15 +549,18 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
-/// A tarpc transport over `stream`: JSON in length-delimited frames (Nagle is off on every
-/// stream of [`crate::sys::net`]: each message here is small and latency-bound).
+/// A tarpc transport over `stream`: bincode in length-delimited frames (Nagle is off on
+/// every stream of [`crate::sys::net`]: each message here is small and latency-bound).
+/// Bincode, not JSON: JSON's codec was 12 % of a simulated seed's CPU, and a snapshot
+/// chunk's bytes went as a JSON array of numbers. A frame's length is bounded
+/// (`FRAME_LEN_MAX`), and bincode refuses a malformed or truncated frame with an error.
 ///
 /// The wire format of every service of a node, public so that a caller that speaks the RPC
 /// itself (`locksmith bench --soak` registers sessions by the hundred thousand, with no
 /// [`crate::client::Client`] each) frames its calls exactly as the node reads them.
 pub fn transport<Item, SinkItem>(
     stream: TcpStream,
-) -> serde_transport::Transport<TcpStream, Item, SinkItem, Json<Item, SinkItem>>
+) -> serde_transport::Transport<TcpStream, Item, SinkItem, Bincode<Item, SinkItem>>
 where
     Item: for<'de> serde::Deserialize<'de>,
     SinkItem: serde::Serialize,
@@ -560,5 +568,5 @@ where
     let codec = LengthDelimitedCodec::builder()
         .max_frame_length(FRAME_LEN_MAX)
         .new_codec();
-    serde_transport::new(Framed::new(stream, codec), Json::default())
+    serde_transport::new(Framed::new(stream, codec), Bincode::default())
 }

@@ -170,6 +170,7 @@ fn template(args: &SimArgs) -> Result<SimCase, String> {
     }
     case.draw.pins = pins;
     case.trace_root = args.trace.clone();
+    case.trace_files = args.trace.is_some();
     case.no_trace = args.no_trace;
     Ok(case.with_seed(0))
 }

@@ -11,6 +11,7 @@ pub mod cmd;
 pub mod shrink;
 pub mod world;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,10 +58,14 @@ pub struct SimCase {
     pub draw: OptionsDraw,
     /// Keep the nodes' logs (a rerun of a failing seed; slower).
     pub logs: bool,
-    /// `--trace DIR`: the nodes write `DIR/seed-S/node-logs/nI.trace.jsonl` on the real
-    /// disk (for `locksmith model replay DIR/seed-S`), which changes nothing in the run.
-    /// Without it a child traces into a temporary folder of its own, unless `no_trace`.
+    /// Where the nodes' traces go: `DIR/seed-S/node-logs/nI.trace.jsonl` on the real disk
+    /// (for `locksmith model replay DIR/seed-S`), which changes nothing in the run. The nodes
+    /// trace into memory, which the replay reads; the files are written after the verdict,
+    /// for a seed that did not pass, or for every seed with `trace_files`. Without `--trace
+    /// DIR` a child uses a temporary folder of its own, unless `no_trace`.
     pub trace_root: Option<std::path::PathBuf>,
+    /// `--trace DIR`: write every seed's trace files, not only a failing seed's.
+    pub trace_files: bool,
     /// `--no-trace`: no traces, no trace replay.
     pub no_trace: bool,
 }
@@ -75,6 +80,7 @@ impl SimCase {
             draw,
             logs,
             trace_root,
+            trace_files: false,
             no_trace,
         }
     }
@@ -120,7 +126,7 @@ impl SimCase {
         if !self.draw.swarm {
             line.push_str(" --no-swarm");
         }
-        if let Some(root) = &self.trace_root {
+        if let (Some(root), true) = (&self.trace_root, self.trace_files) {
             let _ = write!(line, " --trace {}", root.display());
         } else if self.no_trace {
             line.push_str(" --no-trace");
@@ -192,6 +198,8 @@ struct Simulated {
     error: Option<String>,
     logs: Option<String>,
     sim_ms: u64,
+    /// Each node's trace, when traces are on.
+    traces: Option<BTreeMap<NodeId, lockd::trace::MemoryTrace>>,
 }
 
 impl Simulated {
@@ -295,8 +303,23 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         .unwrap_or_else(|| Execution::unfinished(options));
     let error = (simulated.error)
         .or_else(|| (simulated.ops.is_empty()).then(|| "the harness recorded nothing".into()));
-    // `--trace`: the nodes' traces, on the real disk, through the model.
-    let extra = harness::run_checks(&execution, error.as_deref(), case.trace_dir().as_deref());
+    // The nodes' traces, from memory, through the model.
+    let mut extra = harness::run_checks(&execution, error.as_deref(), None);
+    let traces = simulated.traces.map(|traces| {
+        let dir = case.trace_dir().unwrap_or_default().join("node-logs");
+        let named = traces.into_iter();
+        let named = named.map(|(id, t)| (crate::systems::lockd::trace_path(&dir, id), t));
+        named.collect::<Vec<_>>()
+    });
+    let replayed = (traces.as_ref()).map(|traces| {
+        let lines = traces.iter().map(|(file, t)| (file.clone(), t.lines()));
+        crate::replay::replay_lines(lines.collect())
+    });
+    extra.extend(
+        replayed
+            .as_ref()
+            .map(crate::replay::RunReplay::check_result),
+    );
     let session_timeout_ms = (sim_bounds(options).session_timeout_ms)
         .unwrap_or(lockd::lock::SessionLimits::DEFAULT.timeout_ms);
     let liveness = checker::liveness::LivenessOptions::default()
@@ -309,6 +332,13 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     results.simulated_ms = Some(simulated.sim_ms);
     results.rerun = vec![case.rerun_command(), options.test_command()];
     results.judge(checked.output);
+    // The trace files: what the store, `locksmith model replay` and the message diagram read.
+    if let Some(traces) = &traces
+        && (case.trace_files || !results.verdict.is_valid())
+        && let Err(e) = write_traces(traces)
+    {
+        eprintln!("locksmith sim: seed {}: the traces: {e}", case.seed());
+    }
     CaseResult {
         case: case.clone(),
         ops: simulated.ops,
@@ -318,16 +348,32 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     }
 }
 
+/// Writes each node's trace in memory to its file.
+fn write_traces(traces: &[(std::path::PathBuf, lockd::trace::MemoryTrace)]) -> std::io::Result<()> {
+    for (file, trace) in traces {
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        trace
+            .write_file(file)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", file.display())))?;
+    }
+    Ok(())
+}
+
 /// Builds the simulation of `case`, runs it to the end, and returns what it recorded.
 fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
     let options = case.options.clone();
     let nodes: Vec<NodeId> = (1..=options.nodes).collect();
-    // Traces go to the real disk, fresh for each run (the core appends across restarts).
-    let trace_dir = case.trace_dir().map(|dir| dir.join("node-logs"));
-    if let Some(dir) = &trace_dir {
-        let _ = std::fs::remove_dir_all(dir);
-        let _ = std::fs::create_dir_all(dir);
-    }
+    // Traces go to memory, fresh for each run (the core appends across restarts); the
+    // files are written after the verdict. Leftovers of an earlier run are removed.
+    let traces: Option<BTreeMap<NodeId, lockd::trace::MemoryTrace>> = case.trace_dir().map(|dir| {
+        let _ = std::fs::remove_dir_all(dir.join("node-logs"));
+        let each = nodes
+            .iter()
+            .map(|id| (*id, lockd::trace::MemoryTrace::new()));
+        each.collect()
+    });
     let WorldDraws {
         max_latency_ms,
         snapshot_threshold,
@@ -363,13 +409,12 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         let control = control.clone();
         move |id, how| control.node_stopped(id, how)
     };
-    let traces = trace_dir.as_deref();
     match lockd.add_sim_hosts(
         &mut sim,
         &nodes,
         snapshot_threshold,
         bounds,
-        traces,
+        traces.as_ref(),
         stopped,
     ) {
         Ok(switches) => control.attach(switches),
@@ -441,5 +486,6 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         error,
         logs: None,
         sim_ms,
+        traces,
     }
 }

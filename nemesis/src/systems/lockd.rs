@@ -395,7 +395,7 @@ impl Lockd {
         members: &[NodeId],
         snapshot_threshold: u64,
         bounds: SimBounds,
-        trace_dir: Option<&std::path::Path>,
+        traces: Option<&BTreeMap<NodeId, lockd::trace::MemoryTrace>>,
         stopped: impl Fn(NodeId, String) + Clone + 'static,
     ) -> Result<BTreeMap<NodeId, SimSwitches>, String> {
         let bugs = match self.bug.as_deref().map(str::parse::<lockd::bugs::Bug>) {
@@ -410,7 +410,7 @@ impl Lockd {
             switches.insert(id, (pause, links));
             let members = members.to_vec();
             let seed = (self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(id);
-            let trace = trace_dir.map(|dir| trace_path(dir, id));
+            let trace = traces.and_then(|t| t.get(&id).cloned());
             let stopped = stopped.clone();
             let secret = sim_admin_secret(self.seed);
             sim.host(crate::sim::world::node_name(id), move || {
@@ -446,7 +446,7 @@ impl Lockd {
                         lockd::server::ServerConfig::new(raft, peers, listen, "/data".into());
                     config.pause_gate = Some(pause_gate);
                     config.link_faults = Some(link_faults);
-                    config.trace = trace;
+                    config.trace_memory = trace;
                     let admin = at(id, SIM_ADMIN_PORT);
                     config.admin = Some(lockd::server::AdminConfig::new(admin, secret.clone()));
                     let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
