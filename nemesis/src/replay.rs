@@ -130,6 +130,8 @@ pub struct RunReplay {
     starts: Vec<usize>,
     /// What the replay found.
     pub report: ReplayReport,
+    /// The records replayed, every file's in turn.
+    lines: Vec<lockd::trace::TraceLine>,
 }
 
 /// Reads `run_dir`'s traces and replays them. Per-node files are replayed one after the
@@ -145,6 +147,7 @@ pub fn replay_run(run_dir: &Path) -> anyhow::Result<RunReplay> {
         files,
         starts,
         report,
+        lines,
     })
 }
 
@@ -163,6 +166,7 @@ pub fn replay_lines(traces: Vec<(PathBuf, Vec<lockd::trace::TraceLine>)>) -> Run
         files,
         starts,
         report,
+        lines,
     }
 }
 
@@ -180,6 +184,32 @@ fn shown(file: &Path) -> String {
 }
 
 impl RunReplay {
+    /// Writes each file's records to it (JSON lines, `lockd::trace`): the files of traces
+    /// that were replayed from memory ([`replay_lines`]).
+    pub fn write_files(&self) -> std::io::Result<()> {
+        use lockd::trace::TraceOut as _;
+        use std::io::Write as _;
+        let ends = self
+            .starts
+            .iter()
+            .skip(1)
+            .copied()
+            .chain([self.lines.len()]);
+        for ((file, start), end) in self.files.iter().zip(&self.starts).zip(ends) {
+            let context =
+                |e: std::io::Error| std::io::Error::other(format!("{}: {e}", file.display()));
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir).map_err(context)?;
+            }
+            let mut out = std::io::BufWriter::new(File::create(file).map_err(context)?);
+            for line in &self.lines[*start..end] {
+                out.put(line.clone()).map_err(context)?;
+            }
+            out.flush().map_err(context)?;
+        }
+        Ok(())
+    }
+
     /// Where a departure is: its file, the record's number within it, the node and step.
     pub fn place(&self, d: &Departure) -> String {
         let at = self.starts.iter().rposition(|s| *s < d.record).unwrap_or(0);

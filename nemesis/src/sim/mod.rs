@@ -312,7 +312,7 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         named.collect::<Vec<_>>()
     });
     let replayed = (traces.as_ref()).map(|traces| {
-        let lines = traces.iter().map(|(file, t)| (file.clone(), t.lines()));
+        let lines = traces.iter().map(|(file, t)| (file.clone(), t.take()));
         crate::replay::replay_lines(lines.collect())
     });
     extra.extend(
@@ -333,9 +333,9 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     results.rerun = vec![case.rerun_command(), options.test_command()];
     results.judge(checked.output);
     // The trace files: what the store, `locksmith model replay` and the message diagram read.
-    if let Some(traces) = &traces
+    if let Some(replayed) = &replayed
         && (case.trace_files || !results.verdict.is_valid())
-        && let Err(e) = write_traces(traces)
+        && let Err(e) = replayed.write_files()
     {
         eprintln!("locksmith sim: seed {}: the traces: {e}", case.seed());
     }
@@ -346,19 +346,6 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         logs: simulated.logs,
         probes: Vec::new(),
     }
-}
-
-/// Writes each node's trace in memory to its file.
-fn write_traces(traces: &[(std::path::PathBuf, lockd::trace::MemoryTrace)]) -> std::io::Result<()> {
-    for (file, trace) in traces {
-        if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        trace
-            .write_file(file)
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", file.display())))?;
-    }
-    Ok(())
 }
 
 /// Builds the simulation of `case`, runs it to the end, and returns what it recorded.
