@@ -453,8 +453,7 @@ fn step(
     })?;
     let last_before = node.status().last_log_index;
     let before = node.status();
-    let quorum_due = matches!(input, Input::Tick { now_ms }
-        if node.timers().any(|(t, at)| *t == Timer::CheckQuorum && at <= *now_ms));
+    let quorum_due = check_quorum_due(node, input);
     // An Expire may apply in the step that appends it, and its lease is then no longer
     // marked: what had run out before the step, and (a lone server) the lease deadlines
     // before it, tell whether it was due (`actor::undue_expire`).
@@ -536,6 +535,12 @@ fn step(
     }
     let (origins, gone) = (origins.entry(id).or_default(), gone.entry(id).or_default());
     Ok(phantom_released(origins, gone, node, input, &out)?)
+}
+
+/// Whether stepping `input` into `node` is a tick at which its check-quorum timer is due.
+fn check_quorum_due(node: &Node, input: &Input) -> bool {
+    matches!(input, Input::Tick { now_ms }
+        if node.timers().any(|(t, at)| *t == Timer::CheckQuorum && at <= *now_ms))
 }
 
 /// Check-quorum (Raft dissertation §6.2): a leader whose check-quorum timer fired stays
@@ -861,8 +866,7 @@ mod tests {
         let mut heard = BTreeMap::new();
         for input in inputs {
             let before = node.status();
-            let quorum_due = matches!(input, Input::Tick { now_ms }
-                if node.timers().any(|(t, at)| *t == Timer::CheckQuorum && at <= now_ms));
+            let quorum_due = check_quorum_due(node, &input);
             node.step(input.clone());
             check_quorum_heard(&mut heard, node, &before, &input, quorum_due)?;
         }

@@ -73,8 +73,8 @@ pub struct SimArgs {
     /// Write every node's trace of the inputs its core stepped (`lockd::trace`) to
     /// `DIR/seed-S/node-logs/nI.trace.jsonl`; each seed's verdict then includes their replay
     /// through the model (the check `trace replay`; `locksmith model replay DIR/seed-S`).
-    /// Without --trace, each seed's traces go to a temporary folder, replayed and then
-    /// removed (a failing seed's store keeps a copy).
+    /// Without --trace, each seed's traces stay in memory, replayed there; only a failing
+    /// seed's are written (its store keeps them).
     #[arg(long, value_name = "DIR", conflicts_with = "no_trace")]
     pub trace: Option<PathBuf>,
     /// No traces and no trace replay: each verdict rests on the history's checks and node

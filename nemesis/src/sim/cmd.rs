@@ -261,14 +261,7 @@ fn write_store(store: &Path, result: &CaseResult) -> Result<RunDir, crate::Error
         lines.map(|line| format!("{line}\n")).collect()
     };
     let traces = case.trace_dir();
-    let (options, ops, results) = (&case.options, &result.ops, &result.results);
-    let run = RunDir::write_seed(store, options, ops, results, traces.as_deref(), node_log)?;
-    let draws = super::WorldDraws::of(options).describe(options);
-    let plan = run.file(RunDir::PLAN);
-    let mut text = std::fs::read_to_string(&plan)
-        .map_err(|e| crate::Error::Io(format!("{}: {e}", plan.display())))?;
-    text.push_str(&draws);
-    std::fs::write(&plan, text)
-        .map_err(|e| crate::Error::Io(format!("{}: {e}", plan.display())))?;
-    Ok(run)
+    let draws = super::WorldDraws::of(&case.options).describe(&case.options);
+    let recorded = (&case.options, &result.ops[..], &result.results);
+    RunDir::write_seed(store, recorded, traces.as_deref(), &draws, node_log)
 }

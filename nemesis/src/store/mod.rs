@@ -199,15 +199,16 @@ impl RunDir {
 
     /// The store of a simulated seed, `STORE/sim/<time>-seed<S>/`, with the files of a chaos
     /// run's: the nodes' traces from `traces` (before the reports that draw them), then what
-    /// [`RunDir::write_recorded`] writes.
+    /// [`RunDir::write_recorded`] writes, and `plan_tail` at the end of plan.txt (what the
+    /// simulator drew beyond the options).
     pub fn write_seed(
         store: &Path,
-        options: &TestOptions,
-        ops: &[Op],
-        results: &Results,
+        recorded: (&TestOptions, &[Op], &Results),
         traces: Option<&Path>,
+        plan_tail: &str,
         node_log: impl Fn(u64) -> String,
     ) -> Result<RunDir, Error> {
+        let (options, ops, results) = recorded;
         let stamp = crate::run::timestamp(std::time::SystemTime::now());
         let seed = options.seed;
         let run = RunDir::create(store.join("sim").join(format!("{stamp}-seed{seed}")))?;
@@ -216,6 +217,12 @@ impl RunDir {
                 .map_err(|e| Error::Io(format!("{}: {e}", traces.display())))?;
         }
         run.write_recorded(options, ops, results, node_log)?;
+        let plan = run.file(Self::PLAN);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&plan)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, plan_tail.as_bytes()))
+            .map_err(|e| Error::Io(format!("{}: {e}", plan.display())))?;
         Ok(run)
     }
 
