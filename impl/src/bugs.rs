@@ -103,11 +103,19 @@ pub enum Bug {
     /// fix of a review defect of issue 24, reverted). Caught by the trace replay's
     /// check-quorum property (`checker::model::replay`).
     CheckQuorumAnyMessage,
+    /// `vote-before-persist`: a node sends its RequestVoteResponse with `send_now`, before
+    /// the vote it grants is durable (issue 24, item 4: a message sent before the state it
+    /// depends on was saved). A node that crashes before the save comes back without the vote
+    /// and may vote again in the same term, for another candidate. Caught by the model's
+    /// random walks with split steps (`ModelConfig::save_later`: a crash between a step's
+    /// sends and its save) as Election Safety, two leaders of one term; the server mutant
+    /// `reply-before-persist` breaks the same rule in the driver instead of the core.
+    VoteBeforePersist,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -127,6 +135,7 @@ impl Bug {
         Bug::CommittedTimeFromUptime,
         Bug::GrantLostOnGone,
         Bug::CheckQuorumAnyMessage,
+        Bug::VoteBeforePersist,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -151,10 +160,13 @@ impl Bug {
             Bug::CommittedTimeFromUptime => "committed-time-from-uptime",
             Bug::GrantLostOnGone => "grant-lost-on-gone",
             Bug::CheckQuorumAnyMessage => "check-quorum-any-message",
+            Bug::VoteBeforePersist => "vote-before-persist",
         }
     }
 
     fn bit(self) -> u32 {
+        // `BugSet` is a `u32`: one bit per bug (the test `every_bug_has_its_own_bit` checks
+        // there is room).
         1 << (self as u32)
     }
 }
@@ -227,6 +239,14 @@ mod tests {
         }
         let err = "nope".parse::<Bug>().unwrap_err();
         assert!(err.to_string().contains("expire-ignores-token"), "{err}");
+    }
+
+    #[test]
+    fn every_bug_has_its_own_bit() {
+        // `BugSet` is a u32 bitset: a 33rd bug would overflow the shift.
+        assert!(Bug::ALL.len() <= 32, "{} bugs", Bug::ALL.len());
+        let all = BugSet::of(&Bug::ALL);
+        assert_eq!(all.iter().count(), Bug::ALL.len());
     }
 
     #[test]

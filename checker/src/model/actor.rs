@@ -14,6 +14,34 @@
 //! before it was durable" cannot happen in the model, except in the `no-fsync` mutant, which
 //! skips the save (the saved storage then stays what it was when the actor started).
 //!
+//! # Split steps ([`ModelConfig::save_later`](super::ModelConfig::save_later))
+//!
+//! With `save_later` on, a step whose first output has a `persist` is carried out in two
+//! actor steps, in the order the real server's core loop keeps (`send_now`, the fsync, then
+//! `send_after_persist` and the answers, then `Input::Persisted`):
+//!
+//! 1. The step itself sends `send_now` at once and applies the persist to the actor's
+//!    [`Durable`] ([`ServerState::durable`]: what will be durable once the save is done), but
+//!    saves only the ghost ledger: the saved durable state stays the one of the last save.
+//!    `send_after_persist` and the answers to clients wait in [`ServerState::unsaved`], and
+//!    the stateright timer [`ModelTimer::Save`] is armed.
+//! 2. That timer's step saves the durable state and the ledger, sends what waited, and only
+//!    then feeds `Input::Persisted`, whose output (commits, applies, answers, more persists)
+//!    it carries out atomically, as an unsplit step.
+//!
+//! While a save is pending the server takes no input: a delivery to it, or a core timer of
+//! it, leaves the state borrowed (a timer re-arms itself, since stateright drops a timer step
+//! only when it renews the same timer and changes nothing) and stateright drops the
+//! transition; the message stays in flight and the timer armed. A stateright crash in between
+//! restarts the server from the last save: what `send_now` sent is out, and the state it
+//! depended on is lost. That is the window a mutant that sends too early needs
+//! (`vote-before-persist`). `Input::Persisted` waits for the save, rather than being fed in
+//! the first step, so that the node never commits or applies on the strength of a persist
+//! that a crash can still undo (a lone leader would otherwise apply, and record in the
+//! ledger, an entry its restart no longer has), and so that a recorded trace
+//! ([`super::replay::record`]) never reports durable what the restart does not load.
+//! Restarts stay atomic.
+//!
 //! Timers: each core [`Timer`] is one stateright timer. stateright fires any armed timer at
 //! any moment, so every order of timeouts is explored (unbounded clock drift between nodes).
 //! After every step the adapter re-synchronises the armed stateright timers with the node's
@@ -32,8 +60,8 @@ use lockd::bugs::{Bug, BugSet};
 use lockd::lock::{Command, LockTable, Origin, Outcome, SessionId, Token};
 use lockd::raft::invariants::Ledger;
 use lockd::raft::{
-    ClientRequest, Committed, Config, Durable, Index, Input, Message, Node, NodeId, Output,
-    REBASED_NOW_MS, RequestId, Response, Role, Snapshot, Term, Timer, TimerCmd,
+    ClientRequest, Committed, Config, Durable, Envelope, Index, Input, Message, Node, NodeId,
+    Output, REBASED_NOW_MS, RequestId, Response, Role, Snapshot, Term, Timer, TimerCmd,
 };
 use stateright::actor::{Actor, Id, Out, model_timeout};
 
@@ -78,6 +106,10 @@ pub enum ModelTimer {
     ClientGiveUp,
     /// A client holding a lock is done with it and releases it.
     ClientRelease,
+    /// A server's pending save completes (split steps,
+    /// [`ModelConfig::save_later`](super::ModelConfig::save_later)): its storage catches up
+    /// and it sends what waited for the save.
+    Save,
 }
 
 /// The request id of a client's request: the client actor in the high half, its sequence
@@ -144,6 +176,13 @@ pub struct ServerState {
     pub ledger_conflict: Option<String>,
     /// Facts about what was applied.
     pub ghost: Ghost,
+    /// A pending save ([`ModelConfig::save_later`](super::ModelConfig::save_later)): `Some`
+    /// from a step whose persist is not saved yet until its [`ModelTimer::Save`] fires, holding
+    /// what that step sends only once the save is done (its `send_after_persist` and its
+    /// answers to clients, each as destination actor and message, sorted). While
+    /// it is `Some` the server takes no input; [`ServerState::durable`] is then ahead of the
+    /// saved storage.
+    pub unsaved: Option<Arc<Vec<(Id, ModelMsg)>>>,
 }
 
 /// What a server keeps across a crash: its [`Durable`] (what the real node has on disk) and,
@@ -214,6 +253,8 @@ pub enum LockdActor {
         config: Box<Config>,
         /// Whether the node's clock is rebased after every step (see `reduce.rs`).
         relative_time: bool,
+        /// Whether a step with a persist is split at its save (see the module doc).
+        save_later: bool,
         /// The client sessions registered before the model starts: the id of each client
         /// actor. Registration through the log (`RegisterSession`) is checked by the core's
         /// tests and the simulator; the model explores what comes after it.
@@ -263,6 +304,7 @@ impl Actor for LockdActor {
                 config,
                 relative_time,
                 sessions,
+                ..
             } => {
                 let ServerStorage { durable, ledger } = storage
                     .as_deref()
@@ -290,6 +332,7 @@ impl Actor for LockdActor {
                     ledger,
                     ledger_conflict: None,
                     ghost: Ghost::default(),
+                    unsaved: None,
                 };
                 let changed_ledger = !output.apply.is_empty();
                 carry_out(
@@ -337,10 +380,19 @@ impl Actor for LockdActor {
                 LockdActor::Server {
                     config,
                     relative_time,
+                    save_later,
                     ..
                 },
                 ModelState::Server(server),
             ) => {
+                if server.unsaved.is_some() {
+                    return; // Saving: no input until the save is done (the message waits).
+                }
+                let driver = Driver {
+                    bugs: config.bugs,
+                    relative_time: *relative_time,
+                    save_later: *save_later,
+                };
                 let input = match msg {
                     ModelMsg::Raft(msg) => Input::Message {
                         from: node_id(usize::from(src)),
@@ -359,7 +411,7 @@ impl Actor for LockdActor {
                 };
                 // A cancel is always consumed, even when the core ignores it, so that the
                 // ghost can note that the client left.
-                let next = step_server(config.bugs, *relative_time, server, input, None, o)
+                let next = step_server(driver, server, input, None, o)
                     .or_else(|| gone.map(|_| (**server).clone()));
                 if let Some(mut next) = next {
                     if let Some(rid) = gone {
@@ -392,19 +444,44 @@ impl Actor for LockdActor {
                 LockdActor::Server {
                     config,
                     relative_time,
+                    save_later,
                     ..
                 },
                 ModelState::Server(server),
                 ModelTimer::Core(t),
             ) => {
+                if server.unsaved.is_some() {
+                    // Saving: the timer waits. Renewing it and nothing else is the one timer
+                    // step stateright drops as a no-op (0.31, `is_no_op_with_timer`); an empty
+                    // output would disarm it instead.
+                    o.set_timer(timer.clone(), model_timeout());
+                    return;
+                }
                 let Some(deadline) = server.node.deadline(t) else {
                     return; // Disarmed meanwhile; stateright drops the timer.
                 };
                 let input = Input::Tick {
                     now_ms: deadline.max(server.node.now_ms()),
                 };
-                let stepped = step_server(config.bugs, *relative_time, server, input, Some(t), o);
-                if let Some(next) = stepped {
+                let driver = Driver {
+                    bugs: config.bugs,
+                    relative_time: *relative_time,
+                    save_later: *save_later,
+                };
+                if let Some(next) = step_server(driver, server, input, Some(t), o) {
+                    *state.to_mut() = ModelState::Server(Box::new(next));
+                }
+            }
+            (
+                LockdActor::Server {
+                    config,
+                    relative_time,
+                    ..
+                },
+                ModelState::Server(server),
+                ModelTimer::Save,
+            ) => {
+                if let Some(next) = finish_save(config.bugs, *relative_time, server, o) {
                     *state.to_mut() = ModelState::Server(Box::new(next));
                 }
             }
@@ -568,11 +645,23 @@ impl LockdActor {
     }
 }
 
-/// Steps a server's node with `input` and carries out the output; `None` when nothing
-/// changed (a no-op delivery). `fired` is the stateright timer whose timeout this is.
-fn step_server(
+/// How a server actor carries out its node's steps (from [`LockdActor::Server`]).
+#[derive(Clone, Copy, Debug)]
+struct Driver {
+    /// Injected bugs (`no-fsync` changes what is saved).
     bugs: BugSet,
+    /// Whether the clock is rebased after every step.
     relative_time: bool,
+    /// Whether a step with a persist is split at its save (see the module doc).
+    save_later: bool,
+}
+
+/// Steps a server's node with `input` and carries out the output; `None` when nothing
+/// changed (a no-op delivery). `fired` is the stateright timer whose timeout this is. With
+/// [`Driver::save_later`], an output with a persist is carried out up to its save
+/// ([`start_save`]).
+fn step_server(
+    driver: Driver,
     server: &ServerState,
     input: Input,
     fired: Option<&Timer>,
@@ -580,13 +669,21 @@ fn step_server(
 ) -> Option<ServerState> {
     let mut node = server.node.clone();
     let mut durable = server.durable.clone();
-    let first = node.step(input.clone());
+    let mut first = node.step(input.clone());
     let id = node.status().id;
     super::replay::with_recording(|w| {
         let _ = w.step(id, &input, Some(&first));
     });
-    let output = drive(&mut node, &mut durable, first);
-    if output.is_empty() && node == server.node && fired.is_none() {
+    let split = driver.save_later && first.persist.is_some();
+    let output = if split {
+        if let Some(persist) = first.persist.take() {
+            Arc::make_mut(&mut durable).apply(&persist);
+        }
+        first
+    } else {
+        drive(&mut node, &mut durable, first)
+    };
+    if output.is_empty() && node == server.node && fired.is_none() && !split {
         return None;
     }
     // Field by field: cloning `server` would clone the node and its storage only to replace
@@ -597,16 +694,91 @@ fn step_server(
         ledger: server.ledger.clone(),
         ledger_conflict: server.ledger_conflict.clone(),
         ghost: server.ghost.clone(),
+        unsaved: None,
     };
-    carry_out(
-        bugs,
-        &mut next,
-        &server.node,
-        Start::Stepped,
-        output,
-        fired,
-        o,
-    );
+    if split {
+        start_save(driver.bugs, &mut next, server, output, fired, o);
+    } else {
+        carry_out(
+            driver.bugs,
+            &mut next,
+            &server.node,
+            Start::Stepped,
+            output,
+            fired,
+            o,
+        );
+    }
+    if driver.relative_time {
+        next.node.rebase_clock(REBASED_NOW_MS);
+    }
+    Some(next)
+}
+
+/// The first half of a split step (see the module doc): `output` is the node's output
+/// without its persist, which `next.durable` already holds. Observes and records what was
+/// applied, saves the ledger beside the durable state `before` had saved, sends `send_now`,
+/// holds back `send_after_persist` and the answers in `next.unsaved`, re-synchronises the
+/// core timers and arms [`ModelTimer::Save`].
+fn start_save(
+    bugs: BugSet,
+    next: &mut ServerState,
+    before: &ServerState,
+    output: Output,
+    fired: Option<&Timer>,
+    o: &mut Out<LockdActor>,
+) {
+    observe_step(next, &before.node, &output);
+    if !output.apply.is_empty() {
+        // The ledger is a ghost of what was applied, not part of the node's disk: it is kept
+        // at once, and the durable state stays the one saved before this step (nothing is
+        // pending before it: a pending save takes no input).
+        save(bugs, &before.durable, &next.ledger, o);
+    }
+    send_raft(&output.send_now, o);
+    let mut held: Vec<(Id, ModelMsg)> = (output.send_after_persist.iter().map(raft_send))
+        .chain(output.respond.iter().map(answer))
+        .collect();
+    // They go out together into an unordered network, so their order means nothing: sorted,
+    // two states that differ only in it are one state.
+    held.sort_unstable();
+    next.unsaved = Some(Arc::new(held));
+    sync_timers(&before.node, &next.node, Start::Stepped, fired, o);
+    o.set_timer(ModelTimer::Save, model_timeout());
+}
+
+/// The second half of a split step, when [`ModelTimer::Save`] fires: saves the durable state
+/// and the ledger, sends what waited, then feeds `Input::Persisted` and carries out its
+/// output as an unsplit step. `None` when no save is pending.
+fn finish_save(
+    bugs: BugSet,
+    relative_time: bool,
+    server: &ServerState,
+    o: &mut Out<LockdActor>,
+) -> Option<ServerState> {
+    let held = server.unsaved.as_ref()?;
+    for (target, msg) in held.iter() {
+        o.send(*target, msg.clone());
+    }
+    let mut node = server.node.clone();
+    let mut durable = server.durable.clone();
+    let (term, index) = last_durable(&durable);
+    let input = Input::Persisted { term, index };
+    let first = node.step(input.clone());
+    let id = node.status().id;
+    super::replay::with_recording(|w| {
+        let _ = w.step(id, &input, Some(&first));
+    });
+    let output = drive(&mut node, &mut durable, first);
+    let mut next = ServerState {
+        node,
+        durable,
+        ledger: server.ledger.clone(),
+        ledger_conflict: server.ledger_conflict.clone(),
+        ghost: server.ghost.clone(),
+        unsaved: None,
+    };
+    carry_out(bugs, &mut next, &server.node, Start::Saved, output, None, o);
     if relative_time {
         next.node.rebase_clock(REBASED_NOW_MS);
     }
@@ -707,6 +879,10 @@ enum Start {
     /// It stepped: the stateright timers armed are the core timers of the node before the
     /// step (every step ends with them in sync).
     Stepped,
+    /// Its pending save completed ([`finish_save`]): as `Stepped` (the fired
+    /// [`ModelTimer::Save`] is disarmed by stateright), and the storage is saved whatever the
+    /// output.
+    Saved,
     /// It started or restarted: no stateright timer is armed (a crash drops them). `save`:
     /// save the storage even without a persist (the restart re-applied entries).
     Restarted { save: bool },
@@ -723,6 +899,21 @@ fn carry_out(
     fired: Option<&Timer>,
     o: &mut Out<LockdActor>,
 ) {
+    observe_step(server, before, &output);
+    let forced = matches!(start, Start::Restarted { save: true } | Start::Saved);
+    if output.persist.is_some() || !output.apply.is_empty() || forced {
+        save(bugs, &server.durable, &server.ledger, o);
+    }
+    send_raft(output.send_now.iter().chain(&output.send_after_persist), o);
+    for (target, msg) in output.respond.iter().map(answer) {
+        o.send(target, msg);
+    }
+    sync_timers(before, &server.node, start, fired, o);
+}
+
+/// Updates the ghost facts and the ledger from one step's output, from `before` to
+/// `server.node`.
+fn observe_step(server: &mut ServerState, before: &Node, output: &Output) {
     let node = &server.node;
     observe_applied(&mut server.ghost, before.table(), &output.apply);
     observe_leases(&mut server.ghost, node, &output.timers);
@@ -745,41 +936,62 @@ fn carry_out(
             server.ledger_conflict = Some(e);
         }
     }
-    let save = matches!(start, Start::Restarted { save: true });
-    if output.persist.is_some() || !output.apply.is_empty() || save {
-        let durable = if bugs.contains(Bug::NoFsync) {
-            Arc::default() // The mutant never makes anything durable.
-        } else {
-            server.durable.clone()
-        };
-        // Behind an `Arc`: stateright clones every actor's storage with every state.
-        o.save(Arc::new(ServerStorage {
-            durable,
-            ledger: server.ledger.clone(),
-        }));
+}
+
+/// Saves `durable` (nothing, for the `no-fsync` mutant) and `ledger`.
+fn save(bugs: BugSet, durable: &Arc<Durable>, ledger: &Arc<Ledger>, o: &mut Out<LockdActor>) {
+    let durable = if bugs.contains(Bug::NoFsync) {
+        Arc::default() // The mutant never makes anything durable.
+    } else {
+        durable.clone()
+    };
+    // Behind an `Arc`: stateright clones every actor's storage with every state.
+    o.save(Arc::new(ServerStorage {
+        durable,
+        ledger: ledger.clone(),
+    }));
+}
+
+/// Sends Raft messages.
+fn send_raft<'a>(envelopes: impl IntoIterator<Item = &'a Envelope>, o: &mut Out<LockdActor>) {
+    for (target, msg) in envelopes.into_iter().map(raft_send) {
+        o.send(target, msg);
     }
-    for envelope in output.send_now.iter().chain(&output.send_after_persist) {
-        o.send(
-            actor_of(envelope.target),
-            ModelMsg::Raft(Arc::new(envelope.msg.clone())),
-        );
-    }
-    for (id, response) in &output.respond {
-        o.send(
-            request_id_parts(*id).0,
-            ModelMsg::Response {
-                id: *id,
-                response: Arc::new(response.clone()),
-            },
-        );
-    }
-    // The stateright timers follow the node's: the ones armed before are the node's before
-    // the step (none after a start), the ones armed after are the node's now.
+}
+
+/// A Raft message as a stateright send: destination actor and message.
+fn raft_send(envelope: &Envelope) -> (Id, ModelMsg) {
+    (
+        actor_of(envelope.target),
+        ModelMsg::Raft(Arc::new(envelope.msg.clone())),
+    )
+}
+
+/// An answer to a client as a stateright send: destination actor and message.
+fn answer((id, response): &(RequestId, Response)) -> (Id, ModelMsg) {
+    (
+        request_id_parts(*id).0,
+        ModelMsg::Response {
+            id: *id,
+            response: Arc::new(response.clone()),
+        },
+    )
+}
+
+/// Re-synchronises the stateright timers with the node's: the ones armed before are the
+/// node's `before` the step (none after a start), the ones armed after are `node`'s.
+fn sync_timers(
+    before: &Node,
+    node: &Node,
+    start: Start,
+    fired: Option<&Timer>,
+    o: &mut Out<LockdActor>,
+) {
     let was: BTreeSet<&Timer> = match start {
-        Start::Stepped => before.timers().map(|(t, _)| t).collect(),
+        Start::Stepped | Start::Saved => before.timers().map(|(t, _)| t).collect(),
         Start::Restarted { .. } => BTreeSet::new(),
     };
-    let now: BTreeSet<&Timer> = server.node.timers().map(|(t, _)| t).collect();
+    let now: BTreeSet<&Timer> = node.timers().map(|(t, _)| t).collect();
     for timer in &now {
         if !was.contains(timer) || fired == Some(*timer) {
             o.set_timer(ModelTimer::Core((*timer).clone()), model_timeout());
@@ -908,5 +1120,201 @@ pub(super) fn observe_applied_in(ghost: &mut Ghost, table: &mut LockTable, appli
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lockd::raft::Role;
+    use stateright::Model;
+    use stateright::actor::ActorModelAction;
+
+    use super::*;
+    use crate::model::explain::LockdAction;
+    use crate::model::properties::{ELECTION_SAFETY, violations};
+    use crate::model::simulate::replay;
+    use crate::model::{LockdModel, LockdState, ModelConfig};
+
+    /// Three servers with split steps, no pre-vote (an election is a timeout and the votes),
+    /// one crash, and `bugs`.
+    fn split_steps(bugs: BugSet) -> LockdModel {
+        let cfg = ModelConfig {
+            save_later: true,
+            pre_vote: false,
+            bugs,
+            ..ModelConfig::default()
+        };
+        cfg.into_model()
+    }
+
+    fn server(state: &LockdState, actor: usize) -> &ServerState {
+        match &*state.actor_states[actor] {
+            ModelState::Server(server) => server,
+            ModelState::Client(_) => panic!("actor {actor} is a client"),
+        }
+    }
+
+    fn timeout(actor: usize, timer: ModelTimer) -> LockdAction {
+        ActorModelAction::Timeout(Id::from(actor), timer)
+    }
+
+    fn deliver(source: usize, target: usize, msg: Message) -> LockdAction {
+        ActorModelAction::Deliver {
+            src: Id::from(source),
+            dst: Id::from(target),
+            msg: ModelMsg::Raft(Arc::new(msg)),
+        }
+    }
+
+    fn request_vote() -> Message {
+        Message::RequestVote {
+            term: 1,
+            last_log_index: 0,
+            last_log_term: 0,
+        }
+    }
+
+    fn vote() -> Message {
+        Message::RequestVoteResponse {
+            term: 1,
+            granted: true,
+        }
+    }
+
+    /// n3 votes for n1 in term 1 and crashes before the vote is saved; restarted, it votes
+    /// for n2 in term 1; both votes arrive.
+    fn double_vote() -> Vec<LockdAction> {
+        let (n1, n2, n3) = (0, 1, 2);
+        vec![
+            timeout(n1, ModelTimer::Core(Timer::Election)),
+            timeout(n1, ModelTimer::Save),
+            deliver(n1, n3, request_vote()),
+            ActorModelAction::Crash(Id::from(n3)),
+            ActorModelAction::Recover(Id::from(n3)),
+            timeout(n2, ModelTimer::Core(Timer::Election)),
+            timeout(n2, ModelTimer::Save),
+            deliver(n2, n3, request_vote()),
+            timeout(n3, ModelTimer::Save),
+            deliver(n3, n2, vote()),
+            deliver(n3, n1, vote()),
+        ]
+    }
+
+    #[test]
+    fn a_vote_sent_before_its_save_and_lost_in_a_crash_elects_two_leaders_of_one_term() {
+        // Raft paper Figure 2 (votedFor on stable storage before responding) and issue 24,
+        // item 4: with split steps a crash falls between a step's sends and its save. The
+        // `vote-before-persist` mutant's vote goes out before the save, so the crash loses a
+        // vote that was sent: Election Safety breaks. The correct core holds its vote back
+        // until the save, so the same actions, replayed leniently (a step no longer enabled is
+        // skipped), elect one leader.
+        let mutant = split_steps(BugSet::of(&[Bug::VoteBeforePersist]));
+        let clean = split_steps(BugSet::NONE);
+
+        let (mutant_run, mutant_violated) = replay(&mutant, &double_vote(), Some(ELECTION_SAFETY));
+        let (clean_run, clean_violated) = replay(&clean, &double_vote(), Some(ELECTION_SAFETY));
+
+        assert!(mutant_violated, "{} steps replayed", mutant_run.len() - 1);
+        assert_eq!(
+            mutant_run.len() - 1,
+            double_vote().len(),
+            "every step taken"
+        );
+        let (last, _) = mutant_run.last().expect("a run");
+        let why = violations(last);
+        assert!(
+            why.iter()
+                .any(|(p, w)| *p == ELECTION_SAFETY && w.contains("both lead term 1")),
+            "{why:?}"
+        );
+        assert!(!clean_violated, "the correct core elected two leaders");
+        let (last, _) = clean_run.last().expect("a run");
+        let leaders = (0..3)
+            .filter(|i| server(last, *i).node.status().role == Role::Leader)
+            .count();
+        assert_eq!(leaders, 1, "n2 leads term 1, with the vote n3 saved");
+        // The crash fell in the window: n3 had voted for n1 and not saved it, and its
+        // restart does not know the vote (the correct core never sent it).
+        let voted = &clean_run[3].0; // Before the crash.
+        assert!(server(voted, 2).unsaved.is_some(), "n3 is saving its vote");
+        assert_eq!(server(voted, 2).durable.hard_state.voted_for, Some(1));
+        let restarted = &clean_run[5].0; // After the restart.
+        assert_eq!(server(restarted, 2).durable.hard_state.voted_for, None);
+    }
+
+    #[test]
+    fn a_split_run_records_a_trace_the_replay_allows_and_the_mutant_run_departs() {
+        // Trace validation (`replay.rs`) of split steps: `Input::Persisted` is recorded at the
+        // save, so the correct run, whose crash falls between n3's vote and its save, replays
+        // as allowed (the restart loads all that was reported durable); the mutant's run
+        // departs where n3's second vote of term 1 arrives.
+        let mutant = split_steps(BugSet::of(&[Bug::VoteBeforePersist]));
+        let clean = split_steps(BugSet::NONE);
+        let (mutant_run, _) = replay(&mutant, &double_vote(), None);
+        let (clean_run, _) = replay(&clean, &double_vote(), None);
+
+        let allowed =
+            crate::model::replay::replay(&crate::model::replay::record(&clean, &clean_run));
+        let departed =
+            crate::model::replay::replay(&crate::model::replay::record(&mutant, &mutant_run));
+
+        assert_eq!(allowed.departure, None);
+        assert!(allowed.steps > 0);
+        let departure = departed.departure.expect("the mutant's run departs");
+        assert!(
+            departure
+                .reason
+                .contains("node 3's vote of term 1 reached both"),
+            "{departure:?}"
+        );
+    }
+
+    #[test]
+    fn a_server_with_a_pending_save_takes_no_input_until_the_save() {
+        // The module doc, "Split steps": while a save is pending, a delivery to the server and
+        // its core timers are no-op transitions, which stateright drops (the message stays in
+        // flight, the timer armed); the Save step then sends what waited.
+        let model = split_steps(BugSet::NONE);
+        let init = model.init_states().remove(0);
+        let n1 = Id::from(0);
+        let saving = model
+            .next_state(&init, timeout(0, ModelTimer::Core(Timer::Election)))
+            .expect("n1 campaigns");
+        let held = server(&saving, 0).unsaved.clone().expect("a pending save");
+        assert_eq!(
+            held.len(),
+            2,
+            "the RequestVotes wait for the candidate's vote"
+        );
+        assert!(saving.timers_set[0].iter().any(|t| *t == ModelTimer::Save));
+        let mut actions = Vec::new();
+        model.actions(&saving, &mut actions);
+        let to_n1 = |a: &&LockdAction| {
+            matches!(a, ActorModelAction::Deliver { dst, msg, .. }
+                if *dst == n1 && matches!(msg, ModelMsg::Request { .. }))
+        };
+        let request = (actions.iter().find(to_n1))
+            .expect("a client's request to n1 in flight")
+            .clone();
+        let election = timeout(0, ModelTimer::Core(Timer::Election));
+        assert!(actions.contains(&election), "n1's election timer is armed");
+
+        assert!(model.next_state(&saving, request.clone()).is_none());
+        assert!(model.next_state(&saving, election).is_none());
+        let saved = model
+            .next_state(&saving, timeout(0, ModelTimer::Save))
+            .expect("the save completes");
+
+        assert!(server(&saved, 0).unsaved.is_none());
+        let votes_asked = saved
+            .network
+            .iter_all()
+            .filter(|e| e.src == n1 && matches!(&e.msg, ModelMsg::Raft(m) if **m == request_vote()))
+            .count();
+        assert_eq!(votes_asked, 2);
+        assert!(
+            model.next_state(&saved, request).is_some(),
+            "the request is taken after the save"
+        );
     }
 }

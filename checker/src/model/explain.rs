@@ -113,6 +113,9 @@ fn describe_timer(timer: &ModelTimer) -> String {
         ModelTimer::ClientRetry => "the retry timer".to_owned(),
         ModelTimer::ClientGiveUp => "the give-up timer (it cancels its acquire)".to_owned(),
         ModelTimer::ClientRelease => "the release timer (it is done with the lock)".to_owned(),
+        ModelTimer::Save => {
+            "the save (its persist is durable; it sends what waited for it)".to_owned()
+        }
     }
 }
 
@@ -255,8 +258,14 @@ fn describe_actor(state: &LockdState, id: Id) -> String {
                 .iter()
                 .map(|(k, h)| format!("{k:?}: token {}", h.token))
                 .collect();
+            // A pending save (split steps): what the server holds back until it is durable.
+            let saving = match &server.unsaved {
+                Some(held) if held.is_empty() => ", saving".to_owned(),
+                Some(held) => format!(", saving, {} send(s) held back", held.len()),
+                None => String::new(),
+            };
             format!(
-                "   [n{}: {role} of term {}, log {}, commit {}, locks {{{}}}]",
+                "   [n{}: {role} of term {}, log {}, commit {}, locks {{{}}}{saving}]",
                 s.id,
                 s.term,
                 s.last_log_index,

@@ -11,7 +11,11 @@
 //! a drop action per message in flight multiplies the states), and up to
 //! [`ModelConfig::max_crashes`] servers may be down at once; a restart is `Node::new` from
 //! the saved [`lockd::raft::Durable`]. Every core timer is a stateright timer, so timeouts
-//! happen in every order (see [`actor`] for the adapter).
+//! happen in every order (see [`actor`] for the adapter). A server step is atomic (its sends
+//! and its save in one stateright step), unless [`ModelConfig::save_later`] splits a step
+//! with a persist at its save, so that a crash can fall between a send and the save it
+//! should have waited for; the default walks do so on three servers
+//! ([`ModelConfig::walk_configs`]).
 //!
 //! The properties (module [`properties`]) are named as sentences; the client-visible history
 //! is checked with stateright's `LinearizabilityTester` against [`history::LockSpec`].
@@ -153,6 +157,16 @@ pub struct ModelConfig {
     pub relative_time: bool,
     /// Sets kept in a canonical order (the clients' grants).
     pub canonical_order: bool,
+    /// Split steps: a server step whose output has a persist is carried out in two
+    /// stateright steps, as the real server's core loop does it: the step sends `send_now` at
+    /// once and holds the rest back, and a [`ModelTimer::Save`] step later saves the durable
+    /// state, sends what was held back and feeds `Input::Persisted` (see [`actor`], "Split
+    /// steps"). A crash in between restarts the server from the save before: a message sent
+    /// before the state it depends on was durable is then visible (the `vote-before-persist`
+    /// mutant). Off: every step is atomic, send and save together. Off by default, and in the
+    /// exhaustive search: a Save step per persist costs depth. On in the three-server walk
+    /// configuration ([`ModelConfig::walk_configs`]). Restarts stay atomic.
+    pub save_later: bool,
 }
 
 impl Default for ModelConfig {
@@ -179,6 +193,7 @@ impl Default for ModelConfig {
             symmetry: true,
             relative_time: true,
             canonical_order: true,
+            save_later: false,
         }
     }
 }
@@ -211,6 +226,9 @@ impl fmt::Display for ModelConfig {
         .collect();
         if !reductions.is_empty() {
             write!(f, "; reductions: {}", reductions.join(", "))?;
+        }
+        if self.save_later {
+            write!(f, "; steps split at their save")?;
         }
         let bugs: Vec<&str> = self.bugs.iter().map(|b| b.name()).collect();
         if !bugs.is_empty() {
@@ -250,13 +268,17 @@ impl ModelConfig {
     }
 
     /// The configurations walks run by default ([`simulate::walk_models`] shares the walks
-    /// among them): this one [`for_walks`](Self::for_walks), and, with two servers or more, a
-    /// variant with two servers, no pre-vote, no check-quorum and no crash, where an election
-    /// takes two deliveries instead of six. Leader changes between an entry's proposal and its
-    /// commit are then common enough that walks reach a late Expire meeting a newer grant
-    /// (`expire-ignores-token`), which three servers with pre-vote reach too rarely.
+    /// among them): this one [`for_walks`](Self::for_walks) with split steps
+    /// ([`save_later`](Self::save_later), so that a crash can fall between a send and its
+    /// save), and, with two servers or more, a variant with two servers, no pre-vote, no
+    /// check-quorum and no crash, where an election takes two deliveries instead of six.
+    /// Leader changes between an entry's proposal and its commit are then common enough that
+    /// walks reach a late Expire meeting a newer grant (`expire-ignores-token`), which three
+    /// servers with pre-vote reach too rarely. The variant keeps its steps as asked: without
+    /// a crash, a split step only delays what waited for the save.
     pub fn walk_configs(self) -> Vec<ModelConfig> {
-        let main = self.for_walks();
+        let mut main = self.for_walks();
+        main.save_later = true;
         let mut fast = self;
         fast.servers = self.servers.min(2);
         fast.pre_vote = false;
@@ -298,6 +320,7 @@ impl ModelConfig {
         let servers = (0..self.servers).map(|i| LockdActor::Server {
             config: Box::new(self.node_config(i)),
             relative_time: self.relative_time,
+            save_later: self.save_later,
             sessions: (self.servers..self.servers + self.clients)
                 .map(|c| c as u64)
                 .collect(),

@@ -6,14 +6,15 @@
 //! The servers run the same code with the same configuration but their id (every server has
 //! the same RNG seed in the model), so two states that differ only in which server is which
 //! behave alike. A [`LockdState`] is fingerprinted as its class: [`canonical_hash`] sorts the
-//! servers by a key of what they hold (role, term, log, lock table, timers, storage; nothing
-//! that names a server) and hashes the state as it would read with the servers in that order
-//! and every id renamed to match ([`HashParts`] on the node
-//! and the same on the storage and ledger: the nodes, their storage, client targets, leader
-//! hints in answers, the network's envelopes), without building that state. Servers that tie
-//! on their key are tried in every order, and the least hash is the class's. stateright's
-//! checkers keep one state per fingerprint, so the search explores one state of each class,
-//! and a path it reports is a real run (every state on it is one the unreduced model reaches).
+//! servers by a key of what they hold (role, term, log, lock table, timers, storage, sends
+//! held back for a pending save; nothing that names a server) and hashes the state as it
+//! would read with the servers in that order and every id renamed to match ([`HashParts`] on
+//! the node and the same on the storage and ledger: the nodes, their storage, the sends they
+//! hold back, client targets, leader hints in answers, the network's envelopes), without
+//! building that state. Servers that tie on their key are tried in every order, and the least
+//! hash is the class's. stateright's checkers keep one state per fingerprint, so the search
+//! explores one state of each class, and a path it reports is a real run (every state on it
+//! is one the unreduced model reaches).
 //!
 //! An earlier version built the representative (renamed copies of every server, its log and
 //! storage) for every next state; hashing it in place instead does the same reduction with
@@ -123,12 +124,14 @@ impl<'a> Prepared<'a> {
                     ledger,
                     ledger_conflict,
                     ghost,
+                    unsaved,
                 } = &**server;
                 let mut h = hasher();
                 node.hash_parts(&same, &mut h, &mut Skip);
                 durable.hash_parts(&same, &mut h, &mut Skip);
                 ledger.hash_parts(&same, &mut h, &mut Skip);
                 (ledger_conflict, ghost).hash(&mut h);
+                unsaved.as_deref().map(|held| held_free(held)).hash(&mut h);
                 let own = (
                     &state.timers_set[i],
                     &state.random_choices[i],
@@ -266,6 +269,9 @@ impl<'a> Prepared<'a> {
                     server.node.hash_parts(&node, &mut Skip, &mut h);
                     server.durable.hash_parts(&node, &mut Skip, &mut h);
                     server.ledger.hash_parts(&node, &mut Skip, &mut h);
+                    if let Some(held) = &server.unsaved {
+                        held_renamed(held, &actor, &node).hash(&mut h);
+                    }
                     if let Some(ServerStorage { durable, ledger }) = actor_storages[old].as_deref()
                     {
                         durable.hash_parts(&node, &mut Skip, &mut h);
@@ -392,6 +398,47 @@ fn leader_hint(msg: &ModelMsg) -> Option<(RequestId, Option<NodeId>)> {
         },
         _ => None,
     }
+}
+
+/// The part of a server's held-back sends ([`ServerState::unsaved`]) that names no server:
+/// per send, the message without its leader hint and, for an answer, the client it goes to
+/// (a Raft message goes to a server, which is left out); sorted, since the sends go out
+/// together and their order means nothing.
+fn held_free(held: &[(Id, ModelMsg)]) -> Vec<u64> {
+    let mut hashes: Vec<u64> = held
+        .iter()
+        .map(|(target, msg)| {
+            let mut h = hasher();
+            match (msg, leader_hint(msg)) {
+                (ModelMsg::Raft(raft), _) => (0u8, raft).hash(&mut h),
+                (_, Some((id, _))) => (1u8, target, id).hash(&mut h),
+                (_, None) => (2u8, target, msg).hash(&mut h),
+            }
+            h.finish()
+        })
+        .collect();
+    hashes.sort_unstable();
+    hashes
+}
+
+/// A server's held-back sends with every actor and node id renamed: per send, the renamed
+/// destination and the message with its leader hint renamed; sorted (see [`held_free`]).
+fn held_renamed(
+    held: &[(Id, ModelMsg)],
+    actor: &impl Fn(Id) -> Id,
+    node: &impl Fn(NodeId) -> NodeId,
+) -> Vec<u64> {
+    let mut hashes: Vec<u64> = held
+        .iter()
+        .map(|(target, msg)| {
+            let mut h = hasher();
+            actor(*target).hash(&mut h);
+            hash_msg_renamed(msg, node, &mut h);
+            h.finish()
+        })
+        .collect();
+    hashes.sort_unstable();
+    hashes
 }
 
 /// Feeds `h` a message with the node ids it names renamed: only a leader hint names one.
@@ -586,6 +633,13 @@ mod tests {
     fn permute(state: &ActorState, rank: &[usize]) -> ActorState {
         let r = Ranks(rank);
         let actor = |id: Id| Id::from(rank[usize::from(id)]);
+        let rename = |msg: &ModelMsg| match msg {
+            ModelMsg::Response { id, response } => ModelMsg::Response {
+                id: *id,
+                response: Arc::new(rewrite_response(&r, response)),
+            },
+            other => other.clone(),
+        };
         let actor_states = state
             .actor_states
             .iter()
@@ -597,6 +651,12 @@ mod tests {
                         ledger: Arc::new(server.ledger.rewrite_ids(&r)),
                         ledger_conflict: server.ledger_conflict.clone(),
                         ghost: server.ghost.clone(),
+                        unsaved: server.unsaved.as_ref().map(|held| {
+                            let mut renamed: Vec<(Id, ModelMsg)> =
+                                held.iter().map(|(t, m)| (actor(*t), rename(m))).collect();
+                            renamed.sort_unstable(); // As the actor keeps them.
+                            Arc::new(renamed)
+                        }),
                     })),
                     ModelState::Client(client) => ModelState::Client(ClientState {
                         target: rank[client.target],
@@ -623,17 +683,10 @@ mod tests {
             panic!("the model's network is unordered and non-duplicating");
         };
         let envelopes = multiset.iter().flat_map(|(e, count)| {
-            let msg = match &e.msg {
-                ModelMsg::Response { id, response } => ModelMsg::Response {
-                    id: *id,
-                    response: Arc::new(rewrite_response(&r, response)),
-                },
-                other => other.clone(),
-            };
             let e = Envelope {
                 src: actor(e.src),
                 dst: actor(e.dst),
-                msg,
+                msg: rename(&e.msg),
             };
             std::iter::repeat_n(e, *count)
         });
@@ -664,7 +717,12 @@ mod tests {
     /// Every state of the default model (3 servers, 2 clients, 1 crash) within `depth`
     /// steps, unreduced.
     fn states(depth: usize) -> Vec<ActorState> {
-        let model = ModelConfig::default().into_model();
+        states_of(ModelConfig::default(), depth)
+    }
+
+    /// Every state of `cfg`'s model within `depth` steps, unreduced.
+    fn states_of(cfg: ModelConfig, depth: usize) -> Vec<ActorState> {
+        let model = cfg.into_model();
         let actors = &model.actors;
         let mut seen = HashSet::new();
         let mut all = Vec::new();
@@ -712,8 +770,37 @@ mod tests {
         // one onto the other (what makes it sound), over every state within 7 steps.
         let all = states(7);
         assert!(all.len() > 5_000, "{} states", all.len());
+        assert_classes_are_renamings(&all);
+    }
+
+    #[test]
+    fn a_pending_save_is_in_the_class_and_renamed_with_its_server() {
+        // Issue 24, item 4: with split steps a server holds sends back (`unsaved`), which
+        // name actors and leader hints. The class stays invariant under renaming and sound
+        // over every state within 6 steps of the default model with `save_later`, and some
+        // of those states have a save pending.
+        let cfg = ModelConfig {
+            save_later: true,
+            ..ModelConfig::default()
+        };
+        let all = states_of(cfg, 6);
+        let pending = all
+            .iter()
+            .filter(|s| {
+                s.actor_states
+                    .iter()
+                    .any(|a| matches!(&**a, ModelState::Server(server) if server.unsaved.is_some()))
+            })
+            .count();
+        assert!(pending > 100, "{pending} of {} states save", all.len());
+        assert_classes_are_renamings(&all);
+    }
+
+    /// Every renaming of a state keeps its class; states that share a class are renamings
+    /// of each other; and about a third of the states are merged.
+    fn assert_classes_are_renamings(all: &[ActorState]) {
         let mut classes: HashMap<u64, Vec<&ActorState>> = HashMap::new();
-        for s in &all {
+        for s in all {
             let class = canonical_hash(s);
             for rank in &SERVER_ORDERS {
                 let p = permute(s, rank);
@@ -771,6 +858,18 @@ mod tests {
                 let mut m = s.clone();
                 m.timers_set[i] = Default::default();
                 changed.push((format!("timers[{i}]"), m));
+                if let ModelState::Server(server) = &*s.actor_states[i] {
+                    let mut m = s.clone();
+                    let unsaved = match &server.unsaved {
+                        Some(_) => None,
+                        None => Some(Arc::default()),
+                    };
+                    m.actor_states[i] = Arc::new(ModelState::Server(Box::new(ServerState {
+                        unsaved,
+                        ..(**server).clone()
+                    })));
+                    changed.push((format!("unsaved[{i}]"), m));
+                }
                 if let ModelState::Client(c) = &*s.actor_states[i] {
                     let mut m = s.clone();
                     m.actor_states[i] = Arc::new(ModelState::Client(ClientState {

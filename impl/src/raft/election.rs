@@ -14,6 +14,7 @@
 //!   the `stale-leader` mutant switches check-quorum off.
 
 use super::{Index, Message, Node, NodeId, Progress, Role, Term, Timer};
+use crate::bugs::Bug;
 use crate::lock::{Command, Proposal};
 
 impl Node {
@@ -217,7 +218,13 @@ impl Node {
             self.reset_election_timer();
         }
         let term = self.term;
-        self.send_after_persist(from, Message::RequestVoteResponse { term, granted });
+        let answer = Message::RequestVoteResponse { term, granted };
+        if self.bug(Bug::VoteBeforePersist) {
+            // Mutant: the vote goes out before it is durable.
+            self.send_now(from, answer);
+        } else {
+            self.send_after_persist(from, answer);
+        }
     }
 
     pub(super) fn handle_request_vote_response(&mut self, from: NodeId, term: Term, granted: bool) {
@@ -297,7 +304,8 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{append, leader, node};
-    use super::super::{Input, Message, Role, Timer};
+    use super::super::{Config, Durable, Input, Message, Node, Role, Timer};
+    use crate::bugs::{Bug, BugSet};
     use crate::lock::Command;
 
     #[test]
@@ -357,6 +365,46 @@ mod tests {
             out.send_after_persist[0].msg,
             Message::RequestVoteResponse { granted: true, .. }
         ));
+    }
+
+    #[test]
+    fn the_vote_before_persist_mutant_sends_its_vote_before_the_persist() {
+        // bugs.rs, `vote-before-persist` (issue 24, item 4): the mutant moves the vote from
+        // `send_after_persist` to `send_now`, still with the vote in `persist`; the clean node
+        // keeps it behind the persist (Raft paper Figure 2).
+        let request_vote = Input::Message {
+            from: 1,
+            msg: Message::RequestVote {
+                term: 1,
+                last_log_index: 0,
+                last_log_term: 0,
+            },
+        };
+        let is_vote = |e: &super::super::Envelope| {
+            e.target == 1 && matches!(e.msg, Message::RequestVoteResponse { granted: true, .. })
+        };
+        let mut config = Config::new(2, vec![1, 2, 3]);
+        config.bugs = BugSet::of(&[Bug::VoteBeforePersist]);
+        let mut mutant = Node::new(config, Durable::default(), 0).0;
+        let mut clean = node(2);
+
+        let mutant_out = mutant.step(request_vote.clone());
+        let clean_out = clean.step(request_vote);
+
+        let voted = |out: &super::super::Output| {
+            (out.persist.as_ref())
+                .and_then(|p| p.hard_state.as_ref())
+                .map(|h| (h.term, h.voted_for))
+        };
+        assert_eq!(voted(&mutant_out), Some((1, Some(1))));
+        assert_eq!(voted(&clean_out), Some((1, Some(1))));
+        assert!(mutant_out.send_now.iter().any(is_vote), "{mutant_out:?}");
+        assert!(mutant_out.send_after_persist.is_empty(), "{mutant_out:?}");
+        assert!(
+            clean_out.send_after_persist.iter().any(is_vote),
+            "{clean_out:?}"
+        );
+        assert!(clean_out.send_now.is_empty(), "{clean_out:?}");
     }
 
     #[test]

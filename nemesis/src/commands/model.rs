@@ -1,7 +1,9 @@
 //! `locksmith model check|explore|replay`: the stateright model of the real core
 //! (`checker::model`), as stateright's examples do it: `check` runs a BFS (or DFS) within the
 //! bounds, then a swarm of random walks that go deeper (`--simulate` runs only the walks), and
-//! prints every property's result with a counterexample path in words; `explore` serves the
+//! prints every property's result with a counterexample path in words (the three-server
+//! walks split a step with a persist at its save, so that a crash can fall between a send and
+//! the save it waits for; `--atomic-steps` keeps every step whole); `explore` serves the
 //! stateright Explorer; `replay` checks a recorded trace against the model's properties
 //! (`commands/replay.rs`).
 //!
@@ -96,6 +98,13 @@ struct ModelOptions {
     /// Keep the clients' grants in arrival order (to measure what canonical order saves).
     #[arg(long)]
     no_canonical_order: bool,
+    /// Split a server step with a persist at its save (`ModelConfig::save_later`) in the
+    /// search and the Explorer too: the step sends `send_now` at once, and a later Save step
+    /// makes the persist durable and sends the rest, so that a crash can fall in between.
+    /// Each such step then costs two steps of depth. (The three-server walks split their
+    /// steps by default.)
+    #[arg(long)]
+    save_later: bool,
 }
 
 impl ModelOptions {
@@ -127,6 +136,7 @@ impl ModelOptions {
         cfg.symmetry = !self.no_symmetry;
         cfg.relative_time = !self.absolute_time;
         cfg.canonical_order = !self.no_canonical_order;
+        cfg.save_later = self.save_later;
         Ok(cfg)
     }
 }
@@ -153,10 +163,16 @@ struct CheckArgs {
     /// No random walks after the search.
     #[arg(long, conflicts_with = "simulate")]
     no_walks: bool,
-    /// Walk only the configuration asked for, not also the two-server variant without
-    /// pre-vote, check-quorum and crashes (`ModelConfig::walk_configs`).
+    /// Walk only the configuration asked for (with split steps, as `ModelConfig::walk_configs`
+    /// walks it), not also the two-server variant without pre-vote, check-quorum and crashes.
     #[arg(long)]
     one_walk_config: bool,
+    /// Carry out every server step atomically in the walks too, its sends and its save in
+    /// one step (what the walks did before split steps): no crash falls between a send and
+    /// the save it waits for, so mutants that send too early (vote-before-persist) are not
+    /// seen.
+    #[arg(long, conflicts_with = "save_later")]
+    atomic_steps: bool,
     /// No small-scope search (one server, one crash, every state within 9 steps) before the
     /// main search.
     #[arg(long)]
@@ -276,11 +292,15 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut reported = model.clone();
     if (args.simulate || !args.no_walks) && (!violated(&found) || args.keep_going) {
         let options = walk_options(&args, &cfg);
-        let walk_cfgs = if args.one_walk_config {
-            vec![cfg.for_walks()]
-        } else {
-            cfg.walk_configs()
-        };
+        let mut walk_cfgs = cfg.walk_configs();
+        if args.one_walk_config {
+            walk_cfgs.truncate(1);
+        }
+        if args.atomic_steps {
+            for walk_cfg in &mut walk_cfgs {
+                walk_cfg.save_later = false;
+            }
+        }
         let walk_models: Vec<LockdModel> = walk_cfgs.iter().map(|c| c.into_model()).collect();
         for walk_cfg in &walk_cfgs {
             println!("walk model: {walk_cfg}");
