@@ -84,7 +84,7 @@ pub const POINTS: &[Point] = &[
     ),
     point(
         "crash-before-vote-persist",
-        10,
+        2,
         "the node crashes after sending what needs nothing durable and before the persist of \
          a vote; the simulator restarts it",
     ),
