@@ -185,6 +185,21 @@ pub struct ServerState {
     pub unsaved: Option<Arc<Vec<(Id, ModelMsg)>>>,
 }
 
+impl ServerState {
+    /// This state with `node` and `durable` in place of its own, nothing pending. Field by
+    /// field: cloning `self` would clone the node and its storage only to replace them.
+    fn moved_to(&self, node: Node, durable: Arc<Durable>) -> ServerState {
+        ServerState {
+            node,
+            durable,
+            ledger: self.ledger.clone(),
+            ledger_conflict: self.ledger_conflict.clone(),
+            ghost: self.ghost.clone(),
+            unsaved: None,
+        }
+    }
+}
+
 /// What a server keeps across a crash: its [`Durable`] (what the real node has on disk) and,
 /// as a ghost beside it, the [`Ledger`] of what it applied, so that properties can compare
 /// what was applied before a crash with what is applied after it. The `no-fsync` mutant
@@ -686,16 +701,7 @@ fn step_server(
     if output.is_empty() && node == server.node && fired.is_none() && !split {
         return None;
     }
-    // Field by field: cloning `server` would clone the node and its storage only to replace
-    // them.
-    let mut next = ServerState {
-        node,
-        durable,
-        ledger: server.ledger.clone(),
-        ledger_conflict: server.ledger_conflict.clone(),
-        ghost: server.ghost.clone(),
-        unsaved: None,
-    };
+    let mut next = server.moved_to(node, durable);
     if split {
         start_save(driver.bugs, &mut next, server, output, fired, o);
     } else {
@@ -770,14 +776,7 @@ fn finish_save(
         let _ = w.step(id, &input, Some(&first));
     });
     let output = drive(&mut node, &mut durable, first);
-    let mut next = ServerState {
-        node,
-        durable,
-        ledger: server.ledger.clone(),
-        ledger_conflict: server.ledger_conflict.clone(),
-        ghost: server.ghost.clone(),
-        unsaved: None,
-    };
+    let mut next = server.moved_to(node, durable);
     carry_out(bugs, &mut next, &server.node, Start::Saved, output, None, o);
     if relative_time {
         next.node.rebase_clock(REBASED_NOW_MS);
