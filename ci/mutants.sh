@@ -71,9 +71,12 @@ bug_checks[stale-leader]="model-default chaos-partition"
 # A vote sent before it is durable shows only when a crash falls between the send and the
 # save: the default model check's three-server walks split their steps there (save_later).
 bug_checks[vote-before-persist]="model-default"
+# A leader counting an entry of an older term shows when a follower's match index stops on
+# one: the default walks send one entry per AppendEntries (append_entries_max).
+bug_checks[commit-old-term]="model-default"
 
 all_bugs=(release-by-key follower-grants early-expire token-from-local-counter no-fsync
-  expire-ignores-token skip-phantom-release stale-leader vote-before-persist)
+  expire-ignores-token skip-phantom-release stale-leader vote-before-persist commit-old-term)
 if [ $# -gt 0 ]; then
   bugs=("$@")
 else

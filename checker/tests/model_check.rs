@@ -515,6 +515,42 @@ mod mutants {
     }
 
     #[test]
+    fn commit_old_term_is_caught_by_the_commit_rules_with_one_entry_per_append() {
+        // bugs.rs, `commit-old-term` (the Figure 8 mistake): a leader counts replicas of an
+        // entry of an older term. A new leader's first AppendEntries carries its Noop with
+        // the older entries, so a follower's match index lands on the Noop, of the leader's
+        // own term, and the mistake changes nothing; the default three-server walks send one
+        // entry per AppendEntries (`ModelConfig::append_entries_max`), so a catching-up
+        // follower's match stops on older entries and the commit rules
+        // (`invariants::commit_rules`) see the count. With the core's default the same walks
+        // find nothing.
+        let seed = 3;
+        println!("seed {seed}");
+        assert_default_walks_discover(Bug::CommitOldTerm, seed, 4_000, properties::COMMIT_RULES);
+        let models: Vec<LockdModel> = with_bug(ModelConfig::default(), Bug::CommitOldTerm)
+            .walk_configs()
+            .into_iter()
+            .map(|mut cfg| {
+                cfg.append_entries_max = None;
+                cfg.into_model()
+            })
+            .collect();
+        let mut options = checker::model::simulate::WalkOptions::default();
+        options.threads = 1;
+        options.seed = seed;
+        options.walks_max = 4_000;
+        let reports = checker::model::simulate::walk_models(&models, &options);
+        assert!(
+            reports.iter().all(|r| r.violation(&models[0]).is_none()),
+            "seed {seed}, the core's default: {:?}",
+            reports
+                .iter()
+                .map(|r| r.found.keys().collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn skip_phantom_release_is_caught_by_lock_of_a_client_that_left_is_released() {
         // bugs.rs, `skip-phantom-release`: the leader ignores ClientGone.
         let mut cfg = with_bug(two_servers(), Bug::SkipPhantomRelease);

@@ -111,11 +111,22 @@ pub enum Bug {
     /// sends and its save) as Election Safety, two leaders of one term; the server mutant
     /// `reply-before-persist` breaks the same rule in the driver instead of the core.
     VoteBeforePersist,
+    /// `commit-old-term`: a leader commits the highest index a majority holds whatever its
+    /// term (the Raft paper's Figure 8 mistake: §5.4.2 allows counting replicas only for an
+    /// entry of the leader's own term). An entry of an older term counted as committed can
+    /// still be overwritten by a later leader. Caught by the commit rules
+    /// (`raft::invariants::commit_rules`) that the model and the trace replay check at every
+    /// step.
+    CommitOldTerm,
+    /// `follower-commit-past-sent`: a follower takes the leader's commit index up to its own
+    /// last log index, not up to the last entry the AppendEntries carried, so it may apply a
+    /// stale suffix another leader left in its log. Caught by the commit rules, as above.
+    FollowerCommitPastSent,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 20] = [
+    pub const ALL: [Bug; 22] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -136,6 +147,8 @@ impl Bug {
         Bug::GrantLostOnGone,
         Bug::CheckQuorumAnyMessage,
         Bug::VoteBeforePersist,
+        Bug::CommitOldTerm,
+        Bug::FollowerCommitPastSent,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -161,6 +174,8 @@ impl Bug {
             Bug::GrantLostOnGone => "grant-lost-on-gone",
             Bug::CheckQuorumAnyMessage => "check-quorum-any-message",
             Bug::VoteBeforePersist => "vote-before-persist",
+            Bug::CommitOldTerm => "commit-old-term",
+            Bug::FollowerCommitPastSent => "follower-commit-past-sent",
         }
     }
 

@@ -58,7 +58,7 @@ use std::sync::Arc;
 
 use lockd::bugs::{Bug, BugSet};
 use lockd::lock::{Command, LockTable, Origin, Outcome, SessionId, Token};
-use lockd::raft::invariants::Ledger;
+use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{
     ClientRequest, Committed, Config, Durable, Envelope, Index, Input, Message, Node, NodeId,
     Output, REBASED_NOW_MS, RequestId, Response, Role, Snapshot, Term, Timer, TimerCmd,
@@ -152,6 +152,10 @@ pub struct Ghost {
     /// The first Expire this node appended as leader for a lease whose timer had not fired
     /// on its clock (`Node::lease_ran_out`).
     pub undue_expire: Option<String>,
+    /// The first step that broke a commit rule (`invariants::commit_rules`: a leader counted
+    /// an entry of an older term, or a follower committed past what its leader said and
+    /// sent).
+    pub broken_commit: Option<String>,
     /// Clients that left (`ClientGone`) while this node led `term` and before their lock was
     /// applied here: (term, client origin). Such a lock must get a Release. (The trace replay
     /// forgets a client that comes back with a retry of the same request, which a real
@@ -701,7 +705,9 @@ fn step_server(
     if output.is_empty() && node == server.node && fired.is_none() && !split {
         return None;
     }
+    let broken = invariants::commit_rules(&server.node.status(), &node, &input).err();
     let mut next = server.moved_to(node, durable);
+    next.ghost.broken_commit = next.ghost.broken_commit.or(broken);
     if split {
         start_save(driver.bugs, &mut next, server, output, fired, o);
     } else {
@@ -776,7 +782,9 @@ fn finish_save(
         let _ = w.step(id, &input, Some(&first));
     });
     let output = drive(&mut node, &mut durable, first);
+    let broken = invariants::commit_rules(&server.node.status(), &node, &input).err();
     let mut next = server.moved_to(node, durable);
+    next.ghost.broken_commit = next.ghost.broken_commit.or(broken);
     carry_out(bugs, &mut next, &server.node, Start::Saved, output, None, o);
     if relative_time {
         next.node.rebase_clock(REBASED_NOW_MS);

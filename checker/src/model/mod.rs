@@ -167,6 +167,11 @@ pub struct ModelConfig {
     /// exhaustive search: a Save step per persist costs depth. On in the three-server walk
     /// configuration ([`ModelConfig::walk_configs`]). Restarts stay atomic.
     pub save_later: bool,
+    /// The core's `append_entries_max` (`None`: the core's default, far above the model's
+    /// logs). One entry per AppendEntries makes a lagging follower's match index stop on each
+    /// entry, entries of older terms included, where a leader's commit rule matters (the
+    /// `commit-old-term` mutant); on in the three-server walk configuration.
+    pub append_entries_max: Option<usize>,
 }
 
 impl Default for ModelConfig {
@@ -194,6 +199,7 @@ impl Default for ModelConfig {
             relative_time: true,
             canonical_order: true,
             save_later: false,
+            append_entries_max: None,
         }
     }
 }
@@ -229,6 +235,9 @@ impl fmt::Display for ModelConfig {
         }
         if self.save_later {
             write!(f, "; steps split at their save")?;
+        }
+        if let Some(max) = self.append_entries_max {
+            write!(f, "; {max} entries per AppendEntries")?;
         }
         let bugs: Vec<&str> = self.bugs.iter().map(|b| b.name()).collect();
         if !bugs.is_empty() {
@@ -279,6 +288,7 @@ impl ModelConfig {
     pub fn walk_configs(self) -> Vec<ModelConfig> {
         let mut main = self.for_walks();
         main.save_later = true;
+        main.append_entries_max = Some(1);
         let mut fast = self;
         fast.servers = self.servers.min(2);
         fast.pre_vote = false;
@@ -297,6 +307,9 @@ impl ModelConfig {
         let members = (0..self.servers).map(actor::node_id).collect();
         let mut config = Config::new(actor::node_id(index), members);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        if let Some(max) = self.append_entries_max {
+            config.append_entries_max = max;
+        }
         // No trailing window: with logs this short, any window would spare every follower the
         // snapshot, and InstallSnapshot is what the small threshold is there to explore.
         config.snapshot_trailing_entries = 0;

@@ -31,6 +31,9 @@ pub const STATE_MACHINE_SAFETY: &str = "State Machine Safety";
 /// and the trace replay check it at each append: the model's timers fire at any moment, so
 /// it cannot tell an early Expire by its time, only by whether the timer fired).
 pub const EXPIRE_DUE: &str = "an Expire is proposed only for a lease that ran out on that node";
+/// The commit rules of one step (`invariants::commit_rules`; the model and the trace replay
+/// check every step).
+pub const COMMIT_RULES: &str = "a leader commits by counting only entries of its own term, a follower no further than its leader said and sent";
 /// Tokens strictly increase in log order and in the real-time order of acquires.
 pub const TOKENS_INCREASE: &str = "fencing tokens strictly increase";
 /// No two clients hold one key, counting only locks no applied entry has removed.
@@ -86,6 +89,9 @@ pub fn all(cfg: &ModelConfig) -> Vec<Property<LockdModel>> {
         }),
         Property::always(EXPIRE_DUE, |_, s| {
             live_servers(s).all(|server| server.ghost.undue_expire.is_none())
+        }),
+        Property::always(COMMIT_RULES, |_, s| {
+            live_servers(s).all(|server| server.ghost.broken_commit.is_none())
         }),
         Property::always(LINEARIZABLE, |_, s: &LockdState| {
             s.history.linear.is_consistent()
@@ -311,6 +317,7 @@ pub fn violations(state: &LockdState) -> Vec<(&'static str, String)> {
             (RELEASE_OWN_TOKEN, &ghost.release_removed_other),
             (LEASE_NOT_EARLY, &ghost.early_lease),
             (EXPIRE_DUE, &ghost.undue_expire),
+            (COMMIT_RULES, &ghost.broken_commit),
         ] {
             if let Some(v) = v {
                 push(name, Err(format!("node {n}: {v}")));

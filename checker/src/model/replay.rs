@@ -511,6 +511,8 @@ fn step(
         .get(&id)
         .ok_or_else(|| Fault::Malformed("node vanished".to_owned()))?;
     record_applied(ledger, node, &out)?;
+    invariants::commit_rules(&before, node, input)
+        .map_err(|why| format!("{} violated: {why}", properties::COMMIT_RULES))?;
     check_quorum_heard(heard, node, &before, input, quorum_due)?;
     let shadow = (shadows.entry(id)).or_insert_with(|| node.table().clone());
     // The node's table digest, hashed once for both comparisons below.

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Committed, Index, Node, NodeId, Role, Term, Timer};
+use super::{Committed, Index, Input, Message, Node, NodeId, Role, Status, Term, Timer};
 use crate::bugs::Bug;
 use crate::lock::{Outcome, Proposal, Token};
 
@@ -319,6 +319,56 @@ impl Ledger {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// The commit rules of one step of `node`, whose status before the step was `before` and
+/// which stepped `input` (the model and the trace replay check every step with it):
+///
+/// - **a leader commits by counting only an entry of its own term** (Raft §5.4.2, the
+///   Figure 8 rule): a node that led the same term before and after the step, and whose
+///   commit index moved, moved it to an entry of that term (earlier entries come along);
+/// - **a follower commits no further than its leader said and sent**: after an
+///   AppendEntries, a commit index that moved is at most the message's `leader_commit` and
+///   at most the index of the last entry the message carried (`prev_log_index` plus its
+///   entries): beyond that the follower's log may still hold another leader's entries.
+///
+/// Both are local to one node and one step, so they catch a broken rule every time it is
+/// taken, where the cross-node properties see it only when another node's log differs.
+pub fn commit_rules(before: &Status, node: &Node, input: &Input) -> Result<(), String> {
+    let (id, commit) = (node.config.id, node.commit_index);
+    if commit <= before.commit_index {
+        return Ok(());
+    }
+    if before.role == Role::Leader && node.role == Role::Leader && before.term == node.term {
+        let term = node.log.term_at(commit);
+        if term != Some(node.term) {
+            return Err(format!(
+                "leader {id} of term {} moved its commit index from {} to {commit}, an entry of term {term:?}: a leader commits by counting only entries of its own term",
+                node.term, before.commit_index
+            ));
+        }
+    }
+    if let Input::Message {
+        msg:
+            Message::AppendEntries {
+                prev_log_index,
+                entries,
+                leader_commit,
+                ..
+            },
+        ..
+    } = input
+    {
+        let sent = prev_log_index + entries.len() as u64;
+        if commit > (*leader_commit).min(sent) {
+            return Err(format!(
+                "node {id} moved its commit index from {} to {commit} on an AppendEntries \
+                 with leader_commit {leader_commit} that carried entries up to {sent}",
+                before.commit_index
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Leader Completeness: a leader of a term above the term in which an entry was known

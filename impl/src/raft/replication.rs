@@ -324,7 +324,12 @@ impl Node {
             return;
         }
         self.append_entries_matching(entries);
-        let commit = leader_commit.min(last_new);
+        let commit = if self.config.bugs.contains(Bug::FollowerCommitPastSent) {
+            // Mutant: up to the follower's own last index, stale suffix included.
+            leader_commit.min(self.log.last_index())
+        } else {
+            leader_commit.min(last_new)
+        };
         if commit > self.commit_index {
             self.commit_to(commit);
         }
@@ -409,7 +414,10 @@ impl Node {
         let mut matches: Vec<Index> = self.progress.values().map(|p| p.match_index).collect();
         matches.push(self.persisted_index);
         let index = quorum::committed_index(&matches);
-        if index > self.commit_index && self.log.term_at(index) == Some(self.term) {
+        let own_term = self.log.term_at(index) == Some(self.term);
+        // Mutant `commit-old-term`: counts replicas of an entry of any term.
+        let own_term = own_term || self.config.bugs.contains(Bug::CommitOldTerm);
+        if index > self.commit_index && own_term {
             self.commit_to(index);
             // Followers learn the new commit index with the next append; send it now.
             self.broadcast_append();

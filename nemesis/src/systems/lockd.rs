@@ -431,6 +431,9 @@ impl Lockd {
                 if let Some(ms) = bounds.session_timeout_ms {
                     raft.session_limits.timeout_ms = ms;
                 }
+                if let Some(max) = bounds.append_entries_max {
+                    raft.append_entries_max = max;
+                }
                 let (members, pause_gate) = (members.clone(), pause_gate.clone());
                 let (link_faults, trace) = (link_faults.clone(), trace.clone());
                 let (stopped, secret) = (stopped.clone(), secret.clone());
@@ -477,4 +480,8 @@ pub struct SimBounds {
     pub uncommitted_entries_max: Option<usize>,
     /// `raft::Config::session_limits.timeout_ms`, the same on every node.
     pub session_timeout_ms: Option<u64>,
+    /// `raft::Config::append_entries_max`: a few entries per AppendEntries, so that a
+    /// lagging follower catches up in many rounds and its match index stops on entries of
+    /// older terms (where the commit rules matter: `raft::invariants::commit_rules`).
+    pub append_entries_max: Option<usize>,
 }
