@@ -86,10 +86,23 @@ fn default_walks(
     seed: u64,
     walks_max: u64,
 ) -> (Vec<LockdModel>, Vec<checker::model::simulate::WalkReport>) {
+    changed_default_walks(cfg, seed, walks_max, |_| {})
+}
+
+/// As [`default_walks`], each walk configuration changed by `change` first.
+fn changed_default_walks(
+    cfg: ModelConfig,
+    seed: u64,
+    walks_max: u64,
+    change: impl Fn(&mut ModelConfig),
+) -> (Vec<LockdModel>, Vec<checker::model::simulate::WalkReport>) {
     let models: Vec<LockdModel> = cfg
         .walk_configs()
         .into_iter()
-        .map(ModelConfig::into_model)
+        .map(|mut cfg| {
+            change(&mut cfg);
+            cfg.into_model()
+        })
         .collect();
     let mut options = checker::model::simulate::WalkOptions::default();
     options.threads = 1;
@@ -436,11 +449,13 @@ mod mutants {
             reports.iter().any(|r| r.found.contains_key(property)),
             "{bug}, seed {seed}: {property:?} not found in {} walks; found {:?}",
             reports.iter().map(|r| r.walks).sum::<u64>(),
-            reports
-                .iter()
-                .map(|r| r.found.keys().collect::<Vec<_>>())
-                .collect::<Vec<_>>()
+            found_names(&reports)
         );
+    }
+
+    /// What each report's walks found, by property name.
+    fn found_names(reports: &[checker::model::simulate::WalkReport]) -> Vec<Vec<&&str>> {
+        reports.iter().map(|r| r.found.keys().collect()).collect()
     }
 
     #[test]
@@ -491,26 +506,36 @@ mod mutants {
             1_000,
             properties::ELECTION_SAFETY,
         );
-        let models: Vec<LockdModel> = with_bug(ModelConfig::default(), Bug::VoteBeforePersist)
-            .walk_configs()
-            .into_iter()
-            .map(|mut cfg| {
+        assert_default_walks_find_nothing(
+            Bug::VoteBeforePersist,
+            seed,
+            1_000,
+            "atomic steps",
+            |cfg| {
                 cfg.save_later = false;
-                cfg.into_model()
-            })
-            .collect();
-        let mut options = checker::model::simulate::WalkOptions::default();
-        options.threads = 1;
-        options.seed = seed;
-        options.walks_max = 1_000;
-        let reports = checker::model::simulate::walk_models(&models, &options);
+            },
+        );
+    }
+
+    /// The default walks with `bug`, each configuration changed by `change` (`what` says
+    /// how), find no violation within `walks_max` walks from `seed`.
+    fn assert_default_walks_find_nothing(
+        bug: Bug,
+        seed: u64,
+        walks_max: u64,
+        what: &str,
+        change: impl Fn(&mut ModelConfig),
+    ) {
+        let (models, reports) = changed_default_walks(
+            with_bug(ModelConfig::default(), bug),
+            seed,
+            walks_max,
+            change,
+        );
         assert!(
             reports.iter().all(|r| r.violation(&models[0]).is_none()),
-            "seed {seed}, atomic steps: {:?}",
-            reports
-                .iter()
-                .map(|r| r.found.keys().collect::<Vec<_>>())
-                .collect::<Vec<_>>()
+            "{bug}, seed {seed}, {what}: {:?}",
+            found_names(&reports)
         );
     }
 
@@ -527,26 +552,14 @@ mod mutants {
         let seed = 3;
         println!("seed {seed}");
         assert_default_walks_discover(Bug::CommitOldTerm, seed, 4_000, properties::COMMIT_RULES);
-        let models: Vec<LockdModel> = with_bug(ModelConfig::default(), Bug::CommitOldTerm)
-            .walk_configs()
-            .into_iter()
-            .map(|mut cfg| {
+        assert_default_walks_find_nothing(
+            Bug::CommitOldTerm,
+            seed,
+            4_000,
+            "the core's default",
+            |cfg| {
                 cfg.append_entries_max = None;
-                cfg.into_model()
-            })
-            .collect();
-        let mut options = checker::model::simulate::WalkOptions::default();
-        options.threads = 1;
-        options.seed = seed;
-        options.walks_max = 4_000;
-        let reports = checker::model::simulate::walk_models(&models, &options);
-        assert!(
-            reports.iter().all(|r| r.violation(&models[0]).is_none()),
-            "seed {seed}, the core's default: {:?}",
-            reports
-                .iter()
-                .map(|r| r.found.keys().collect::<Vec<_>>())
-                .collect::<Vec<_>>()
+            },
         );
     }
 

@@ -52,17 +52,20 @@ pub fn find_lockd() -> Result<PathBuf, Error> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| Error::Io(format!("current exe: {e}")))?;
+    // First `locksmith node`: lockd from this very binary (cmd_node.rs), built from the same
+    // sources as the harness that talks to it. A `lockd` binary beside it may be older:
+    // `cargo run -p nemesis` rebuilds only `locksmith`, and a stale lockd ran other code, or
+    // spoke another wire format (after the switch to bincode, `locksmith bench` found no
+    // leader in 30 s: its status calls went unread).
+    if runs_lockd_as_subcommand(&exe) {
+        return Ok(exe);
+    }
     let mut candidates = Vec::new();
     if let Some(dir) = exe.parent() {
         candidates.push(dir.join("lockd"));
         if let Some(up) = dir.parent() {
             candidates.push(up.join("lockd"));
         }
-    }
-    // Last resort: `locksmith node` runs lockd from this very binary (cmd_node.rs), so
-    // `cargo run -p nemesis -- test` works without a separate `cargo build -p lockd`.
-    if runs_lockd_as_subcommand(&exe) {
-        candidates.push(exe.clone());
     }
     candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
         Error::Cluster(format!(
