@@ -344,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn a_memory_trace_holds_the_lines_a_file_would_and_writes_that_file() {
+    fn a_memory_trace_holds_the_lines_a_file_would() {
         // The simulator's traces stay in memory; a failing seed's are written as files. The
         // two writers make the same lines, and the file reads back as the memory held them.
         let config = Config::new(2, vec![1, 2]);
