@@ -140,11 +140,8 @@ struct Replayed {
     /// Per leader, what its last passing Leader Completeness check saw: its log's
     /// fingerprint and the ledger's size. A leader steps at every tick; with neither moved,
     /// the check would compare the same entries again (it was 4 % of a traced seed's CPU).
-    complete: BTreeMap<NodeId, (Fingerprint, usize)>,
+    complete: BTreeMap<NodeId, (invariants::LogFingerprint, usize)>,
 }
-
-/// `invariants::log_fingerprint`.
-type Fingerprint = (u64, u64, Option<Term>, u64, Term);
 
 /// Why a step failed: the run departs, or the trace is malformed.
 enum Fault {

@@ -188,11 +188,14 @@ pub fn log_matching_of(node: &Node, others: &[&Node]) -> Result<(), String> {
         .try_for_each(|other| log_matching_pair(node, other))
 }
 
+/// What [`log_fingerprint`] gives: base, last index, its term, commit index, current term.
+pub type LogFingerprint = (Index, Index, Option<Term>, Index, Term);
+
 /// What a step that changes `node`'s log or commit index changes: the snapshot's index, the
 /// last index and its term, the commit index and the term. Equal before and after a step,
 /// the log-wide checks of that node ([`log_matching_of`], [`state_machine_safety`]) have
 /// nothing new to see (a rewrite keeps neither the last index and term nor the commit).
-pub fn log_fingerprint(node: &Node) -> (Index, Index, Option<Term>, Index, Term) {
+pub fn log_fingerprint(node: &Node) -> LogFingerprint {
     let last = node.log.last_index();
     let (base, commit) = (node.log.base_index(), node.commit_index);
     (base, last, node.log.term_at(last), commit, node.term)

@@ -183,21 +183,17 @@ impl Core {
 
     /// `Node::step`, traced when a trace is on.
     fn step(&mut self, input: Input) -> Output {
+        let Some(trace) = &mut self.trace else {
+            return self.node.step(input);
+        };
+        let output = self.node.step(input.clone());
         let id = self.node.config().id;
         // Putting a line into a buffer cannot fail; a write error surfaces in flush_trace.
-        match &mut self.trace {
-            None => self.node.step(input),
-            Some(Trace::File { writer, .. }) => {
-                let output = self.node.step(input.clone());
-                let _ = writer.step_owned(id, input, Some(&output));
-                output
-            }
-            Some(Trace::Memory { writer, .. }) => {
-                let output = self.node.step(input.clone());
-                let _ = writer.step_owned(id, input, Some(&output));
-                output
-            }
-        }
+        let _ = match trace {
+            Trace::File { writer, .. } => writer.step_owned(id, input, Some(&output)),
+            Trace::Memory { writer, .. } => writer.step_owned(id, input, Some(&output)),
+        };
+        output
     }
 
     /// Writes the traced lines so far. A trace that cannot be written stops the node: a

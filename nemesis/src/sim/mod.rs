@@ -313,15 +313,11 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
         .or_else(|| (simulated.ops.is_empty()).then(|| "the harness recorded nothing".into()));
     // The nodes' traces, from memory, through the model.
     let mut extra = harness::run_checks(&execution, error.as_deref(), None);
-    let traces = simulated.traces.map(|traces| {
+    let replayed = simulated.traces.map(|traces| {
         let dir = case.trace_dir().unwrap_or_default().join("node-logs");
         let named = traces.into_iter();
-        let named = named.map(|(id, t)| (crate::systems::lockd::trace_path(&dir, id), t));
-        named.collect::<Vec<_>>()
-    });
-    let replayed = (traces.as_ref()).map(|traces| {
-        let lines = traces.iter().map(|(file, t)| (file.clone(), t.take()));
-        crate::replay::replay_lines(lines.collect())
+        let named = named.map(|(id, t)| (crate::systems::lockd::trace_path(&dir, id), t.take()));
+        crate::replay::replay_lines(named.collect())
     });
     extra.extend(
         replayed
