@@ -341,6 +341,37 @@ mod tests {
     }
 
     #[test]
+    fn a_committed_grant_with_an_absurd_lease_arms_the_latest_timer_instead_of_overflowing() {
+        // Found by `hostile_test` (seed 490): a leader's entry is applied as it is, and the
+        // lease bound (`Config::lease_ms_max`) is checked only where a client asks. A Grant
+        // of lease `u64::MAX - 2` from a buggy or foreign leader overflowed `now + lease`
+        // (a panic in a debug build, a lease already run out after wrapping in a release
+        // one); after a restart the snapshot's lease did the same.
+        let mut n = super::super::test_support::node(2);
+        n.step(Input::Tick { now_ms: 10 });
+        let grant = Command::Grant {
+            key: "a".into(),
+            lease_ms: u64::MAX - 2,
+        };
+        n.step(append(1, 1, (0, 0), vec![entry(1, 1, grant)], 1));
+        let lease = Timer::Lease {
+            key: "a".into(),
+            token: 1,
+        };
+        assert_eq!(n.deadline(&lease), Some(u64::MAX));
+        let (restarted, _) = Node::new(Config::new(2, vec![1, 2, 3]), durable_of(&n), 10);
+        assert_eq!(restarted.deadline(&lease), Some(u64::MAX));
+    }
+
+    fn durable_of(n: &Node) -> Durable {
+        Durable {
+            hard_state: n.hard_state.clone(),
+            snapshot: n.snapshot().cloned(),
+            entries: n.log().to_vec(),
+        }
+    }
+
+    #[test]
     fn an_applied_release_cancels_the_lease_timer() {
         // DESIGN.md "Leases": lease timers of freed locks are cancelled.
         let mut n = super::super::test_support::node(2);

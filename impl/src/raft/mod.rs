@@ -29,6 +29,8 @@
 //! `skip-phantom-release` (requests).
 
 mod election;
+#[cfg(test)]
+mod hostile_test;
 #[cfg(all(test, feature = "testkit"))]
 mod interaction_test;
 pub mod invariants;

@@ -7,7 +7,7 @@ use crate::raft::{Durable, HardState, Index, Persist, Term};
 
 /// Checks that applying `persist` to `state` (as [`Durable::apply`] does) keeps every rule
 /// that recovery verifies; computes on indices only, without copying the log.
-pub(super) fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
+pub(crate) fn check_persist(state: &Durable, persist: &Persist) -> Result<(), String> {
     let commit = state.hard_state.commit;
     let (mut base_index, mut base_term) = state
         .snapshot

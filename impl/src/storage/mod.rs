@@ -124,7 +124,7 @@ mod encoding;
 mod files;
 mod recovery;
 
-use checks::check_persist;
+pub(crate) use checks::check_persist;
 use decoding::{read_meta, read_snapshot};
 use encoding::{RecordRef, encode_payload, encode_record, file_header, push_frame, segment_file};
 use files::{exists, initialize, io_error, list_segments, open_append, sync_dir};
