@@ -17,13 +17,14 @@
 //! # Split steps ([`ModelConfig::save_later`](super::ModelConfig::save_later))
 //!
 //! With `save_later` on, a step whose first output has a `persist` is carried out in two
-//! actor steps, in the order the real server's core loop keeps (`send_now`, the fsync, then
-//! `send_after_persist` and the answers, then `Input::Persisted`):
+//! actor steps, in the order the real server's core loop keeps (`send_now` and the answers,
+//! the fsync, then `send_after_persist`, then `Input::Persisted`):
 //!
-//! 1. The step itself sends `send_now` at once and applies the persist to the actor's
-//!    [`Durable`] ([`ServerState::durable`]: what will be durable once the save is done), but
-//!    saves only the ghost ledger: the saved durable state stays the one of the last save.
-//!    `send_after_persist` and the answers to clients wait in [`ServerState::unsaved`], and
+//! 1. The step itself sends `send_now` and the answers to clients at once (no answer rests on
+//!    the step's own persist: the IO contract on `lockd::raft::Output`) and applies the
+//!    persist to the actor's [`Durable`] ([`ServerState::durable`]: what will be durable once
+//!    the save is done), but saves only the ghost ledger: the saved durable state stays the
+//!    one of the last save. `send_after_persist` waits in [`ServerState::unsaved`], and
 //!    the stateright timer [`ModelTimer::Save`] is armed.
 //! 2. That timer's step saves the durable state and the ledger, sends what waited, and only
 //!    then feeds `Input::Persisted`, whose output (commits, applies, answers, more persists)
@@ -729,8 +730,8 @@ fn step_server(
 
 /// The first half of a split step (see the module doc): `output` is the node's output
 /// without its persist, which `next.durable` already holds. Observes and records what was
-/// applied, saves the ledger beside the durable state `before` had saved, sends `send_now`,
-/// holds back `send_after_persist` and the answers in `next.unsaved`, re-synchronises the
+/// applied, saves the ledger beside the durable state `before` had saved, sends `send_now`
+/// and the answers, holds back `send_after_persist` in `next.unsaved`, re-synchronises the
 /// core timers and arms [`ModelTimer::Save`].
 fn start_save(
     bugs: BugSet,
@@ -748,9 +749,12 @@ fn start_save(
         save(bugs, &before.durable, &next.ledger, o);
     }
     send_raft(&output.send_now, o);
-    let mut held: Vec<(Id, ModelMsg)> = (output.send_after_persist.iter().map(raft_send))
-        .chain(output.respond.iter().map(answer))
-        .collect();
+    // The answers go out at once, as the core sends them (the IO contract: no answer rests on
+    // this step's persist); a crash before the save then finds them answered.
+    for (target, msg) in output.respond.iter().map(answer) {
+        o.send(target, msg);
+    }
+    let mut held: Vec<(Id, ModelMsg)> = output.send_after_persist.iter().map(raft_send).collect();
     // They go out together into an unordered network, so their order means nothing: sorted,
     // two states that differ only in it are one state.
     held.sort_unstable();

@@ -158,8 +158,8 @@ pub struct ModelConfig {
     /// Sets kept in a canonical order (the clients' grants).
     pub canonical_order: bool,
     /// Split steps: a server step whose output has a persist is carried out in two
-    /// stateright steps, as the real server's core loop does it: the step sends `send_now` at
-    /// once and holds the rest back, and a [`ModelTimer::Save`] step later saves the durable
+    /// stateright steps, as the real server's core loop does it: the step sends `send_now` and
+    /// the client answers at once and holds the rest back, and a [`ModelTimer::Save`] step later saves the durable
     /// state, sends what was held back and feeds `Input::Persisted` (see [`actor`], "Split
     /// steps"). A crash in between restarts the server from the save before: a message sent
     /// before the state it depends on was durable is then visible (the `vote-before-persist`

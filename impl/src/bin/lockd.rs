@@ -13,8 +13,8 @@
 //! names a loopback address; every admin call must carry the secret that lockd keeps in
 //! `DATA_DIR/admin.secret` (made on first use, readable by its owner only).
 //!
-//! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change,
-//! applied entry and error. Exit status: 2 for bad flags (an id not among the peers, one
+//! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change
+//! and error; `RUST_LOG=lockd=debug` adds one per applied entry and per turn. Exit status: 2 for bad flags (an id not among the peers, one
 //! address given to two ids), 1 for a fatal error at run time (a data dir another process
 //! holds, a listener that cannot bind, a data dir that fails its checks or a failed write).
 //!

@@ -273,19 +273,31 @@ pub enum TimerCmd {
 /// The driver carries an output out in this order, and the order is the contract:
 ///
 /// 1. `send_now` may go out at once, even before `persist` is durable (the leader's own
-///    AppendEntries to followers, Raft thesis §10.2.1).
+///    AppendEntries to followers, Raft thesis §10.2.1), and so may the `respond` answers to
+///    clients: an answer never depends on this output's `persist` (see below).
 /// 2. `persist` is written and fsync'd. Only then:
 /// 3. `send_after_persist` is sent (vote grants, AppendEntries acknowledgements: answers
 ///    that promise something about this node's durable state);
-/// 4. `apply` is reported (logs, the harness), and `respond` answers go to the clients;
+/// 4. `apply` is reported (logs, the harness);
 /// 5. the driver feeds [`Input::Persisted`] back with the last durable entry, so the leader
 ///    can count its own log toward the commit quorum;
 /// 6. `timers` are applied to the driver's timer set; it feeds [`Input::Tick`] when the
 ///    earliest deadline passes.
 ///
-/// The stateright model keeps the same order: in one actor step, `persist` becomes one
-/// `save` and every send and answer happens after it. A driver that skips step 2 is the
-/// `no-fsync` mutant.
+/// Why an answer may precede the persist: every answer that promises something (`Granted`,
+/// `Released`, `NotHolder`, `Busy`, `Registered`, a retry answered from the dedupe table)
+/// reads the applied table, and an entry is applied only once committed, that is durable on a
+/// majority: on the followers that acknowledged it (step 3) and on the leader only up to what
+/// [`Input::Persisted`] reported (step 5). This output's `persist` holds entries not yet
+/// committed, a snapshot of what was already applied, or a commit index already known, so no
+/// answer in it rests on it. The other answers (`NotLeader`, `Unknown`, `Invalid`,
+/// `SessionExpired`) promise nothing. Under load this takes an fsync off the answer's path:
+/// the acknowledgement that commits one batch arrives in the turn that appends the next.
+///
+/// The stateright model keeps the same order: with split steps (`save_later`), `send_now`
+/// and the answers go out in the step, and `send_after_persist` waits for the step that
+/// saves; unsplit, `persist` becomes one `save` and every send and answer happens after it.
+/// A driver that skips step 2 is the `no-fsync` mutant.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Output {
     /// What to make durable before `send_after_persist`, `apply` and `respond`.
@@ -296,7 +308,7 @@ pub struct Output {
     pub send_after_persist: Vec<Envelope>,
     /// Entries applied to the lock table in this step, in log order.
     pub apply: Vec<Committed>,
-    /// Answers to client requests, sent after `persist` is durable.
+    /// Answers to client requests; they need not wait for `persist` (see the IO contract).
     pub respond: Vec<(RequestId, Response)>,
     /// Timer changes, in order.
     pub timers: Vec<TimerCmd>,
