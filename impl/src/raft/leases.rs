@@ -60,7 +60,10 @@ impl Node {
         } else {
             lease_ms
         };
-        self.now_ms + lease_ms
+        // A committed Grant is applied as the leader wrote it, and the lease bound is checked
+        // only where a client asks: an absurd lease from a buggy or foreign leader gives the
+        // latest timer rather than an overflow (`hostile_test`, seed 490).
+        self.now_ms.saturating_add(lease_ms)
     }
 
     /// Lease bookkeeping after `entry` was applied; `before` is the key's holder before.
@@ -114,7 +117,7 @@ impl Node {
             .map(|(k, h)| (k.clone(), h.token, h.lease_ms))
             .collect();
         for (key, token, lease_ms) in held {
-            let at_ms = self.now_ms + lease_ms;
+            let at_ms = self.now_ms.saturating_add(lease_ms);
             self.set_timer(Timer::Lease { key, token }, at_ms);
         }
     }

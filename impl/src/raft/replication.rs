@@ -21,7 +21,7 @@ use crate::lock::{Command, Proposal};
 /// Whether `msg` is internally consistent: a term below `u64::MAX` (a node in that term could
 /// never campaign for the next), AppendEntries entries contiguous after `prev_log_index`
 /// (none past `u64::MAX`) with terms from `prev_log_term` up to the message's term, and a
-/// snapshot whose table was applied exactly up to its last index. A malformed message (a
+/// snapshot chunk within the size limit that ends before `u64::MAX`. A malformed message (a
 /// buggy or foreign peer) is dropped rather than tripping an assertion or an overflow.
 fn well_formed(msg: &Message) -> bool {
     if msg.term() == u64::MAX {
@@ -47,12 +47,15 @@ fn well_formed(msg: &Message) -> bool {
         }
         Message::InstallSnapshot {
             term,
+            last_index,
             last_term,
             offset,
             data,
             ..
         } => {
-            last_term <= term
+            // A snapshot ending at u64::MAX leaves no index after it (`hostile_test`, seed 165).
+            *last_index < u64::MAX
+                && last_term <= term
                 && offset
                     .checked_add(data.len() as u64)
                     .is_some_and(|end| end <= super::snapshot::SNAPSHOT_BYTES_MAX)
@@ -490,7 +493,8 @@ impl Node {
         let threshold = (self.config.snapshot_threshold_entries)
             .max(table_entries / TABLE_ENTRIES_COPIED_PER_ENTRY_MAX)
             .max(1);
-        if applied < self.log.base_index() + threshold {
+        // Saturating: a snapshot installed near u64::MAX (`hostile_test`, seed 172).
+        if applied < self.log.base_index().saturating_add(threshold) {
             return;
         }
         let Some(last_term) = self.log.term_at(applied) else {
@@ -748,6 +752,56 @@ mod tests {
             panic!("append builds a message");
         };
         assert!(why(1, &msg).contains("malformed"));
+    }
+
+    /// A whole snapshot in one chunk from node 1 in term 1: an empty table applied up to
+    /// `last_index`.
+    fn whole_snapshot(last_index: u64) -> Input {
+        let mut table = crate::lock::LockTable::new();
+        table.apply(last_index, &Command::Noop);
+        let snapshot = super::super::Snapshot {
+            last_index,
+            last_term: 1,
+            table,
+        };
+        Input::Message {
+            from: 1,
+            msg: Message::InstallSnapshot {
+                term: 1,
+                last_index,
+                last_term: 1,
+                offset: 0,
+                data: super::super::snapshot::encode(&snapshot),
+                done: true,
+            },
+        }
+    }
+
+    #[test]
+    fn a_snapshot_at_the_last_possible_index_is_refused_without_effect() {
+        // Found by `hostile_test` (seed 165): installing a snapshot that ends at u64::MAX
+        // overflowed `last_index + 1`, the index after it.
+        let mut n = node(2);
+        let input = whole_snapshot(u64::MAX);
+        let Input::Message { from, msg } = &input else {
+            panic!("a message");
+        };
+        assert!(n.refusal(*from, msg).is_some_and(|why| why.contains("malformed")));
+        let before = n.clone();
+        let out = n.step(input);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(n, before);
+    }
+
+    #[test]
+    fn a_node_past_a_snapshot_near_the_last_index_steps_without_overflow() {
+        // Found by `hostile_test` (seed 172): after a snapshot at u64::MAX - 1, the snapshot
+        // rule's `base_index + threshold` overflowed at the next step.
+        let mut n = node(2);
+        n.step(whole_snapshot(u64::MAX - 1));
+        assert_eq!(n.status().commit_index, u64::MAX - 1);
+        n.step(Input::Tick { now_ms: 10 });
+        assert_eq!(n.status().last_applied, u64::MAX - 1);
     }
 
     #[test]

@@ -22,7 +22,8 @@ pub(crate) fn check_persist(state: &Durable, persist: &Persist) -> Result<(), St
     if let Some(snapshot) = &persist.snapshot {
         let s = snapshot.last_index;
         range = range.and_then(|(first, last)| {
-            (last > s && first <= s.saturating_add(1)).then_some((s + 1, last))
+            // `then`, not `then_some`: `s + 1` only where the log goes past `s`.
+            (last > s && first <= s.saturating_add(1)).then(|| (s + 1, last))
         });
         (base_index, base_term) = (s, snapshot.last_term);
         let last = range.map_or(base_index, |r| r.1);
@@ -34,7 +35,7 @@ pub(crate) fn check_persist(state: &Durable, persist: &Persist) -> Result<(), St
     }
     if let Some(from) = persist.truncate_from {
         range =
-            range.and_then(|(first, last)| (from > first).then_some((first, last.min(from - 1))));
+            range.and_then(|(first, last)| (from > first).then(|| (first, last.min(from - 1))));
         let last = range.map_or(base_index, |r| r.1);
         if commit > last {
             return Err(format!(
@@ -115,6 +116,27 @@ fn term_at(state: &Durable, index: Index) -> Term {
 mod tests {
     use super::*;
     use crate::storage::test_support::entry;
+
+    #[test]
+    fn a_snapshot_at_the_last_possible_index_is_checked_without_overflow() {
+        // Found by `raft::hostile_test` (seed 20110): a node that applied an entry at
+        // u64::MAX snapshots there, and the check computed the index after the snapshot
+        // (`s + 1`, in an eager `then_some`) even where the log ends before it.
+        let mut state = Durable::default();
+        state.apply(&Persist {
+            entries: vec![entry(1, 1)],
+            ..Persist::default()
+        });
+        let snapshot = Persist {
+            snapshot: Some(crate::raft::Snapshot {
+                last_index: u64::MAX,
+                last_term: 1,
+                ..crate::raft::Snapshot::default()
+            }),
+            ..Persist::default()
+        };
+        assert_eq!(check_persist(&state, &snapshot), Ok(()));
+    }
 
     #[test]
     fn a_persist_that_drops_or_skips_entries_is_refused() {
