@@ -259,7 +259,10 @@ fn start(g: &mut Gen) -> Node {
         2 => {
             let mut n = leader();
             let last = n.status().last_log_index;
-            n.step(Input::Persisted { term: 1, index: last });
+            n.step(Input::Persisted {
+                term: 1,
+                index: last,
+            });
             n.step(super::test_support::ack(2, 1, last));
             n
         }
@@ -374,7 +377,9 @@ fn hostile_peers_and_clients_never_panic_a_node_nor_make_storage_refuse_a_persis
     // Quiet the panic hook: a panic is caught and reported with its seed below.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|info| {
-        let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()));
         PANIC_AT.with(|p| *p.borrow_mut() = at);
     }));
     let mut failures = Vec::new();
@@ -385,7 +390,9 @@ fn hostile_peers_and_clients_never_panic_a_node_nor_make_storage_refuse_a_persis
             Ok(Err(e)) => failures.push(e),
             Err(_) => {
                 let at = PANIC_AT.with(|p| p.borrow_mut().take()).unwrap_or_default();
-                failures.push(format!("seed {seed}: the generator itself panicked at {at}"));
+                failures.push(format!(
+                    "seed {seed}: the generator itself panicked at {at}"
+                ));
             }
         }
     }

@@ -786,7 +786,10 @@ mod tests {
         let Input::Message { from, msg } = &input else {
             panic!("a message");
         };
-        assert!(n.refusal(*from, msg).is_some_and(|why| why.contains("malformed")));
+        assert!(
+            n.refusal(*from, msg)
+                .is_some_and(|why| why.contains("malformed"))
+        );
         let before = n.clone();
         let out = n.step(input);
         assert!(out.is_empty(), "{out:?}");

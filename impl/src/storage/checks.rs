@@ -34,8 +34,7 @@ pub(crate) fn check_persist(state: &Durable, persist: &Persist) -> Result<(), St
         }
     }
     if let Some(from) = persist.truncate_from {
-        range =
-            range.and_then(|(first, last)| (from > first).then(|| (first, last.min(from - 1))));
+        range = range.and_then(|(first, last)| (from > first).then(|| (first, last.min(from - 1))));
         let last = range.map_or(base_index, |r| r.1);
         if commit > last {
             return Err(format!(
