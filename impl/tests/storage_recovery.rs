@@ -156,6 +156,116 @@ fn torn_partial_record_is_cut_back_to_the_last_whole_record() {
     assert_eq!(file_len(&segment), offsets[3], "the file is cut back");
 }
 
+/// A dir whose segment was rewritten (a snapshot at 6) with `ahead` zero bytes after its
+/// checkpoint; returns the dir, the model and the segment's length and checkpoint end.
+fn rewritten_with_space_ahead(path: &Path, ahead: u64) -> (DataDir, Durable, u64, u64) {
+    let mut options = lockd::storage::Options::new(SyncMode::Fsync);
+    options.segment_ahead_bytes = ahead;
+    let (mut dir, _) = DataDir::open_with(path, options).expect("open a new dir");
+    let mut model = Durable::default();
+    let mut persists = three_appends();
+    persists.push(Persist {
+        snapshot: Some(snapshot_at(6, 1)),
+        ..Persist::default()
+    });
+    for persist in &persists {
+        dir.persist(persist).expect("persist");
+        model.apply(persist);
+    }
+    let bytes = fs::read(dir.segment_path()).expect("read");
+    let checkpoint_end = bytes.iter().rposition(|&b| b != 0).expect("a checkpoint") as u64 + 1;
+    (dir, model, bytes.len() as u64, checkpoint_end)
+}
+
+#[test]
+fn records_go_over_the_space_written_ahead_and_a_restart_keeps_them_without_a_cut() {
+    // Storage module doc, "Space written ahead": a new segment ends in zeros written ahead;
+    // records overwrite them in place, and a restart reads the zeros after the last record as
+    // unused space: not torn, nothing cut, nothing reported.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut dir, mut model, len, checkpoint_end) = rewritten_with_space_ahead(tmp.path(), 4096);
+    assert_eq!(
+        len,
+        checkpoint_end + 4096,
+        "zeros written ahead of the records"
+    );
+    let more = append(10..=12, 1, Some(hard_state(1, Some(1), 9)));
+    dir.persist(&more).expect("persist");
+    model.apply(&more);
+    let segment = dir.segment_path().to_path_buf();
+    assert_eq!(file_len(&segment), len, "the record went over the zeros");
+    drop(dir);
+
+    let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, model);
+    assert_eq!(dir.recovered().torn_tail, None);
+    assert_eq!(dir.recovered().truncated_bytes, 0);
+    assert_eq!(file_len(&segment), len, "the space ahead is kept");
+}
+
+#[test]
+fn records_past_the_space_written_ahead_extend_the_file_and_survive_restarts() {
+    // More records than the zeros ahead hold: the file grows past them, and restarts in
+    // between write at the end of the last whole record, never over one.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, mut model, len, _) = rewritten_with_space_ahead(tmp.path(), 512);
+    drop(dir);
+    for round in 0..4u64 {
+        let (mut dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+        assert_eq!(loaded, model, "round {round}");
+        let first = 10 + round * 5;
+        let more = append(
+            first..=first + 4,
+            1,
+            Some(hard_state(1, Some(1), first - 1)),
+        );
+        dir.persist(&more).expect("persist");
+        model.apply(&more);
+    }
+    let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+    assert_eq!(loaded, model);
+    assert_eq!(dir.recovered().torn_tail, None);
+    assert!(
+        file_len(dir.segment_path()) > len,
+        "the file grew past the space ahead"
+    );
+}
+
+#[test]
+fn a_torn_record_inside_the_space_written_ahead_is_cut() {
+    // A crash inside a write over the zeros: the record's first sector reached the disk, the
+    // rest did not (zeros after it). It was never acknowledged: cut, with a note.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (dir, model, _, checkpoint_end) = rewritten_with_space_ahead(tmp.path(), 4096);
+    let segment = dir.segment_path().to_path_buf();
+    drop(dir);
+    let mut header = Vec::new();
+    header.extend_from_slice(&100u32.to_le_bytes());
+    header.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+    let header_crc = crc32fast::hash(&header);
+    header.extend_from_slice(&header_crc.to_le_bytes());
+    header.extend_from_slice(&[b'{'; 30]);
+    let mut bytes = fs::read(&segment).expect("read");
+    let at = checkpoint_end as usize;
+    bytes[at..at + header.len()].copy_from_slice(&header);
+    fs::write(&segment, bytes).expect("write");
+
+    let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+    assert_eq!(loaded, model, "the whole records are kept");
+    let note = dir.recovered().torn_tail.clone().expect("a note");
+    assert!(
+        note.contains(&format!("at byte {checkpoint_end}")),
+        "{note}"
+    );
+    assert_eq!(
+        file_len(&segment),
+        checkpoint_end,
+        "cut back to the last whole record"
+    );
+}
+
 #[test]
 fn last_record_cut_mid_payload_loses_only_that_persist() {
     // research/design.md §3.5: a crash inside the last append; every earlier persist stays.
@@ -454,7 +564,15 @@ fn flipped_byte_in_a_lone_checkpoint_is_refused_not_cut() {
     });
     let (_, offsets, segment) = build(tmp.path(), &persists);
     assert_eq!(offsets.len(), 5);
-    flip_byte(&segment, file_len(&segment) - 3);
+    // The checkpoint ends at the last byte that is not zero: the rewritten segment has zero
+    // bytes written ahead after it (storage module doc, "Space written ahead").
+    let bytes = fs::read(&segment).expect("read");
+    let checkpoint_end = bytes.iter().rposition(|&b| b != 0).expect("a checkpoint") + 1;
+    assert!(
+        bytes.len() > checkpoint_end,
+        "the rewritten segment has space written ahead"
+    );
+    flip_byte(&segment, checkpoint_end as u64 - 3);
 
     let error = open_error(tmp.path());
 

@@ -93,6 +93,7 @@ pub(super) fn initialize(dir: &Path) -> Result<(), StorageError> {
         &log_dir,
         1,
         &segment_file(&Durable::default())?,
+        0,
         SyncMode::Fsync,
     )?;
     let mut meta = file_header(META_MAGIC);
@@ -122,15 +123,17 @@ fn is_interrupted_creation(log_dir: &Path) -> Result<bool, StorageError> {
     Ok(true)
 }
 
-/// Writes segment `generation` holding `segment_file`; returns its path.
+/// Writes segment `generation` holding `segment_file`, then `ahead` zero bytes (space
+/// written ahead for the records to come, see the module doc of `storage`); returns its path.
 pub(super) fn write_segment(
     log_dir: &Path,
     generation: u64,
     segment_file: &[u8],
+    ahead: u64,
     sync: SyncMode,
 ) -> Result<PathBuf, StorageError> {
     let name = segment_name(generation);
-    write_file_atomic(log_dir, &name, segment_file, sync)?;
+    write_file_atomic_padded(log_dir, &name, segment_file, ahead, sync)?;
     Ok(log_dir.join(name))
 }
 
@@ -141,10 +144,29 @@ pub(super) fn write_file_atomic(
     bytes: &[u8],
     sync: SyncMode,
 ) -> Result<(), StorageError> {
+    write_file_atomic_padded(dir, name, bytes, 0, sync)
+}
+
+/// [`write_file_atomic`] of `bytes` followed by `zeros` zero bytes.
+fn write_file_atomic_padded(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    zeros: u64,
+    sync: SyncMode,
+) -> Result<(), StorageError> {
+    const ZEROS: [u8; 4096] = [0; 4096];
     let tmp = dir.join(tmp_name(name));
     let target = dir.join(name);
     let mut file = File::create(&tmp).map_err(io_error(&tmp, "create"))?;
     file.write_all(bytes).map_err(io_error(&tmp, "write"))?;
+    let mut left = zeros;
+    while left > 0 {
+        let n = left.min(ZEROS.len() as u64);
+        file.write_all(&ZEROS[..n as usize])
+            .map_err(io_error(&tmp, "write zeros ahead"))?;
+        left -= n;
+    }
     if sync == SyncMode::Fsync {
         file.sync_all().map_err(io_error(&tmp, "fsync"))?;
     }
@@ -163,8 +185,9 @@ pub(super) fn cut_torn_tail(path: &Path, valid_bytes: u64) -> Result<(), Storage
     file.sync_all().map_err(io_error(path, "fsync"))
 }
 
-pub(super) fn open_append(path: &Path) -> Result<File, StorageError> {
-    File::open_append(path).map_err(io_error(path, "open for append"))
+/// Opens segment `path` to write its records from byte `offset` on.
+pub(super) fn open_segment_at(path: &Path, offset: u64) -> Result<File, StorageError> {
+    File::open_write_at(path, offset).map_err(io_error(path, "open to write records"))
 }
 
 pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {

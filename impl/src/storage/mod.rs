@@ -50,9 +50,12 @@
 //!
 //! [`DataDir::open`] reads `meta`, then `snapshot`, then the newest segment, and replays it.
 //! - A torn last record (the file ends inside it, or it is complete but its payload checksum
-//!   fails and only zero bytes follow, or the tail from it on is all zero bytes) was the
-//!   persist under way at the crash; it was never acknowledged. It is cut off
-//!   (`set_len` + fsync) and reported in [`DataDir::recovered`]; the library has no logger.
+//!   fails and only zero bytes follow) was the persist under way at the crash; it was never
+//!   acknowledged. It is cut off (`set_len` + fsync) and reported in [`DataDir::recovered`];
+//!   the library has no logger.
+//! - Zero bytes from the end of the last whole record to the end of the file are space
+//!   written ahead (below), or a record none of whose sectors reached the disk: nothing
+//!   acknowledged is there. They are kept, not reported, and the next record goes over them.
 //! - Any other damage (a bad checksum with data after it, a bad header, a record that does
 //!   not follow the log, an unknown file) is refused with [`StorageError::Corrupt`] naming
 //!   the file and the byte offset. Nothing is repaired in that case.
@@ -64,6 +67,16 @@
 //! - A dir without `meta` is created afresh when it holds only what an interrupted creation
 //!   leaves (the empty first segment); with any other lockd file it is refused
 //!   ([`StorageError::NotDataDir`]).
+//!
+//! # Space written ahead
+//!
+//! A new segment is written with [`Options::segment_ahead_bytes`] zero bytes after its
+//! checkpoint (in [`SyncMode::Fsync`]), and records are written over them from the end of the
+//! last whole record, then past them. On ext4 an `fdatasync` after an append must also commit
+//! the file's new size through the journal, which all the files of the disk share; an
+//! overwrite inside the file's length flushes data only. On this project's 2-core machine,
+//! three processes each writing 150-byte records with an `fdatasync` after each: p50 191 us
+//! appending, 132 us over zeros written ahead (a three-node cluster on one disk, 2026-12-05).
 //!
 //! # Checks before writing
 //!
@@ -127,7 +140,7 @@ mod recovery;
 pub(crate) use checks::check_persist;
 use decoding::{read_meta, read_snapshot};
 use encoding::{RecordRef, encode_payload, encode_record, file_header, push_frame, segment_file};
-use files::{exists, initialize, io_error, list_segments, open_append, sync_dir};
+use files::{exists, initialize, io_error, list_segments, open_segment_at, sync_dir};
 use files::{write_file_atomic, write_segment};
 use recovery::{load_segment, repair};
 
@@ -146,6 +159,10 @@ pub const COMPACT_GROWTH_FACTOR: u64 = 4;
 
 /// The default of [`Options::compact_segment_bytes_min`].
 pub const COMPACT_SEGMENT_BYTES_MIN_DEFAULT: u64 = 4 << 20;
+
+/// The default of [`Options::segment_ahead_bytes`]: room for about a thousand one-entry
+/// records, the core's default snapshot interval, after which the segment is rewritten.
+pub const SEGMENT_AHEAD_BYTES_DEFAULT: u64 = 256 << 10;
 
 /// In [`SyncMode::UserBuffer`], the buffer is written out (without fsync) when it passes this.
 pub const USER_BUFFER_BYTES_MAX: usize = 16 << 20;
@@ -187,6 +204,9 @@ pub struct Options {
     /// record (see [`commit_hint_only`]); the server turns it on. Off: every persist is
     /// written and fsync'd when it returns.
     pub defer_commit_hint: bool,
+    /// Zero bytes written after a new segment's checkpoint, for the records to come (see
+    /// "Space written ahead" in the module doc); in [`SyncMode::Fsync`] only.
+    pub segment_ahead_bytes: u64,
 }
 
 impl Options {
@@ -196,6 +216,7 @@ impl Options {
             sync,
             compact_segment_bytes_min: COMPACT_SEGMENT_BYTES_MIN_DEFAULT,
             defer_commit_hint: false,
+            segment_ahead_bytes: SEGMENT_AHEAD_BYTES_DEFAULT,
         }
     }
 }
@@ -366,7 +387,7 @@ impl DataDir {
         let loaded = load_segment(&segment_path, path, snapshot)?;
         // Everything is verified; only now repair.
         let recovered = repair(path, &listing, &segment_path, &loaded)?;
-        let file = open_append(&segment_path)?;
+        let file = open_segment_at(&segment_path, loaded.valid_bytes)?;
         let mut dir = DataDir {
             path: path.to_path_buf(),
             options,
@@ -666,11 +687,15 @@ impl DataDir {
     fn rewrite_segment(&mut self, segment_file: &[u8]) -> Result<(), StorageError> {
         let log_dir = self.path.join(LOG_DIR);
         let generation = self.segment.generation + 1;
-        let path = write_segment(&log_dir, generation, segment_file, self.options.sync)?;
+        let ahead = match self.options.sync {
+            SyncMode::Fsync => self.options.segment_ahead_bytes,
+            SyncMode::UserBuffer => 0,
+        };
+        let path = write_segment(&log_dir, generation, segment_file, ahead, self.options.sync)?;
         // A crash with the new segment in place and the old one not yet removed.
         self.crash_point("crash-inside-rewrite")?;
         let checkpoint_bytes = segment_file.len() as u64;
-        let file = open_append(&path)?;
+        let file = open_segment_at(&path, checkpoint_bytes)?;
         let old = std::mem::replace(
             &mut self.segment,
             Segment {

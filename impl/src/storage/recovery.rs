@@ -174,6 +174,12 @@ fn replay_records(
     while at < bytes.len() {
         let (payload, next) = match read_frame(bytes, at) {
             Frame::Whole { payload, next } => (payload, next),
+            // Zeros to the end: space written ahead, or a record none of whose sectors
+            // reached the disk. Nothing was lost that was acknowledged, and the next record
+            // goes over them: kept, not cut, not reported (module doc, "Space written ahead").
+            Frame::Torn { .. } if bytes[at..].iter().all(|&b| b == 0) => {
+                return Ok((at as u64, None));
+            }
             Frame::Torn { reason } => {
                 let torn = Torn {
                     offset: at as u64,

@@ -34,19 +34,18 @@ impl File {
         std::fs::File::create(path).map(File::Std)
     }
 
-    /// Opens an existing `path` for appending.
-    pub fn open_append(path: &Path) -> io::Result<File> {
-        #[cfg(feature = "sim")]
-        if simulated() {
-            return sim::OpenOptions::new()
-                .append(true)
-                .open(path)
-                .map(|f| File::Sim(f, true));
-        }
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map(File::Std)
+    /// Opens an existing `path` for writing at byte `offset` (no truncation): a log
+    /// segment's records go over the zeros written ahead of them (`storage`, "Space written
+    /// ahead"), and past its end once those are used up.
+    pub fn open_write_at(path: &Path, offset: u64) -> io::Result<File> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = File::open_write(path)?;
+        match &mut file {
+            File::Std(f) => f.seek(SeekFrom::Start(offset))?,
+            #[cfg(feature = "sim")]
+            File::Sim(f, _) => f.seek(SeekFrom::Start(offset))?,
+        };
+        Ok(file)
     }
 
     /// Opens an existing `path` for writing (no truncation).
