@@ -88,6 +88,18 @@ fn open_error(path: &Path) -> StorageError {
     }
 }
 
+/// A record header claiming 100 payload bytes (its header checksum right), and only 30 of
+/// them: 42 bytes of a record torn at a crash.
+fn torn_record() -> Vec<u8> {
+    let mut header = Vec::new();
+    header.extend_from_slice(&100u32.to_le_bytes());
+    header.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+    let header_crc = crc32fast::hash(&header);
+    header.extend_from_slice(&header_crc.to_le_bytes());
+    header.extend_from_slice(&[b'{'; 30]);
+    header
+}
+
 /// Three appends with hard states, as a leader's first term would leave them.
 fn three_appends() -> Vec<Persist> {
     vec![
@@ -133,13 +145,8 @@ fn torn_partial_record_is_cut_back_to_the_last_whole_record() {
     // it is cut off, with a note.
     let tmp = tempfile::tempdir().expect("tempdir");
     let (model, offsets, segment) = build(tmp.path(), &three_appends());
-    // A record header claiming 100 payload bytes, and only 30 of them, written by hand.
-    let mut header = Vec::new();
-    header.extend_from_slice(&100u32.to_le_bytes());
-    header.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
-    let header_crc = crc32fast::hash(&header);
-    header.extend_from_slice(&header_crc.to_le_bytes());
-    header.extend_from_slice(&[b'{'; 30]);
+    // A torn record written by hand after the last whole one.
+    let header = torn_record();
     let mut file = OpenOptions::new()
         .append(true)
         .open(&segment)
@@ -240,12 +247,7 @@ fn a_torn_record_inside_the_space_written_ahead_is_cut() {
     let (dir, model, _, checkpoint_end) = rewritten_with_space_ahead(tmp.path(), 4096);
     let segment = dir.segment_path().to_path_buf();
     drop(dir);
-    let mut header = Vec::new();
-    header.extend_from_slice(&100u32.to_le_bytes());
-    header.extend_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
-    let header_crc = crc32fast::hash(&header);
-    header.extend_from_slice(&header_crc.to_le_bytes());
-    header.extend_from_slice(&[b'{'; 30]);
+    let header = torn_record();
     let mut bytes = fs::read(&segment).expect("read");
     let at = checkpoint_end as usize;
     bytes[at..at + header.len()].copy_from_slice(&header);
