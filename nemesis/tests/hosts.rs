@@ -303,13 +303,19 @@ fn a_short_run_over_ssh_is_valid_keeps_node_logs_and_leaves_nothing_on_the_hosts
 }
 
 /// No run directory, chain, qdisc or node is left on the hosts.
+///
+/// A remote run's directory is `/tmp/locksmith-RUN` with RUN 8 hex digits (`remote_run_id`).
+/// Namespace hosts share this machine's `/tmp`, so only that shape counts: a kept bench
+/// cluster (`locksmith-bench-...`) or another test's etcd dir is not this run's leftover (a
+/// developer's `locksmith bench --keep-logs` made this test fail on 2026-12-05).
 fn assert_hosts_clean(up: &Up, when: &str) {
+    const RUN_DIRS: &str =
+        "/tmp/locksmith-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]";
+    let command = format!(
+        "ls -d {RUN_DIRS} 2>/dev/null; iptables -w -S | grep -c LSM; tc qdisc show dev eth0"
+    );
     for (i, target) in up.hosts.split(',').enumerate() {
-        let out = ssh(
-            &up.key(),
-            target,
-            "ls -d /tmp/locksmith-* 2>/dev/null; iptables -w -S | grep -c LSM; tc qdisc show dev eth0",
-        );
+        let out = ssh(&up.key(), target, &command);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             !text.contains("/tmp/locksmith-"),
