@@ -740,3 +740,157 @@ fn a_deferred_commit_hint_goes_out_with_the_next_record() {
     );
     assert_eq!(durable.last_index(), 4);
 }
+
+/// One seeded damage to `bytes` at or after `floor`: a flipped bit, a cut, a zeroed 512-byte
+/// sector, or random bytes over a range. Returns the range it changed, and whether the bytes
+/// after it are still there (false for a cut, or zeros to the end of the file).
+fn damage(bytes: &mut Vec<u8>, floor: usize, state: &mut u64) -> (usize, usize, bool) {
+    let mut next = || lockd::rng::splitmix64(state);
+    let span = bytes.len() - floor;
+    let at = floor + (next() as usize) % span;
+    match next() % 4 {
+        0 => {
+            bytes[at] ^= 1 << (next() % 8);
+            (at, at + 1, true)
+        }
+        1 => {
+            bytes.truncate(at);
+            (at, at, false)
+        }
+        2 => {
+            let sector = at / 512 * 512;
+            let start = sector.max(floor);
+            let end = (sector + 512).min(bytes.len());
+            bytes[start..end].fill(0);
+            (start, end, end < bytes.len())
+        }
+        _ => {
+            let end = (at + 1 + (next() as usize) % 64).min(bytes.len());
+            for b in &mut bytes[at..end] {
+                *b = next() as u8;
+            }
+            (at, end, true)
+        }
+    }
+}
+
+#[test]
+fn seeded_damage_to_the_log_never_panics_and_never_loses_a_record_before_it() {
+    // DESIGN.md, "Durability": a data dir that fails its checks is refused, never silently
+    // truncated past committed data. A generator of damage past the segment's checkpoint
+    // (bit flips, cuts, zeroed sectors, random bytes), against the module doc's rules:
+    // - opening never panics, and a dir that opens holds exactly the state after a prefix of
+    //   the persists, every persist whose record lies wholly before the damage included;
+    // - a file cut inside a record (what a crash inside the last write leaves) opens, cut back
+    //   to the last whole record;
+    // - damage with a whole record after it is corruption: refused, never cut;
+    // - after a repair, the next record is written where the whole records end and reads back.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut persists = three_appends();
+    for first in (10..=40).step_by(6) {
+        let commit = first - 1;
+        persists.push(append(
+            first..=first + 5,
+            1,
+            Some(hard_state(1, Some(1), commit)),
+        ));
+    }
+    let built = tmp.path().join("built");
+    let (_, offsets, segment) = build(&built, &persists);
+    let mut models = vec![Durable::default()];
+    for persist in &persists {
+        let mut next = models.last().expect("a model").clone();
+        next.apply(persist);
+        models.push(next);
+    }
+    let original = fs::read(&segment).expect("read");
+    let checkpoint_end = usize::try_from(offsets[0]).expect("fits");
+    let segment_name = segment.strip_prefix(&built).expect("inside").to_path_buf();
+    let (mut opened, mut refused) = (0, 0);
+    for seed in 0..400u64 {
+        let mut bytes = original.clone();
+        let mut state = seed;
+        let (first_damaged, damage_end, rest_kept) = damage(&mut bytes, checkpoint_end, &mut state);
+        if bytes == original {
+            continue;
+        }
+        let dir = tmp.path().join(format!("seed-{seed}"));
+        copy_dir(&built, &dir);
+        fs::write(dir.join(&segment_name), &bytes).expect("write damaged");
+        let result = std::panic::catch_unwind(|| DataDir::open(&dir, SyncMode::Fsync))
+            .unwrap_or_else(|_| panic!("seed {seed}: open panicked"));
+        // The persists whose records end at or before the first damaged byte.
+        let intact = offsets[1..]
+            .iter()
+            .take_while(|end| **end as usize <= first_damaged)
+            .count();
+        // An untouched record after the damage: the damage is not a torn tail.
+        let whole_after = rest_kept
+            && offsets[..persists.len()]
+                .iter()
+                .any(|start| *start as usize >= damage_end);
+        match result {
+            Err(e) => {
+                refused += 1;
+                assert!(
+                    whole_after || rest_kept,
+                    "seed {seed}: a cut at byte {first_damaged} was refused ({e}); a crash \
+                     inside the last write leaves the same"
+                );
+            }
+            Ok((mut reopened, loaded)) => {
+                opened += 1;
+                let k = models.iter().position(|m| *m == loaded).unwrap_or_else(|| {
+                    panic!(
+                        "seed {seed}: damage at byte {first_damaged} opened to a state no \
+                         prefix of the persists leaves"
+                    )
+                });
+                assert!(
+                    k >= intact,
+                    "seed {seed}: damage at byte {first_damaged} lost persist {} (the first \
+                     {intact} lie wholly before it)",
+                    k + 1
+                );
+                assert!(
+                    !whole_after,
+                    "seed {seed}: damage at byte {first_damaged}, inside persist {} of {} \
+                     with whole records after it, opened (at persist {k}) instead of being \
+                     refused as corruption",
+                    intact + 1,
+                    persists.len()
+                );
+                // The next record goes where the whole ones end, and the one after a restart
+                // reads it back: nothing the repair left behind can hide or break it.
+                let last = loaded.last_index();
+                let more = append(last + 1..=last + 2, 1, None);
+                reopened.persist(&more).expect("persist after the repair");
+                drop(reopened);
+                let (_, again) = DataDir::open(&dir, SyncMode::Fsync)
+                    .unwrap_or_else(|e| panic!("seed {seed}: reopen after a write: {e}"));
+                let mut expected = loaded.clone();
+                expected.apply(&more);
+                assert_eq!(again, expected, "seed {seed}: the write after the repair");
+            }
+        }
+        fs::remove_dir_all(&dir).expect("clean up");
+    }
+    // Both outcomes happen: the generator reaches torn tails and corruption alike.
+    assert!(
+        opened > 20 && refused > 20,
+        "opened {opened}, refused {refused}"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for entry in fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
