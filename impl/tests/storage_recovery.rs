@@ -163,6 +163,12 @@ fn torn_partial_record_is_cut_back_to_the_last_whole_record() {
     assert_eq!(file_len(&segment), offsets[3], "the file is cut back");
 }
 
+/// Where a rewritten segment's checkpoint ends: at its last byte that is not zero (the zero
+/// bytes written ahead follow it).
+fn checkpoint_end(segment: &[u8]) -> usize {
+    segment.iter().rposition(|&b| b != 0).expect("a checkpoint") + 1
+}
+
 /// A dir whose segment was rewritten (a snapshot at 6) with `ahead` zero bytes after its
 /// checkpoint; returns the dir, the model and the segment's length and checkpoint end.
 fn rewritten_with_space_ahead(path: &Path, ahead: u64) -> (DataDir, Durable, u64, u64) {
@@ -180,7 +186,7 @@ fn rewritten_with_space_ahead(path: &Path, ahead: u64) -> (DataDir, Durable, u64
         model.apply(persist);
     }
     let bytes = fs::read(dir.segment_path()).expect("read");
-    let checkpoint_end = bytes.iter().rposition(|&b| b != 0).expect("a checkpoint") as u64 + 1;
+    let checkpoint_end = checkpoint_end(&bytes) as u64;
     (dir, model, bytes.len() as u64, checkpoint_end)
 }
 
@@ -569,7 +575,7 @@ fn flipped_byte_in_a_lone_checkpoint_is_refused_not_cut() {
     // The checkpoint ends at the last byte that is not zero: the rewritten segment has zero
     // bytes written ahead after it (storage module doc, "Space written ahead").
     let bytes = fs::read(&segment).expect("read");
-    let checkpoint_end = bytes.iter().rposition(|&b| b != 0).expect("a checkpoint") + 1;
+    let checkpoint_end = checkpoint_end(&bytes);
     assert!(
         bytes.len() > checkpoint_end,
         "the rewritten segment has space written ahead"

@@ -16,10 +16,8 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::test_support::{append, leader, node};
-use super::{
-    ClientRequest, Durable, Entry, Index, Input, Message, Node, NodeId, Persist, RequestId, Term,
-};
+use super::test_support::{append, durable_of, leader, node};
+use super::{ClientRequest, Entry, Index, Input, Message, Node, NodeId, RequestId, Term};
 use crate::lock::{Command, Origin, Proposal};
 use crate::rng::splitmix64;
 
@@ -279,16 +277,6 @@ fn start(g: &mut Gen) -> Node {
     }
 }
 
-/// The durable state an honest driver holds after `node` was started and stepped this far:
-/// tracked by applying each persist that passed storage's checks.
-fn durable_of(node: &Node) -> Durable {
-    Durable {
-        snapshot: node.snapshot().cloned(),
-        entries: node.log().to_vec(),
-        hard_state: node.hard_state.clone(),
-    }
-}
-
 fn run_sequence(seed: u64) -> Result<usize, String> {
     let mut g = Gen(seed);
     let mut node = start(&mut g);
@@ -353,7 +341,7 @@ fn run_sequence(seed: u64) -> Result<usize, String> {
             )
         })?;
         if let Some(persist) = &output.persist {
-            check_persist(&durable, persist).map_err(|why| {
+            crate::storage::check_persist(&durable, persist).map_err(|why| {
                 format!(
                     "seed {seed}, step {step}: storage would refuse the persist ({why}), \
                      stopping the node\n  input: {input:?}\n  node before: {before:?}\n  \
@@ -366,10 +354,6 @@ fn run_sequence(seed: u64) -> Result<usize, String> {
         stepped += 1;
     }
     Ok(stepped)
-}
-
-fn check_persist(durable: &Durable, persist: &Persist) -> Result<(), String> {
-    crate::storage::check_persist(durable, persist)
 }
 
 #[test]

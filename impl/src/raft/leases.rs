@@ -362,16 +362,12 @@ mod tests {
             token: 1,
         };
         assert_eq!(n.deadline(&lease), Some(u64::MAX));
-        let (restarted, _) = Node::new(Config::new(2, vec![1, 2, 3]), durable_of(&n), 10);
+        let (restarted, _) = Node::new(
+            Config::new(2, vec![1, 2, 3]),
+            super::super::test_support::durable_of(&n),
+            10,
+        );
         assert_eq!(restarted.deadline(&lease), Some(u64::MAX));
-    }
-
-    fn durable_of(n: &Node) -> Durable {
-        Durable {
-            hard_state: n.hard_state.clone(),
-            snapshot: n.snapshot().cloned(),
-            entries: n.log().to_vec(),
-        }
     }
 
     #[test]

@@ -626,6 +626,16 @@ impl Node {
 pub(crate) mod test_support {
     use super::*;
 
+    /// What an honest driver holds on disk for `node` once every persist it asked for is
+    /// done: its snapshot, its log and its hard state.
+    pub(crate) fn durable_of(node: &Node) -> Durable {
+        Durable {
+            snapshot: node.snapshot().cloned(),
+            entries: node.log().to_vec(),
+            hard_state: node.hard_state.clone(),
+        }
+    }
+
     /// Node `id` of the cluster {1, 2, 3}, started empty at time 0.
     pub(crate) fn node(id: NodeId) -> Node {
         Node::new(Config::new(id, vec![1, 2, 3]), Durable::default(), 0).0

@@ -449,6 +449,7 @@ impl Core {
         for envelope in coalesce_envelopes(send_now) {
             self.links.send(envelope);
         }
+        // The answers need not wait for the persist (the IO contract on `Output`).
         self.answer(output.respond);
         let persisted = output.persist.is_some();
         // A vote or a term is persisted rarely, and a crash there matters most: its own point.
