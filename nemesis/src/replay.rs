@@ -155,7 +155,10 @@ pub fn replay_run(run_dir: &Path) -> anyhow::Result<RunReplay> {
 /// MemoryTrace`): `traces` are `(file, lines)` in node order, each named by the file it is
 /// written to when kept. A node without lines is left out, as a node without a file is.
 pub fn replay_lines(traces: Vec<(PathBuf, Vec<lockd::trace::TraceLine>)>) -> RunReplay {
-    let (mut files, mut starts, mut lines) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut files, mut starts) = (Vec::new(), Vec::new());
+    // One allocation of the whole size: grown by doubling, the copies and the fresh pages
+    // of each regrowth were about 3 % of a simulated seed's CPU (perf, seeds 1..20).
+    let mut lines = Vec::with_capacity(traces.iter().map(|(_, l)| l.len()).sum());
     for (file, node_lines) in traces.into_iter().filter(|(_, l)| !l.is_empty()) {
         files.push(file);
         starts.push(lines.len());

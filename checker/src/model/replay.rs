@@ -31,8 +31,8 @@ use std::panic::AssertUnwindSafe;
 use lockd::lock::{Key, LockTable, Origin, Outcome, Token};
 use lockd::raft::invariants::{self, Ledger};
 use lockd::raft::{
-    ClientRequest, Config, Durable, Entry, Envelope, HardState, Input, Message, Node, NodeId,
-    Output, RequestId, Response, Role, Term, Timer,
+    ClientRequest, Config, Durable, Entry, HardState, Input, Message, Node, NodeId, Output,
+    RequestId, Response, Role, Term, Timer,
 };
 use lockd::trace::{OutputDigest, TraceLine, TraceWriter};
 
@@ -97,7 +97,7 @@ impl ReplayReport {
     }
 }
 
-struct Replayed {
+struct Replayed<'a> {
     nodes: BTreeMap<NodeId, Node>,
     configs: BTreeMap<NodeId, Config>,
     ledger: Ledger,
@@ -106,7 +106,7 @@ struct Replayed {
     /// files are replayed one after the other).
     leaders: BTreeMap<Term, NodeId>,
     /// Every message a recorded output says was sent (see [`sent_messages`]).
-    sent: HashSet<Envelope, FastBuildHasher>,
+    sent: Sent<'a>,
     /// Per node, what its storage holds by the reference semantics
     /// ([`Durable::apply`] of every persist the core asked for since its start) ...
     written: BTreeMap<NodeId, Durable>,
@@ -143,6 +143,9 @@ struct Replayed {
     complete: BTreeMap<NodeId, (invariants::LogFingerprint, usize)>,
 }
 
+/// Sent messages by (source, target, message), borrowed from the trace's outputs.
+type Sent<'a> = HashSet<(NodeId, NodeId, &'a Message), FastBuildHasher>;
+
 /// Why a step failed: the run departs, or the trace is malformed.
 enum Fault {
     Departs(String),
@@ -160,21 +163,19 @@ impl From<String> for Fault {
 /// (a missing member makes the replay unknown, not departing). Replay checks each output
 /// against the real core's, so a forged output departs at its own record.
 /// Hashed with [`FastBuildHasher`]: SipHash over every sent message (entries, snapshot
-/// chunks) was 11 % of a simulated seed's CPU.
-fn sent_messages(
-    lines: &[TraceLine],
-) -> (
-    HashSet<Envelope, FastBuildHasher>,
-    BTreeSet<NodeId>,
-    BTreeSet<NodeId>,
-) {
+/// chunks) was 11 % of a simulated seed's CPU. The set borrows the messages from the trace:
+/// a copy of every sent message (and of every received one, to look it up) was most of the
+/// replay's copying.
+fn sent_messages(lines: &[TraceLine]) -> (Sent<'_>, BTreeSet<NodeId>, BTreeSet<NodeId>) {
     let mut sent = HashSet::default();
     let mut unrecorded = BTreeSet::new();
     let mut traced = BTreeSet::new();
     for line in lines {
         match line {
             TraceLine::Step { node, output, .. } => match output {
-                Some(digest) => sent.extend(digest.sent.iter().cloned()),
+                Some(digest) => {
+                    sent.extend((digest.sent.iter()).map(|e| (e.source, e.target, &e.msg)));
+                }
                 None => {
                     unrecorded.insert(*node);
                 }
@@ -346,12 +347,7 @@ fn was_sent(
     if unrecorded.contains(from) || !traced.contains(from) {
         return Ok(());
     }
-    let envelope = Envelope {
-        source: *from,
-        target: id,
-        msg: msg.clone(),
-    };
-    if r.sent.contains(&envelope) {
+    if r.sent.contains(&(*from, id, msg)) {
         return Ok(());
     }
     Err(Fault::Departs(format!(
