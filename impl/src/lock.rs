@@ -560,6 +560,31 @@ impl LockTable {
         hasher.finish()
     }
 
+    /// Whether `other` holds the same replicated state as this table: what
+    /// [`replicated_digest`](Self::replicated_digest) hashes, compared exactly.
+    pub fn same_replicated(&self, other: &LockTable) -> bool {
+        // Named field by field, as in `replicated_digest`.
+        let LockTable {
+            locks,
+            last_applied,
+            last_token,
+            sessions,
+            clock_ms,
+            session_limits,
+            bugs,
+            local_counter: _,
+        } = self;
+        (locks, last_applied, last_token, sessions, clock_ms)
+            == (
+                &other.locks,
+                &other.last_applied,
+                &other.last_token,
+                &other.sessions,
+                &other.clock_ms,
+            )
+            && (session_limits, bugs) == (&other.session_limits, &other.bugs)
+    }
+
     /// Forgets every session's remembered request (only the `snapshot-loses-state` mutant
     /// does this).
     pub fn forget_retries(&mut self) {
@@ -1192,6 +1217,36 @@ mod tests {
         let answer = t.apply_proposal(7, &request(second, 1, grant("x"), 30));
         assert_eq!(answer, Outcome::GrantRejected, "no old token granted again");
         assert_eq!(t.holder("x").map(|h| h.token), Some(5));
+    }
+
+    #[test]
+    fn same_replicated_compares_what_the_digest_hashes_and_nothing_node_local() {
+        // The trace replay compares a node's table with its shadow by `same_replicated` and
+        // tables across nodes by `replicated_digest`: the two must agree on what counts.
+        // The mutant's table, the only one with node-local state: its counter.
+        let mut t = LockTable::with_bugs(BugSet::of(&[Bug::TokenFromLocalCounter]));
+        let session = register(&mut t, 1, 10);
+        assert_eq!(
+            t.apply_proposal(2, &request(session, 1, grant("x"), 10)),
+            Outcome::Granted { token: 1 }
+        );
+        let copy = t.clone();
+        assert!(t.same_replicated(&copy));
+        // Node-local: a restarted node's counter differs and the tables are still the same.
+        let mut restarted = t.clone();
+        restarted.reset_local();
+        assert_ne!(restarted, t, "the counter is part of the whole table");
+        assert!(t.same_replicated(&restarted));
+        assert_eq!(t.replicated_digest(), restarted.replicated_digest());
+        // A lost dedupe entry (the `snapshot-loses-state` mutant) is a different table.
+        let mut lost = t.clone();
+        lost.forget_retries();
+        assert!(!t.same_replicated(&lost));
+        assert_ne!(t.replicated_digest(), lost.replicated_digest());
+        // So is a further applied entry.
+        let mut further = t.clone();
+        further.apply_proposal(3, &request(session, 2, grant("y"), 10));
+        assert!(!t.same_replicated(&further));
     }
 
     #[test]

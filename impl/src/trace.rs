@@ -139,10 +139,12 @@ impl TraceOut for Lines {
 }
 
 /// A trace in memory that outlives the node writing it (a simulated node's restarts append
-/// to the same one, as a process appends to its file). Clones share the lines.
+/// to the same one, as a process appends to its file). Clones share the lines. Kept as the
+/// turns' own vectors, moved in: one vector grown by doubling copied every line twice on
+/// average and took fresh pages at each regrowth (1.6 % of a simulated seed's CPU, perf).
 #[derive(Clone, Debug, Default)]
 pub struct MemoryTrace {
-    lines: std::sync::Arc<std::sync::Mutex<Vec<TraceLine>>>,
+    turns: std::sync::Arc<std::sync::Mutex<Vec<Vec<TraceLine>>>>,
 }
 
 impl MemoryTrace {
@@ -153,16 +155,23 @@ impl MemoryTrace {
 
     /// Appends `lines` (a turn's, in order).
     pub fn append(&self, lines: &mut Vec<TraceLine>) {
-        self.lock().append(lines);
+        if !lines.is_empty() {
+            self.lock().push(std::mem::take(lines));
+        }
     }
 
     /// Every line so far, taken out (the trace is empty after).
     pub fn take(&self) -> Vec<TraceLine> {
+        self.take_turns().into_iter().flatten().collect()
+    }
+
+    /// Every line so far, taken out in the turns they came in (the trace is empty after).
+    pub fn take_turns(&self) -> Vec<Vec<TraceLine>> {
         std::mem::take(&mut *self.lock())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TraceLine>> {
-        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<TraceLine>>> {
+        self.turns.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

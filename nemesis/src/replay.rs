@@ -130,8 +130,9 @@ pub struct RunReplay {
     starts: Vec<usize>,
     /// What the replay found.
     pub report: ReplayReport,
-    /// The records replayed, every file's in turn.
-    lines: Vec<lockd::trace::TraceLine>,
+    /// The records replayed, every file's in turn, in parts (a file's, or a simulated
+    /// node's turns): [`RunReplay::lines`] reads them as one sequence.
+    parts: Vec<Vec<lockd::trace::TraceLine>>,
 }
 
 /// Reads `run_dir`'s traces and replays them. Per-node files are replayed one after the
@@ -147,29 +148,35 @@ pub fn replay_run(run_dir: &Path) -> anyhow::Result<RunReplay> {
         files,
         starts,
         report,
-        lines,
+        parts: vec![lines],
     })
 }
 
 /// As [`replay_run`], of traces held in memory (a simulated seed's, `lockd::trace::
 /// MemoryTrace`): `traces` are `(file, lines)` in node order, each named by the file it is
-/// written to when kept. A node without lines is left out, as a node without a file is.
-pub fn replay_lines(traces: Vec<(PathBuf, Vec<lockd::trace::TraceLine>)>) -> RunReplay {
-    let (mut files, mut starts) = (Vec::new(), Vec::new());
-    // One allocation of the whole size: grown by doubling, the copies and the fresh pages
-    // of each regrowth were about 3 % of a simulated seed's CPU (perf, seeds 1..20).
-    let mut lines = Vec::with_capacity(traces.iter().map(|(_, l)| l.len()).sum());
-    for (file, node_lines) in traces.into_iter().filter(|(_, l)| !l.is_empty()) {
+/// written to when kept, the lines in the turns they were traced in. A node without lines is
+/// left out, as a node without a file is.
+pub fn replay_lines(traces: Vec<(PathBuf, Vec<Vec<lockd::trace::TraceLine>>)>) -> RunReplay {
+    let (mut files, mut starts, mut parts) = (Vec::new(), Vec::new(), Vec::new());
+    // Replayed where they lie, in their turns: gathered into one vector, the copy and its
+    // fresh pages were 2-3 % of a simulated seed's CPU (perf, seeds 1..20).
+    let mut count = 0;
+    for (file, turns) in traces {
+        let lines: usize = turns.iter().map(Vec::len).sum();
+        if lines == 0 {
+            continue;
+        }
         files.push(file);
-        starts.push(lines.len());
-        lines.extend(node_lines);
+        starts.push(count);
+        count += lines;
+        parts.extend(turns);
     }
-    let report = replay(&lines);
+    let report = checker::model::replay::replay_each(parts.iter().flatten());
     RunReplay {
         files,
         starts,
         report,
-        lines,
+        parts,
     }
 }
 
@@ -187,6 +194,11 @@ fn shown(file: &Path) -> String {
 }
 
 impl RunReplay {
+    /// Every record replayed, every file's in turn.
+    pub fn lines(&self) -> impl Iterator<Item = &lockd::trace::TraceLine> + Clone {
+        self.parts.iter().flatten()
+    }
+
     /// Writes each file's records to it (JSON lines, `lockd::trace`): the files of traces
     /// that were replayed from memory ([`replay_lines`]).
     pub fn write_files(&self) -> std::io::Result<()> {
@@ -197,7 +209,7 @@ impl RunReplay {
             .iter()
             .skip(1)
             .copied()
-            .chain([self.lines.len()]);
+            .chain([self.lines().count()]);
         for ((file, start), end) in self.files.iter().zip(&self.starts).zip(ends) {
             let context =
                 |e: std::io::Error| std::io::Error::other(format!("{}: {e}", file.display()));
@@ -205,7 +217,7 @@ impl RunReplay {
                 std::fs::create_dir_all(dir).map_err(context)?;
             }
             let mut out = std::io::BufWriter::new(File::create(file).map_err(context)?);
-            for line in &self.lines[*start..end] {
+            for line in self.lines().skip(*start).take(end - start) {
                 out.put(line.clone()).map_err(context)?;
             }
             out.flush().map_err(context)?;

@@ -316,7 +316,8 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     let replayed = simulated.traces.map(|traces| {
         let dir = case.trace_dir().unwrap_or_default().join("node-logs");
         let named = traces.into_iter();
-        let named = named.map(|(id, t)| (crate::systems::lockd::trace_path(&dir, id), t.take()));
+        let named =
+            named.map(|(id, t)| (crate::systems::lockd::trace_path(&dir, id), t.take_turns()));
         crate::replay::replay_lines(named.collect())
     });
     extra.extend(
