@@ -987,4 +987,109 @@ mod tests {
                 .all(|s| matches!(s, Err(ClientError::Unavailable(_))))
         );
     }
+
+    /// A node whose first acquire never answers (its request is still on the wire, or the
+    /// node has not read it yet) and whose later acquires get `then` in turn.
+    #[derive(Clone)]
+    struct FirstAcquireInFlight {
+        calls: Arc<AtomicUsize>,
+        then: Arc<Mutex<Vec<Response>>>,
+    }
+
+    impl crate::rpc::LockService for FirstAcquireInFlight {
+        async fn acquire(
+            self,
+            _: context::Context,
+            _key: Key,
+            _lease_ms: u64,
+            _wait_ms: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                return futures::future::pending().await;
+            }
+            self.then.lock().unwrap().remove(0)
+        }
+
+        async fn release(
+            self,
+            _: context::Context,
+            _key: Key,
+            _token: Token,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::Released
+        }
+
+        async fn register_session(
+            self,
+            _: context::Context,
+            _label: u64,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::Registered { session: 1 }
+        }
+
+        async fn status(self, _: context::Context) -> NodeStatus {
+            futures::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_busy_after_an_attempt_lost_in_flight_is_not_definite() {
+        // Review (deadlines): the first attempt of an acquire is lost at the client's attempt
+        // deadline with its request possibly still on the wire or unread at the node
+        // (`Attempt::Lost`); the retry, same origin, is answered `Busy` from a committed
+        // GrantRejected. The dedupe table replays only a Granted or Released, never a
+        // refusal (lock.rs), so when the first attempt reaches the leader later it is applied
+        // afresh and can be granted (`requests::tests::
+        // a_first_attempt_that_reaches_the_leader_after_its_retry_was_answered_busy_is_granted`):
+        // the op took effect after the client reported a definite failure (history `fail`).
+        // After an attempt was lost a `Busy` says only that the retry was refused, like the
+        // `Invalid` of `an_invalid_retry_after_an_attempt_was_sent_is_unknown`.
+        let node = FirstAcquireInFlight {
+            calls: Arc::new(AtomicUsize::new(0)),
+            then: Arc::new(Mutex::new(vec![Response::Busy])),
+        };
+        let addr = {
+            use futures::StreamExt;
+            use tarpc::server::{BaseChannel, Channel};
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let node = node.clone();
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let node = node.clone();
+                    let transport =
+                        crate::server::transport(crate::sys::net::TcpStream::Tokio(stream));
+                    tokio::spawn(
+                        BaseChannel::with_defaults(transport)
+                            .execute(crate::rpc::LockService::serve(node))
+                            .for_each(|request| async move {
+                                tokio::spawn(request);
+                            }),
+                    );
+                }
+            });
+            addr
+        };
+        let options = ClientOptions {
+            attempt_timeout_ms: 200,
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answered = client.acquire_traced("k", 1000, 0, deadline).await;
+        assert_eq!(node.calls.load(Ordering::SeqCst), 2, "one lost attempt, one retry");
+        assert!(
+            matches!(&answered.result, Err(error) if !error.is_definite()),
+            "a refusal of the retry after an attempt was lost in flight must be unknown \
+             (the lost attempt may still be applied): {:?}",
+            answered.result
+        );
+    }
 }

@@ -507,4 +507,72 @@ mod tests {
             out.respond
         );
     }
+
+    #[test]
+    fn a_first_attempt_that_reaches_the_leader_after_its_retry_was_answered_busy_is_granted() {
+        // Review (deadlines), the node's half of
+        // `client::tests::a_busy_after_an_attempt_lost_in_flight_is_not_definite`: session B's
+        // acquire of a held key is sent twice under one origin (the client lost the first
+        // attempt at its deadline, e.g. a cut connection, and retried). The retry arrives
+        // first and commits as GrantRejected: `Busy`, which the client reports as a definite
+        // failure. The holder then releases, and the first attempt, which was still on the
+        // wire, reaches the leader: a refusal is never replayed from the dedupe table, so it
+        // is applied afresh and granted. The op took effect after its `Busy`.
+        use crate::lock::Origin;
+        fn commit(n: &mut super::super::Node) -> Vec<(RequestId, Response)> {
+            let last = n.status().last_log_index;
+            n.step(Input::Persisted {
+                term: 1,
+                index: last,
+            });
+            n.step(ack(2, 1, last)).respond
+        }
+        fn session(n: &mut super::super::Node, id: u64) -> u64 {
+            n.step(request(id, ClientRequest::RegisterSession { label: id }));
+            match commit(n).as_slice() {
+                [(_, Response::Registered { session })] => *session,
+                other => panic!("registration: {other:?}"),
+            }
+        }
+        let mut n = leader();
+        let (a, b) = (session(&mut n, 1), session(&mut n, 2));
+        let acquire_by = |session, request| ClientRequest::Acquire {
+            key: "k".into(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: Some(Origin { session, request }),
+        };
+        n.step(request(3, acquire_by(a, 1)));
+        let held = match commit(&mut n).as_slice() {
+            [(RequestId(3), Response::Granted { token })] => *token,
+            other => panic!("holder: {other:?}"),
+        };
+        // B's retry (request 5) arrives first.
+        n.step(request(5, acquire_by(b, 1)));
+        assert_eq!(commit(&mut n), vec![(RequestId(5), Response::Busy)]);
+        // A releases.
+        n.step(request(
+            6,
+            ClientRequest::Release {
+                key: "k".into(),
+                token: held,
+                origin: Some(Origin {
+                    session: a,
+                    request: 2,
+                }),
+            },
+        ));
+        assert_eq!(commit(&mut n), vec![(RequestId(6), Response::Released)]);
+        // B's first attempt (request 4, the same op) reaches the leader now.
+        n.step(request(4, acquire_by(b, 1)));
+        let late = commit(&mut n);
+        assert!(
+            matches!(late.as_slice(), [(RequestId(4), Response::Granted { .. })]),
+            "{late:?}"
+        );
+        assert!(
+            n.table().holder("k").is_some(),
+            "the op answered Busy holds the key"
+        );
+    }
 }
