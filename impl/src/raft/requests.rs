@@ -575,4 +575,57 @@ mod tests {
             "the op answered Busy holds the key"
         );
     }
+
+    #[test]
+    fn a_late_attempt_of_an_older_request_does_not_unmake_the_newer_requests_dedupe() {
+        // Review (deadlines). The table remembers one request per session and applies a
+        // request under any other number as new (lock.rs), on the premise that a client runs
+        // one request at a time. A client does, but an attempt it gave up on can still be on
+        // the wire: its op 1 (acquire k1) was lost at its deadline and reported Unknown; its
+        // op 2 (acquire k2) is granted, but the answer is lost and the client retries it.
+        // Between the two, op 1's attempt reaches the leader: request 1 < 2 is applied as
+        // new, granted, and replaces op 2's entry in the table. Op 2's retry is then
+        // applied afresh against a key held by op 2's own grant: GrantRejected, `Busy`,
+        // which the client reports as a definite failure while op 2's grant holds k2, known
+        // to nobody, until its lease runs out. (Raft dissertation §6.3 answers or discards
+        // an older request of a session; it never executes it after a newer one.)
+        use crate::lock::Origin;
+        fn commit(n: &mut super::super::Node) -> Vec<(RequestId, Response)> {
+            let last = n.status().last_log_index;
+            n.step(Input::Persisted {
+                term: 1,
+                index: last,
+            });
+            n.step(ack(2, 1, last)).respond
+        }
+        let mut n = leader();
+        n.step(request(1, ClientRequest::RegisterSession { label: 1 }));
+        let session = match commit(&mut n).as_slice() {
+            [(_, Response::Registered { session })] => *session,
+            other => panic!("registration: {other:?}"),
+        };
+        let acquire_by = |key: &str, request| ClientRequest::Acquire {
+            key: key.into(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: Some(Origin { session, request }),
+        };
+        // Op 2, first attempt: granted (the answer is lost on the way back).
+        n.step(request(11, acquire_by("k2", 2)));
+        let token = match commit(&mut n).as_slice() {
+            [(RequestId(11), Response::Granted { token })] => *token,
+            other => panic!("op 2: {other:?}"),
+        };
+        // Op 1's attempt, given up on by the client, arrives late.
+        n.step(request(12, acquire_by("k1", 1)));
+        commit(&mut n);
+        // Op 2's retry.
+        n.step(request(13, acquire_by("k2", 2)));
+        let retry = commit(&mut n);
+        assert_eq!(
+            retry,
+            vec![(RequestId(13), Response::Granted { token })],
+            "op 2's retry must get its own grant back (k2 is held under token {token} by op 2)"
+        );
+    }
 }
