@@ -458,6 +458,9 @@ impl Client {
         let mut target = self.leader.load(Ordering::Relaxed);
         let mut sent = false;
         let mut abandoned = false;
+        // An attempt was lost on the way (`Attempt::Lost`): it may still reach a node and be
+        // applied, after anything a later attempt is answered.
+        let mut lost = false;
         let mut backoff_ms = self.options.backoff_min_ms;
         let mut last = String::from("no attempt was made before the deadline");
         for _ in 0..self.options.attempts_max {
@@ -513,6 +516,22 @@ impl Client {
                     };
                     return (Err(error), Some(target as NodeId + 1));
                 }
+                Attempt::Answer(Response::Busy) if lost => {
+                    // `Busy` is this attempt's committed refusal; the table replays no refusal
+                    // (a waiter's retry must be applied afresh, lock.rs), so the lost attempt,
+                    // reaching the leader later, is applied as new and can be granted once the
+                    // holder lets go. Not a definite failure (the review defect of a `Busy`
+                    // after an attempt lost in flight). A `Busy` after the node's own
+                    // `Unknown` stays definite: that attempt reached a core, so its entry is
+                    // applied before this one or never commits.
+                    self.leader.store(target, Ordering::Relaxed);
+                    let error = ClientError::Unknown(format!(
+                        "node {}: busy, after an earlier attempt was lost on the way and may \
+                         still be applied",
+                        target + 1
+                    ));
+                    return (Err(error), Some(target as NodeId + 1));
+                }
                 Attempt::Answer(answer) => {
                     self.leader.store(target, Ordering::Relaxed);
                     return (Ok((answer, abandoned)), Some(target as NodeId + 1));
@@ -525,6 +544,7 @@ impl Client {
                 Attempt::Lost(reason) => {
                     sent = true;
                     abandoned = true;
+                    lost = true;
                     last = reason;
                     target = (target + 1) % self.cluster.len();
                     true
@@ -1084,7 +1104,11 @@ mod tests {
         let client = Client::with_options(vec![addr], 1, options);
         let deadline = Instant::now() + Duration::from_secs(10);
         let answered = client.acquire_traced("k", 1000, 0, deadline).await;
-        assert_eq!(node.calls.load(Ordering::SeqCst), 2, "one lost attempt, one retry");
+        assert_eq!(
+            node.calls.load(Ordering::SeqCst),
+            2,
+            "one lost attempt, one retry"
+        );
         assert!(
             matches!(&answered.result, Err(error) if !error.is_definite()),
             "a refusal of the retry after an attempt was lost in flight must be unknown \
