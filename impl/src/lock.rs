@@ -33,8 +33,14 @@
 //!   linearizable as the old one. Replaying a refusal stranded a waiting acquire whose lost
 //!   `Busy` it retried: its Grant came back refused from the table, round after round, while
 //!   the key was free.
-//! - The table keeps one request per session: a retry that arrives after the session's next
-//!   request was applied is applied as new. Clients run one request at a time per session.
+//! - The table keeps one request per session, the latest. A client runs one request at a
+//!   time per session and numbers them upwards, so a request under a lower number is a late
+//!   attempt of one the client is done with (still on the wire when it gave up): it gets
+//!   [`Outcome::SessionExpired`] and changes nothing (Raft dissertation §6.3 never executes
+//!   an older request of a session after a newer one; LogCabin answers it as an expired
+//!   session). Applied as new, it replaced the newer request's entry, whose retry then ran
+//!   afresh against its own grant: `Busy`, while that grant held its key known to nobody
+//!   (a review defect of issue 24).
 //!
 //! # Client sessions (Raft dissertation §6.3)
 //!
@@ -623,6 +629,11 @@ impl LockTable {
             self.advance(index);
             return Outcome::SessionExpired;
         };
+        if (session.answered.as_ref()).is_some_and(|answered| origin.request < answered.request) {
+            // A late attempt of an earlier request (the module doc).
+            self.advance(index);
+            return Outcome::SessionExpired;
+        }
         if let Some(outcome) = session
             .answered
             .as_ref()

@@ -618,7 +618,12 @@ mod tests {
         };
         // Op 1's attempt, given up on by the client, arrives late.
         n.step(request(12, acquire_by("k1", 1)));
-        commit(&mut n);
+        assert_eq!(
+            commit(&mut n),
+            vec![(RequestId(12), Response::SessionExpired)],
+            "a late attempt of an earlier request is refused, as of an expired session"
+        );
+        assert_eq!(n.table().holder("k1"), None, "and changes nothing");
         // Op 2's retry.
         n.step(request(13, acquire_by("k2", 2)));
         let retry = commit(&mut n);
