@@ -771,4 +771,45 @@ mod tests {
         );
         assert_eq!(core.lost_grants, 0, "a correct core loses no grant");
     }
+
+    #[tokio::test]
+    async fn an_orphaned_grant_is_released_even_if_its_leader_stepped_down_first() {
+        // Review (deadlines and departures). A leader commits a Grant and hands it to its
+        // handler, whose connection ended (or whose deadline passed) in the same instant:
+        // the handler reports `Event::Orphaned` (or the core's send fails and the grant goes
+        // to `orphans`), to be released in a later turn by `release_orphan`. If the leader
+        // steps down before that turn (a newer leader's message earlier in the batch, or its
+        // check-quorum at the turn's Tick), `Input::Propose` is dropped at the follower and
+        // the orphan is forgotten: no Release reaches the log, the new leader never learns of
+        // it, and the key is held by nobody until its lease runs out. The same class as the
+        // fixed "phantom release lost across a leader change" (pending grants), one step later.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut core = core_with(dir.path(), Config::new(1, vec![1, 2, 3]));
+        core.node = crate::raft::test_support::leader();
+        // The Grant of token 2 was committed and answered in an earlier turn. Now node 2
+        // leads term 2.
+        core.step(Input::Propose(Proposal::system(Command::Grant {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+        })));
+        core.step(Input::Persisted { term: 1, index: 2 });
+        core.step(crate::raft::test_support::ack(2, 1, 2));
+        let held = |core: &Core| core.node.table().holder("k").map(|h| h.token);
+        assert_eq!(held(&core), Some(2), "the Grant of token 2 applied");
+        core.step(crate::raft::test_support::append(2, 2, (0, 0), vec![], 0));
+        assert_ne!(core.node.status().role, Role::Leader);
+        let mut output = Output::default();
+        core.handle(
+            Event::Orphaned {
+                key: "k".to_owned(),
+                token: 2,
+            },
+            &mut output,
+        );
+        let forwarded = !output.send_now.is_empty() || !output.send_after_persist.is_empty();
+        assert!(
+            output.persist.is_some() || forwarded || !core.orphans.is_empty(),
+            "the release of orphaned token 2 was dropped at a follower and forgotten: {output:?}"
+        );
+    }
 }
