@@ -639,9 +639,24 @@ impl Core {
     /// the answer reached it. The core releases grants whose client left while they were
     /// pending (`Input::ClientGone`); this closes the window after its answer, which only
     /// the driver sees. Proposed as a system Release of that token (harmless if the key
-    /// moved on: it is then `NotFound`); a follower drops it.
+    /// moved on: it is then `NotFound`). A follower would drop the proposal: a node that
+    /// stepped down between the answer and this turn keeps the orphan for a turn in which it
+    /// leads again, while its applied table still holds the key under that token (a review
+    /// defect of issue 24: it was forgotten, and the key held by nobody until its lease ran
+    /// out). If another node leads from then on, the lease still bounds it.
     fn release_orphan(&mut self, key: Key, token: Token, output: &mut Output) {
         if self.node.config().bugs.contains(Bug::SkipPhantomRelease) {
+            return;
+        }
+        if self.node.status().role != Role::Leader {
+            if self
+                .node
+                .table()
+                .holder(&key)
+                .is_some_and(|h| h.token == token)
+            {
+                self.orphans.push((key, token));
+            }
             return;
         }
         info!(key = %key, token, "client gone before its grant reached it; releasing");
@@ -811,5 +826,23 @@ mod tests {
             output.persist.is_some() || forwarded || !core.orphans.is_empty(),
             "the release of orphaned token 2 was dropped at a follower and forgotten: {output:?}"
         );
+        // Kept while the key is held under that token, and proposed once the node leads.
+        crate::raft::test_support::win_election(&mut core.node, 3, 3);
+        let mut output = Output::default();
+        for (key, token) in std::mem::take(&mut core.orphans) {
+            core.release_orphan(key, token, &mut output);
+        }
+        let proposed = (output.persist.iter().flat_map(|p| &p.entries)).any(|e| {
+            e.proposal.command
+                == Command::Release {
+                    key: "k".to_owned(),
+                    token: 2,
+                }
+        });
+        assert!(
+            proposed,
+            "the leader again proposes the release: {output:?}"
+        );
+        assert!(core.orphans.is_empty(), "and keeps nothing more");
     }
 }
