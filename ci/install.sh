@@ -31,9 +31,13 @@ packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-util
 #   started by the harness with a config of its own on a free loopback port, never the
 #   package's service; faketime brings libfaketime (LD_PRELOAD), through which the clock
 #   nemesis moves a third-party process's clock (nemesis::faketime).
+# - gcc, libc6-dev: the C compiler and headers that build mimalloc, the allocator of the
+#   `lockd` and `locksmith` binaries (impl/src/bin/lockd.rs), through the `cc` crate. A
+#   machine that links Rust programs already has them (cargo links with `cc`); listed so
+#   that the need is written down.
 set -euo pipefail
 
-packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2 zookeeper redis-server faketime)
+packages=(etcd-server etcd-client iptables nftables passwd chromium libxml2-utils openssh-server openssh-client iproute2 zookeeper redis-server faketime gcc libc6-dev)
 
 missing=()
 for package in "${packages[@]}"; do
