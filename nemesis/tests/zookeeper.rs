@@ -192,6 +192,7 @@ fn assert_nothing_left(store: &Path) {
 
 #[test]
 fn defaults_are_valid_with_the_fenced_workload() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Issue 25, Shows: `locksmith test --system zookeeper` (30 s, defaults: kill, pause,
     // partition on 3 servers) is valid: the lock node's czxid fences every stale write.
     if !zookeeper_or_skip("defaults_are_valid_with_the_fenced_workload") {
@@ -221,6 +222,7 @@ fn defaults_are_valid_with_the_fenced_workload() {
 
 #[test]
 fn unfenced_writes_under_pauses_are_invalid_and_leave_nothing() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Issue 25, Shows: with `--workload unfenced --nemesis pause` a paused holder whose
     // session expired still writes, after the next holder did: invalid. Seed 6 plans four
     // pause-clients episodes in 30 s. A failing run leaves nothing either.
@@ -263,6 +265,7 @@ fn unfenced_writes_under_pauses_are_invalid_and_leave_nothing() {
 
 #[test]
 fn an_interrupted_run_kills_every_server_and_removes_its_data() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Issue 25, Shows: every process and temp dir a run makes is gone after it, also when
     // it fails: SIGINT once the ensemble is up ends the run with exit 2.
     if !zookeeper_or_skip("an_interrupted_run_kills_every_server") {
@@ -335,7 +338,11 @@ fn token_of(outcome: &nemesis::systems::Outcome) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard serializes whole tests; only other tests' threads wait for it, never a task of
+// this test's own runtime, so holding it across awaits cannot deadlock.
+#[allow(clippy::await_holding_lock)]
 async fn the_recipe_queues_fences_and_lets_a_stalled_holder_go_no_earlier_than_its_lease() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Module docs of nemesis::systems::zookeeper::client: busy while held, waiters granted
     // in queue order with growing czxid tokens; a stalled holder's session expires, and the
     // key is granted again no earlier than its lease from the acquire's invoke (the lease
@@ -452,7 +459,11 @@ fn view_of(views: &[nemesis::systems::NodeView], node: u64) -> Option<&nemesis::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard serializes whole tests; only other tests' threads wait for it, never a task of
+// this test's own runtime, so holding it across awaits cannot deadlock.
+#[allow(clippy::await_holding_lock)]
 async fn an_isolated_server_hears_no_votes_and_rejoins_after_the_heal() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Issue 25 item 2, "partition each server": through the fault proxy, isolating the
     // leader cuts its quorum **and** election links (systems::zookeeper::links), so it
     // neither leads nor follows, and receives not one vote from the others while the
@@ -565,6 +576,15 @@ const CTIME_SLACK_MS: i64 = 60_000;
 
 /// The faketime tests of this binary run one at a time, so that `/dev/shm` before and
 /// after one of them holds only its own servers' segments.
+/// Every test here starts an ensemble of three JVMs (or a `locksmith` run of one): on a
+/// 2-core machine seven at once starved the elections, and a clean clone's CI timed out
+/// waiting 40 s for a leader (2026-12-05; the test passed alone in 14 s). One at a time.
+static ENSEMBLE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_ensemble_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ENSEMBLE_TESTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 static FAKETIME_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn faketime_or_skip(test: &str) -> Option<nemesis::systems::faketime::Libfaketime> {
@@ -658,6 +678,7 @@ async fn assert_busy(client: &dyn nemesis::systems::LockClient, key: &str, when:
 
 #[test]
 fn the_clock_nemesis_moves_the_servers_wall_clocks_and_no_session() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Issue 25 item 3 and systems::zookeeper's module docs ("Clock"): under libfaketime a
     // server's wall clock follows its clock file (the leader stamps a znode's ctime with
     // it), while ZooKeeper times sessions on the monotonic clock: a lock whose session
@@ -761,6 +782,7 @@ async fn wall_clocks_move_and_sessions_do_not(
 
 #[test]
 fn a_run_with_the_clock_nemesis_is_valid_says_what_it_moved_and_leaves_nothing() {
+    let _one_ensemble = one_ensemble_at_a_time();
     // Issue 25 item 3: `locksmith test --system zookeeper --nemesis clock` runs every
     // server under libfaketime, its clock faults act, the fenced workload stays valid
     // (sessions run on the monotonic clock), the summary says what the faults reached, and
