@@ -47,6 +47,16 @@
 //! until the lease runs out by a client that does not know it holds it. An attempt that the
 //! node answered `Unknown` counts as abandoned: the node gave up on it and treats the client
 //! as gone.
+//!
+//! An acquire reported `Unknown` for any other reason (its deadline passed with a request on
+//! the wire, an attempt lost in flight before a refusal), or whose future was dropped while
+//! a request was out, may be granted after the client stopped waiting, to a call nobody
+//! reads: the token never reaches the client. The client then owes an `abandon` of that
+//! request: it frees the key if that request's grant holds it, and since it is a newer
+//! request of the session, any attempt of the abandoned one applied later is refused as a
+//! late attempt (`lock::Command::Abandon`). An `Unknown` acquire pays it before it returns,
+//! within one attempt timeout; a dropped one, or an abandon that got no answer, is paid
+//! before this client's next op. A client that never runs another op leaves it to the lease.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -175,6 +185,14 @@ enum Attempt {
     Lost(String),
 }
 
+/// An acquire request this client owes an abandon for (the module doc on abandons).
+#[derive(Clone, Debug)]
+struct Owed {
+    session: SessionId,
+    request: u64,
+    key: Key,
+}
+
 /// A client session: its id and the next request number.
 #[derive(Clone, Copy, Debug)]
 struct Session {
@@ -195,6 +213,9 @@ pub struct Client {
     conns: Mutex<Vec<Option<Conn>>>,
     /// Held for the whole of one acquire or release: see the module docs on dedupe.
     one_op_at_a_time: tokio::sync::Mutex<()>,
+    /// The acquire whose answer this client may never read, until it is settled (the module
+    /// doc on abandons).
+    owed: Mutex<Option<Owed>>,
     options: ClientOptions,
 }
 
@@ -219,6 +240,10 @@ enum Op {
     Release {
         key: Key,
         token: Token,
+    },
+    Abandon {
+        key: Key,
+        request: u64,
     },
     RegisterSession,
 }
@@ -252,6 +277,7 @@ impl Client {
             leader: AtomicUsize::new(0),
             conns,
             one_op_at_a_time: tokio::sync::Mutex::new(()),
+            owed: Mutex::new(None),
             options,
         }
     }
@@ -310,6 +336,13 @@ impl Client {
             wait_ms,
         };
         let (result, node) = self.run(op, wait_ms, deadline).await;
+        if let Err(ClientError::Unknown(_)) = &result {
+            // Its grant may come after this client stopped waiting, to a call nobody reads
+            // (the module doc): give that request up through the log now.
+            let cleanup = Instant::now() + Duration::from_millis(self.options.attempt_timeout_ms);
+            let _one_op = self.one_op_at_a_time.lock().await;
+            self.pay_owed(cleanup).await;
+        }
         if let Ok((Response::Granted { token }, true)) = &result {
             // Reported unknown below, so nobody would ever release this grant: it would keep
             // its key until the lease ran out (a phantom lock held by a live client). Give it
@@ -388,7 +421,7 @@ impl Client {
 
     /// Runs `op` until a definite answer, the deadline or the attempt bound. Returns the
     /// answer and whether an earlier attempt was abandoned after it may have been sent, and
-    /// the node that gave the answer.
+    /// the node that gave the answer. Pays an abandon owed by an earlier acquire first.
     async fn run(
         &self,
         op: Op,
@@ -396,6 +429,7 @@ impl Client {
         deadline: Instant,
     ) -> (Result<(Response, bool), ClientError>, Option<NodeId>) {
         let _one_op = self.one_op_at_a_time.lock().await;
+        self.pay_owed(deadline).await;
         let session = match self.registered(deadline).await {
             Ok(session) => session,
             Err(error) => return (Err(error), None),
@@ -408,7 +442,23 @@ impl Client {
             next_request: session.next_request + 1,
             ..session
         });
+        if let Op::Acquire { key, .. } = &op {
+            // Owed until a definite answer: if this future is dropped with the request out,
+            // the next op pays it.
+            *self.lock_owed() = Some(Owed {
+                session: session.id,
+                request: origin.request,
+                key: key.clone(),
+            });
+        }
         let (result, node) = self.attempts(op, Some(origin), wait_ms, deadline).await;
+        if !matches!(result, Err(ClientError::Unknown(_))) {
+            // Answered (a token the caller gets, or a refusal that promises no grant), or
+            // never sent: nothing to give up. A grant after an abandoned attempt is given
+            // back by its token (`acquire_traced`).
+            self.lock_owed()
+                .take_if(|owed| owed.request == origin.request);
+        }
         if let Ok((Response::SessionExpired, _)) = result {
             // Register anew for the next op; this one may have taken effect under the old
             // session on an earlier attempt.
@@ -416,6 +466,50 @@ impl Client {
             return (Err(ClientError::SessionExpired(session.id)), node);
         }
         (result, node)
+    }
+
+    fn lock_owed(&self) -> std::sync::MutexGuard<'_, Option<Owed>> {
+        // Poisoned only if a task panicked holding it; the value is still valid.
+        self.owed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends the abandon this client owes, if any, as its session's next request (the caller
+    /// holds `one_op_at_a_time`). Settled by a definite answer, or when its session is gone
+    /// (a lock of a forgotten session is the lease's); otherwise still owed.
+    async fn pay_owed(&self, deadline: Instant) {
+        let Some(owed) = self.lock_owed().clone() else {
+            return;
+        };
+        let session = match *self.lock_session() {
+            Some(session) if session.id == owed.session => session,
+            _ => {
+                *self.lock_owed() = None;
+                return;
+            }
+        };
+        let origin = Origin {
+            session: session.id,
+            request: session.next_request,
+        };
+        *self.lock_session() = Some(Session {
+            next_request: session.next_request + 1,
+            ..session
+        });
+        let abandon = Op::Abandon {
+            key: owed.key.clone(),
+            request: owed.request,
+        };
+        let (result, _) = self.attempts(abandon, Some(origin), 0, deadline).await;
+        match result {
+            Ok((Response::Released | Response::NotHolder, _)) => {
+                *self.lock_owed() = None;
+            }
+            Ok((Response::SessionExpired, _)) => {
+                *self.lock_owed() = None;
+                *self.lock_session() = None;
+            }
+            _ => {}
+        }
     }
 
     /// The registered session, registering one first when there is none. An error means the
@@ -613,6 +707,13 @@ impl Client {
                 with_backstop(
                     call_deadline,
                     conn.rpc.release(ctx, key, token, origin, timeout_ms),
+                )
+                .await
+            }
+            Op::Abandon { key, request } => {
+                with_backstop(
+                    call_deadline,
+                    conn.rpc.abandon(ctx, key, request, origin, timeout_ms),
                 )
                 .await
             }
@@ -847,6 +948,17 @@ mod tests {
             Response::Released
         }
 
+        async fn abandon(
+            self,
+            _: context::Context,
+            _key: Key,
+            _request: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::NotHolder
+        }
+
         async fn register_session(
             self,
             _: context::Context,
@@ -1050,6 +1162,17 @@ mod tests {
             Response::Released
         }
 
+        async fn abandon(
+            self,
+            _: context::Context,
+            _key: Key,
+            _request: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::NotHolder
+        }
+
         async fn register_session(
             self,
             _: context::Context,
@@ -1126,7 +1249,7 @@ mod tests {
             tokio::spawn(async move {
                 let mut index = 0;
                 while let Some((at, proposal, reply)) = arrivals.recv().await {
-                    tokio::time::sleep_until(at.into()).await;
+                    tokio::time::sleep_until(at).await;
                     index += 1;
                     let outcome = node_table.lock().unwrap().apply_proposal(index, &proposal);
                     let _ = reply.send(outcome);
@@ -1183,6 +1306,17 @@ mod tests {
             self.apply(origin, Command::Release { key, token }).await
         }
 
+        async fn abandon(
+            self,
+            _: context::Context,
+            key: Key,
+            request: u64,
+            origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            self.apply(origin, Command::Abandon { key, request }).await
+        }
+
         async fn register_session(
             self,
             _: context::Context,
@@ -1234,12 +1368,52 @@ mod tests {
             answered.result
         );
         // Everything the client sent has arrived by now (one transit after its last send).
-        tokio::time::sleep_until((Instant::now() + Duration::from_millis(400)).into()).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
         let table = node.table.lock().unwrap();
         assert!(
             table.holder("k").is_none(),
             "a grant the client never read, reported unknown, keeps its key for the whole \
              lease: {:?}",
+            table.holder("k")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_acquire_dropped_with_its_request_on_the_wire_is_given_up_by_the_next_op() {
+        // The same window when the caller drops the acquire's future (a `timeout` around it,
+        // the harness's `gave-up`): no cleanup can run in the dropped future, so the client
+        // owes the abandon and pays it before its next op.
+        let node = SlowWire::start();
+        let addr = serve_fake!(node.clone());
+        let options = ClientOptions {
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+        let far = || Instant::now() + Duration::from_secs(5);
+        let warm = client.acquire("warm", 60_000, 0, far()).await.unwrap();
+        client.release("warm", warm, far()).await.unwrap();
+        node.transit_ms.store(200, Ordering::SeqCst);
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(50),
+            client.acquire("k", 60_000, 0, far()),
+        )
+        .await;
+        assert!(dropped.is_err(), "the caller gave up first");
+        // The next op, on a wire fast again once the dropped request has landed.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            node.table.lock().unwrap().holder("k").is_some(),
+            "the dropped request was granted on arrival (the window this test is about)"
+        );
+        node.transit_ms.store(0, Ordering::SeqCst);
+        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
+        client.release("other", other, far()).await.unwrap();
+        let table = node.table.lock().unwrap();
+        assert!(
+            table.holder("k").is_none(),
+            "the next op gave up the dropped acquire's grant: {:?}",
             table.holder("k")
         );
     }

@@ -120,6 +120,18 @@ pub enum Command {
     Noop,
     /// A client registers a session; its id is this entry's log index (dissertation §6.3).
     RegisterSession,
+    /// The client gives up its session's earlier request `request`, an acquire of `key`
+    /// whose answer it never read (its deadline passed with the request on the wire): frees
+    /// `key` if a Grant of that request holds it. Applied under a newer request of the same
+    /// session, so a Grant of `request` applied later is refused as a late attempt (the
+    /// module doc). Not in the seed: without it a grant made after its caller stopped
+    /// waiting held its key, known to nobody, for the whole lease.
+    Abandon {
+        /// The key the abandoned acquire asked for.
+        key: Key,
+        /// The abandoned request's number in the same session.
+        request: u64,
+    },
 }
 
 impl Command {
@@ -128,7 +140,8 @@ impl Command {
         match self {
             Command::Grant { key, .. }
             | Command::Release { key, .. }
-            | Command::Expire { key, .. } => Some(key),
+            | Command::Expire { key, .. }
+            | Command::Abandon { key, .. } => Some(key),
             Command::Noop | Command::RegisterSession => None,
         }
     }
@@ -644,7 +657,13 @@ impl LockTable {
             self.touch(origin.session, None);
             return outcome;
         }
-        let outcome = self.apply(index, &proposal.command);
+        let outcome = match &proposal.command {
+            Command::Abandon { key, request } => {
+                self.advance(index);
+                self.apply_abandon(origin, key, *request)
+            }
+            command => self.apply(index, command),
+        };
         let answered = Answered {
             request: origin.request,
             command: proposal.command.clone(),
@@ -728,6 +747,8 @@ impl LockTable {
             // Only through `apply_proposal`, which assigns the id; a bare apply registers
             // nothing.
             Command::RegisterSession => Outcome::Noop,
+            // Names a request of its own session; without an origin it names nobody.
+            Command::Abandon { .. } => Outcome::NotFound,
         }
     }
 
@@ -774,6 +795,23 @@ impl LockTable {
             None => false,
         };
         if matches {
+            self.remove_lock(key);
+            Outcome::Released
+        } else {
+            Outcome::NotFound
+        }
+    }
+
+    /// Frees `key` when a Grant of request `request` of `origin`'s session holds it (an
+    /// earlier request only: the abandon itself is `origin`).
+    fn apply_abandon(&mut self, origin: Origin, key: &str, request: u64) -> Outcome {
+        let abandoned = Origin {
+            session: origin.session,
+            request,
+        };
+        let holds = (self.locks.get(key)).is_some_and(|held| held.origin == Some(abandoned));
+        if holds && request < origin.request {
+            crate::probe!("abandoned-grant-released");
             self.remove_lock(key);
             Outcome::Released
         } else {
@@ -1258,6 +1296,83 @@ mod tests {
         let mut further = t.clone();
         further.apply_proposal(3, &request(session, 2, grant("y"), 10));
         assert!(!t.same_replicated(&further));
+    }
+
+    #[test]
+    fn an_abandon_frees_its_requests_grant_and_fences_a_later_one() {
+        // The deadline defect (issue 24 review): a grant made after its client stopped
+        // waiting held its key for the whole lease. The client's abandon, its next request,
+        // frees the grant whichever of the two the log orders first.
+        let abandon = |request| Command::Abandon {
+            key: "x".into(),
+            request,
+        };
+        // The grant first: the abandon frees it, counted off the session.
+        let mut t = LockTable::new();
+        let s = register(&mut t, 1, 0);
+        assert_eq!(
+            t.apply_proposal(2, &request(s, 1, grant("x"), 0)),
+            Outcome::Granted { token: 2 }
+        );
+        assert_eq!(t.held_by(s), 1);
+        assert_eq!(
+            t.apply_proposal(3, &request(s, 2, abandon(1), 0)),
+            Outcome::Released
+        );
+        assert!(t.holder("x").is_none());
+        assert_eq!(t.held_by(s), 0);
+        // Its retry is answered from the table, and a late copy of the grant is refused.
+        assert_eq!(
+            t.apply_proposal(4, &request(s, 2, abandon(1), 0)),
+            Outcome::Released
+        );
+        assert_eq!(
+            t.apply_proposal(5, &request(s, 1, grant("x"), 0)),
+            Outcome::SessionExpired
+        );
+        assert!(t.holder("x").is_none());
+        // The abandon first: the grant, still on the wire, is refused when it lands.
+        let mut t = LockTable::new();
+        let s = register(&mut t, 1, 0);
+        assert_eq!(
+            t.apply_proposal(2, &request(s, 2, abandon(1), 0)),
+            Outcome::NotFound
+        );
+        assert_eq!(
+            t.apply_proposal(3, &request(s, 1, grant("x"), 0)),
+            Outcome::SessionExpired
+        );
+        assert!(t.holder("x").is_none());
+    }
+
+    #[test]
+    fn an_abandon_frees_nothing_but_its_own_sessions_earlier_request() {
+        // Another session's grant, a later request's grant, or a grant already released and
+        // taken by someone else stays where it is.
+        let mut t = LockTable::new();
+        let a = register(&mut t, 1, 0);
+        let b = register(&mut t, 2, 0);
+        t.apply_proposal(3, &request(a, 1, grant("x"), 0));
+        let abandon = |request| Command::Abandon {
+            key: "x".into(),
+            request,
+        };
+        assert_eq!(
+            t.apply_proposal(4, &request(b, 2, abandon(1), 0)),
+            Outcome::NotFound,
+            "b's request 1 holds nothing"
+        );
+        assert_eq!(
+            t.apply_proposal(5, &request(a, 2, abandon(2), 0)),
+            Outcome::NotFound,
+            "only an earlier request is abandoned"
+        );
+        assert_eq!(
+            t.apply(6, &abandon(1)),
+            Outcome::NotFound,
+            "no session, nobody"
+        );
+        assert_eq!(t.holder("x").map(|h| h.token), Some(3));
     }
 
     #[test]

@@ -52,6 +52,12 @@ pub trait LockService {
     ) -> Response;
     /// Releases `key` held under `token` (`timeout_ms` as for `acquire`).
     async fn release(key: Key, token: Token, origin: Option<Origin>, timeout_ms: u64) -> Response;
+    /// Gives back `key` if a grant of the caller's earlier request `request` (same session)
+    /// holds it: the caller stopped waiting for that acquire and never read its answer.
+    /// `Released` when it freed the key, `NotHolder` when that request holds nothing (never
+    /// applied, refused, released, or expired); an acquire of `request` applied later is
+    /// refused (`timeout_ms` as for `acquire`).
+    async fn abandon(key: Key, request: u64, origin: Option<Origin>, timeout_ms: u64) -> Response;
     /// Registers a client session (`Response::Registered { session }` once committed;
     /// `label` only names it in logs and reports; `timeout_ms` as for `acquire`).
     async fn register_session(label: u64, timeout_ms: u64) -> Response;

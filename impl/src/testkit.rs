@@ -684,6 +684,7 @@ pub fn describe_command(proposal: &Proposal) -> String {
         Command::Grant { key, .. } => format!("Grant{{{key}}}"),
         Command::Release { key, token } => format!("Release{{{key}, {token}}}"),
         Command::Expire { key, token } => format!("Expire{{{key}, {token}}}"),
+        Command::Abandon { key, request } => format!("Abandon{{{key}, request {request}}}"),
         Command::Noop => "Noop".to_owned(),
         Command::RegisterSession => "RegisterSession".to_owned(),
     }

@@ -1096,10 +1096,8 @@ pub(super) fn observe_applied_in(ghost: &mut Ghost, table: &mut LockTable, appli
             return; // A snapshot came in between.
         }
         let key = committed.proposal.command.key().map(str::to_owned);
-        let held_before = key
-            .as_deref()
-            .and_then(|k| table.holder(k))
-            .map(|h| h.token);
+        let holder_before = key.as_deref().and_then(|k| table.holder(k)).cloned();
+        let held_before = holder_before.as_ref().map(|h| h.token);
         let outcome = table.apply_proposal(committed.index, &committed.proposal);
         let held_after = key
             .as_deref()
@@ -1124,6 +1122,25 @@ pub(super) fn observe_applied_in(ghost: &mut Ghost, table: &mut LockTable, appli
                 if held_before != Some(*token) && ghost.release_removed_other.is_none() {
                     ghost.release_removed_other = Some(format!(
                         "Release{{token {token}}} at index {} removed the lock of token {}",
+                        committed.index,
+                        held_before.unwrap_or_default()
+                    ));
+                }
+            }
+            (Command::Abandon { request, .. }, Outcome::Released) if removed => {
+                // Only the abandoned request's own grant (same session, that request).
+                let abandoned = committed.proposal.origin.map(|o| Origin {
+                    session: o.session,
+                    request: *request,
+                });
+                let holder = holder_before.as_ref().and_then(|h| h.origin);
+                if (abandoned.is_none() || holder != abandoned)
+                    && ghost.release_removed_other.is_none()
+                {
+                    ghost.release_removed_other = Some(format!(
+                        "Abandon of request {request} by {:?} at index {} removed the lock of \
+                         token {} held by {holder:?}",
+                        committed.proposal.origin,
                         committed.index,
                         held_before.unwrap_or_default()
                     ));

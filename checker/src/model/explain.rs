@@ -132,6 +132,9 @@ pub fn describe_msg(msg: &ModelMsg) -> String {
                 ClientRequest::Release { key, token, .. } => {
                     format!("Release {key:?} token {token} (request {seq})")
                 }
+                ClientRequest::Abandon { key, request, .. } => {
+                    format!("Abandon {key:?} of request {request} (request {seq})")
+                }
                 ClientRequest::RegisterSession { .. } => format!("RegisterSession (request {seq})"),
             }
         }

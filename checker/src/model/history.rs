@@ -184,7 +184,9 @@ fn lock_op(request: &ClientRequest) -> Option<LockOp> {
             key: key.clone(),
             token: *token,
         }),
-        ClientRequest::RegisterSession { .. } => None,
+        // A client's cleanup of an acquire it reported unknown: the spec's end of a hidden
+        // grant, which the lock spec allows at any time (`LockOptions::phantom_release`).
+        ClientRequest::Abandon { .. } | ClientRequest::RegisterSession { .. } => None,
     }
 }
 
@@ -215,7 +217,7 @@ pub fn record_invoke(
         ClientRequest::Release { .. } => {
             next.beliefs.remove(&envelope.src);
         }
-        ClientRequest::RegisterSession { .. } => {}
+        ClientRequest::Abandon { .. } | ClientRequest::RegisterSession { .. } => {}
     }
     Some(next)
 }

@@ -233,7 +233,7 @@ fn client_request(g: &mut Gen, node: &Node) -> ClientRequest {
         request: g.value(1),
     });
     let key = g.pick(&["a", "b", ""]).to_owned();
-    match g.below(3) {
+    match g.below(4) {
         0 => ClientRequest::Acquire {
             key,
             lease_ms: g.value(5000),
@@ -243,6 +243,11 @@ fn client_request(g: &mut Gen, node: &Node) -> ClientRequest {
         1 => ClientRequest::Release {
             key,
             token: g.value(near),
+            origin,
+        },
+        2 => ClientRequest::Abandon {
+            key,
+            request: g.value(1),
             origin,
         },
         _ => ClientRequest::RegisterSession { label: g.next() },

@@ -35,6 +35,16 @@ pub enum ClientRequest {
         /// Who asks, for deduplication of retries.
         origin: Option<Origin>,
     },
+    /// Give back `key` if a grant of this session's earlier request `request` holds it: the
+    /// client stopped waiting for that acquire ([`crate::lock::Command::Abandon`]).
+    Abandon {
+        /// The key the abandoned acquire asked for.
+        key: Key,
+        /// The abandoned request's number.
+        request: u64,
+        /// Who asks: the session and a request number above `request`.
+        origin: Option<Origin>,
+    },
     /// Register a client session (the answer is [`Response::Registered`]).
     RegisterSession {
         /// The client's label (`--client-id`): not replicated and never trusted, it only

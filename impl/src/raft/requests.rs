@@ -71,8 +71,18 @@ impl Node {
                 };
                 self.pending.insert(index, pending);
             }
-            ClientRequest::Release { key, token, origin } => {
-                let command = Command::Release { key, token };
+            ClientRequest::Release { .. } | ClientRequest::Abandon { .. } => {
+                let (command, origin) = match request {
+                    ClientRequest::Release { key, token, origin } => {
+                        (Command::Release { key, token }, origin)
+                    }
+                    ClientRequest::Abandon {
+                        key,
+                        request,
+                        origin,
+                    } => (Command::Abandon { key, request }, origin),
+                    _ => unreachable!("matched above"),
+                };
                 let index = self.append_proposal(Proposal::client(origin, command));
                 let pending = Pending {
                     id,
@@ -123,6 +133,25 @@ impl Node {
                 key
             }
             ClientRequest::Release { key, .. } => key,
+            ClientRequest::Abandon {
+                key,
+                request,
+                origin,
+            } => {
+                // Only its own session's earlier request: anything else would apply as a
+                // no-op, and a client that sends it has a bug worth naming.
+                match origin {
+                    Some(origin) if *request < origin.request => key,
+                    Some(origin) => {
+                        return Err(format!(
+                            "abandon of request {request} under request {}: only an \
+                             earlier request can be abandoned",
+                            origin.request
+                        ));
+                    }
+                    None => return Err("an abandon needs its session (origin)".to_owned()),
+                }
+            }
             ClientRequest::RegisterSession { .. } => return Ok(()),
         };
         validate_key(key).map_err(|e| format!("key: {e}"))

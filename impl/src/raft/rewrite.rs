@@ -115,6 +115,15 @@ pub fn rewrite_request(r: &impl Renaming, request: &ClientRequest) -> ClientRequ
             token: *token,
             origin: origin(r, o),
         },
+        ClientRequest::Abandon {
+            key,
+            request,
+            origin: o,
+        } => ClientRequest::Abandon {
+            key: key.clone(),
+            request: *request,
+            origin: origin(r, o),
+        },
         ClientRequest::RegisterSession { label } => {
             ClientRequest::RegisterSession { label: *label }
         }

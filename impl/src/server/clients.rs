@@ -152,7 +152,9 @@ impl LockServer {
         let (reply, answer) = oneshot::channel();
         let key = match &request {
             ClientRequest::Acquire { key, .. } => Some(key.clone()),
-            ClientRequest::Release { .. } | ClientRequest::RegisterSession { .. } => None,
+            ClientRequest::Release { .. }
+            | ClientRequest::Abandon { .. }
+            | ClientRequest::RegisterSession { .. } => None,
         };
         let mut guard = GoneGuard {
             id,
@@ -263,6 +265,22 @@ impl LockService for LockServer {
         timeout_ms: u64,
     ) -> Response {
         let request = ClientRequest::Release { key, token, origin };
+        self.call_within(timeout_ms, request).await
+    }
+
+    async fn abandon(
+        self,
+        _: context::Context,
+        key: Key,
+        request: u64,
+        origin: Option<Origin>,
+        timeout_ms: u64,
+    ) -> Response {
+        let request = ClientRequest::Abandon {
+            key,
+            request,
+            origin,
+        };
         self.call_within(timeout_ms, request).await
     }
 

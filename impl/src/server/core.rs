@@ -350,7 +350,9 @@ impl Core {
             Event::Request { id, request, reply } => {
                 let key = match &request {
                     ClientRequest::Acquire { key, .. } => Some(key.clone()),
-                    ClientRequest::Release { .. } | ClientRequest::RegisterSession { .. } => None,
+                    ClientRequest::Release { .. }
+                    | ClientRequest::Abandon { .. }
+                    | ClientRequest::RegisterSession { .. } => None,
                 };
                 self.pending.insert(id, Pending { reply, key });
                 output.extend(self.step(Input::Request { id, request }));

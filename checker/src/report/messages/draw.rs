@@ -538,6 +538,7 @@ fn request_text(request: &ClientRequest) -> String {
             }
         }
         ClientRequest::Release { key, token, .. } => format!("Release {key} t{token}"),
+        ClientRequest::Abandon { key, request, .. } => format!("Abandon {key} r{request}"),
         ClientRequest::RegisterSession { .. } => "RegisterSession".to_owned(),
     }
 }
@@ -547,6 +548,7 @@ fn command_text(command: &Command) -> String {
         Command::Grant { key, lease_ms } => format!("Grant {key} {lease_ms}ms"),
         Command::Release { key, token } => format!("Release {key} t{token}"),
         Command::Expire { key, token } => format!("Expire {key} t{token}"),
+        Command::Abandon { key, request } => format!("Abandon {key} r{request}"),
         Command::Noop => "Noop".to_owned(),
         Command::RegisterSession => "RegisterSession".to_owned(),
     }

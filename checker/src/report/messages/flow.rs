@@ -179,7 +179,8 @@ impl<'a> Flow<'a> {
             if let Some(Input::Request { id, request }) = step.input {
                 let client = match request {
                     ClientRequest::Acquire { origin, .. }
-                    | ClientRequest::Release { origin, .. } => origin.map(|o| o.session),
+                    | ClientRequest::Release { origin, .. }
+                    | ClientRequest::Abandon { origin, .. } => origin.map(|o| o.session),
                     ClientRequest::RegisterSession { .. } => None,
                 };
                 self.requests.insert(i, (client, request));

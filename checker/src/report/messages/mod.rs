@@ -321,6 +321,8 @@ fn request_matches(request: &ClientRequest, op: &OpAnchor) -> bool {
     match request {
         ClientRequest::Acquire { key, .. } => op.f == "acquire" && *key == op.key,
         ClientRequest::Release { key, .. } => op.f == "release" && *key == op.key,
+        // The client's cleanup of an acquire it reported unknown belongs to that acquire.
+        ClientRequest::Abandon { key, .. } => op.f == "acquire" && *key == op.key,
         ClientRequest::RegisterSession { .. } => false,
     }
 }
