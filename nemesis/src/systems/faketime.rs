@@ -194,6 +194,9 @@ pub struct FakeClock {
     file: PathBuf,
     state: Mutex<ClockState>,
     ticker: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
+    /// Held across each write of the file: the ticker and `set` write through one
+    /// temporary file, and two writers at once renamed it from under each other.
+    writes: Mutex<()>,
 }
 
 /// The text of the clock file for an offset in ms: signed seconds with three decimals.
@@ -225,7 +228,14 @@ impl FakeClock {
                 rate_permille: 1000,
             }),
             ticker: Mutex::new(None),
+            writes: Mutex::new(()),
         }))
+    }
+
+    /// Writes `text` to the clock file atomically, one writer at a time.
+    fn write(&self, text: &str) -> Result<(), Error> {
+        let _one_writer = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        write_atomically(&self.file, text)
     }
 
     /// The clock file.
@@ -276,7 +286,7 @@ impl FakeClock {
             };
             offset
         };
-        write_atomically(&self.file, &offset_line(offset))?;
+        self.write(&offset_line(offset))?;
         self.stop_ticker();
         if rate_permille != 1000 {
             self.start_ticker();
@@ -293,7 +303,7 @@ impl FakeClock {
             anchor: Instant::now(),
             rate_permille: 1000,
         };
-        write_atomically(&self.file, &offset_line(0.0))
+        self.write(&offset_line(0.0))
     }
 
     fn start_ticker(self: &Arc<Self>) {
@@ -309,7 +319,7 @@ impl FakeClock {
                 }
                 let line = offset_line(clock.offset_ms());
                 // The file's directory is gone (the run ended): nothing left to move.
-                if write_atomically(&clock.file, &line).is_err() {
+                if clock.write(&line).is_err() {
                     return;
                 }
             }
@@ -419,6 +429,38 @@ mod tests {
         assert_eq!(offset_line(0.0), "+0.000\n");
         assert_eq!(offset_line(1250.0), "+1.250\n");
         assert_eq!(offset_line(-500.0), "-0.500\n");
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_clock_never_fail() {
+        // CI failure 2026-12-06 (nemesis/tests/zookeeper.rs, clock nemesis, seed 2): a strobe
+        // moved a clock every 32 ms while its ticker rewrote the file every 10 ms. Both wrote
+        // through the same temporary file, so one's rename could find it already renamed by
+        // the other ("faketime.rc: No such file or directory") and the fault failed to act.
+        // Two threads writing one clock 5,000 times each: without the clock's write lock
+        // this failed at the first write.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = FakeClock::create(dir.path().join(CLOCK_FILE)).expect("create");
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let clock = Arc::clone(&clock);
+                std::thread::spawn(move || {
+                    for i in 0..5_000 {
+                        if let Err(e) = clock.write(&offset_line(f64::from(i))) {
+                            return Err(format!("writer {w}, write {i}: {e}"));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer
+                .join()
+                .expect("writer thread")
+                .expect("every write succeeds");
+        }
+        assert!((0.0..5_000.0).contains(&read(&clock)));
     }
 
     #[test]
