@@ -1331,6 +1331,24 @@ mod tests {
         }
     }
 
+    /// A client of a [`SlowWire`] node, its session registered over a fast wire; then every
+    /// request spends 200 ms on the wire.
+    async fn slow_wire_client() -> (SlowWire, Client) {
+        let node = SlowWire::start();
+        let addr = serve_fake!(node.clone());
+        let options = ClientOptions {
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+        let far = || Instant::now() + Duration::from_secs(5);
+        let warm = client.acquire("warm", 60_000, 0, far()).await.unwrap();
+        client.release("warm", warm, far()).await.unwrap();
+        node.transit_ms.store(200, Ordering::SeqCst);
+        (node, client)
+    }
+
     #[tokio::test]
     async fn a_grant_made_after_the_caller_stopped_waiting_is_given_back() {
         // Review (deadlines), open since issue 24: the client stops waiting at its deadline
@@ -1339,25 +1357,7 @@ mod tests {
         // learns the token, so the key stayed held, known to nobody, for the whole lease (a
         // minute here). Telling the node the time left to the deadline cannot close it: the
         // node counts it from receipt, one transit late.
-        let node = SlowWire::start();
-        let addr = serve_fake!(node.clone());
-        let options = ClientOptions {
-            attempt_timeout_ms: 1_000,
-            backoff_min_ms: 1,
-            backoff_max_ms: 1,
-            ..ClientOptions::default()
-        };
-        let client = Client::with_options(vec![addr], 1, options);
-        // A session first, over a fast wire.
-        let warm = client
-            .acquire("warm", 60_000, 0, Instant::now() + Duration::from_secs(5))
-            .await
-            .expect("a free key on a fast wire is granted");
-        client
-            .release("warm", warm, Instant::now() + Duration::from_secs(5))
-            .await
-            .expect("the holder releases");
-        node.transit_ms.store(200, Ordering::SeqCst);
+        let (node, client) = slow_wire_client().await;
         let sent = Instant::now();
         let answered = client
             .acquire_traced("k", 60_000, 0, sent + Duration::from_millis(100))
@@ -1383,18 +1383,8 @@ mod tests {
         // The same window when the caller drops the acquire's future (a `timeout` around it,
         // the harness's `gave-up`): no cleanup can run in the dropped future, so the client
         // owes the abandon and pays it before its next op.
-        let node = SlowWire::start();
-        let addr = serve_fake!(node.clone());
-        let options = ClientOptions {
-            backoff_min_ms: 1,
-            backoff_max_ms: 1,
-            ..ClientOptions::default()
-        };
-        let client = Client::with_options(vec![addr], 1, options);
+        let (node, client) = slow_wire_client().await;
         let far = || Instant::now() + Duration::from_secs(5);
-        let warm = client.acquire("warm", 60_000, 0, far()).await.unwrap();
-        client.release("warm", warm, far()).await.unwrap();
-        node.transit_ms.store(200, Ordering::SeqCst);
         let dropped = tokio::time::timeout(
             Duration::from_millis(50),
             client.acquire("k", 60_000, 0, far()),

@@ -92,7 +92,8 @@ pub type Token = u64;
 /// The longest key, in bytes, that [`validate_key`] accepts.
 pub const KEY_LEN_MAX: usize = 128;
 
-/// A command of the replicated log, exactly the seed's, plus Raft's `Noop`.
+/// A command of the replicated log: the seed's, plus Raft's `Noop`, the session registration
+/// of the Raft dissertation §6.3, and a client's `Abandon` of an acquire it stopped waiting for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Command {
     /// Acquire `key` for `lease_ms`; the token is assigned on apply.
