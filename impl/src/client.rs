@@ -501,14 +501,15 @@ impl Client {
         };
         let (result, _) = self.attempts(abandon, Some(origin), 0, deadline).await;
         match result {
-            Ok((Response::Released | Response::NotHolder, _)) => {
-                *self.lock_owed() = None;
-            }
+            // No answer (lost, or never sent): still owed, for the next op.
+            Err(ClientError::Unknown(_) | ClientError::Unavailable(_)) => {}
             Ok((Response::SessionExpired, _)) => {
                 *self.lock_owed() = None;
                 *self.lock_session() = None;
             }
-            _ => {}
+            // Released, NotHolder, or a refusal (`Invalid`): settled. A refused abandon is
+            // not retried before every op for ever; its lock is the lease's.
+            _ => *self.lock_owed() = None,
         }
     }
 
