@@ -76,6 +76,135 @@ where
     }
 }
 
+/// How many grants a connection remembers after sending them, for [`CancelWatch`]: a
+/// cancellation for a request trails its answer by at most the requests in flight.
+const SENT_GRANTS_REMEMBERED: usize = 2 * CLIENT_REQUESTS_PER_CONNECTION_MAX;
+
+/// A transport that sees a grant its client never read: tarpc's client sends `Cancel` for a
+/// request only while the request is still in flight at the client, that is before its
+/// answer reached the caller, so a `Cancel` that arrives after this connection sent the
+/// request's `Granted` says the caller dropped the call with the grant on the way back (its
+/// deadline passed, or it stopped waiting). Nobody will release that grant: it is reported
+/// as [`Event::Orphaned`] and released like a grant to a closed connection (DESIGN.md
+/// "Phantom locks"). lockd's own client also sends an abandon for it (`client.rs`); this
+/// covers a caller that drops the call and never runs another op, and clients that are not
+/// ours.
+struct CancelWatch<T> {
+    inner: T,
+    events: mpsc::Sender<Event>,
+    /// The keys of the acquires in flight on this connection, by tarpc request id.
+    acquiring: std::collections::BTreeMap<u64, Key>,
+    /// The last grants sent, oldest first: (request id, key, token).
+    granted: std::collections::VecDeque<(u64, Key, Token)>,
+}
+
+impl<T> CancelWatch<T> {
+    fn new(inner: T, events: mpsc::Sender<Event>) -> Self {
+        CancelWatch {
+            inner,
+            events,
+            acquiring: std::collections::BTreeMap::new(),
+            granted: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Notes a message from the client; a cancelled grant becomes an orphan.
+    fn saw(&mut self, message: &tarpc::ClientMessage<crate::rpc::LockServiceRequest>) {
+        match message {
+            tarpc::ClientMessage::Request(tarpc::Request {
+                id,
+                message: crate::rpc::LockServiceRequest::Acquire { key, .. },
+                ..
+            }) => {
+                // Bounded: an acquire that never got an answer here (aborted at its deadline)
+                // goes when it is the oldest of too many (tarpc numbers requests upwards).
+                if self.acquiring.len() >= SENT_GRANTS_REMEMBERED {
+                    self.acquiring.pop_first();
+                }
+                self.acquiring.insert(*id, key.clone());
+            }
+            tarpc::ClientMessage::Cancel { request_id, .. } => {
+                self.acquiring.remove(request_id);
+                let Some(at) = self.granted.iter().position(|(id, ..)| id == request_id) else {
+                    return;
+                };
+                let Some((_, key, token)) = self.granted.remove(at) else {
+                    return;
+                };
+                crate::probe!("grant-cancelled-after-sent");
+                debug!(key = %key, token, "a grant's call was cancelled after it was sent");
+                let events = self.events.clone();
+                let orphan = Event::Orphaned { key, token };
+                if let Err(mpsc::error::TrySendError::Full(orphan)) = events.try_send(orphan)
+                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
+                {
+                    runtime.spawn(async move {
+                        let _ = events.send(orphan).await;
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Notes an answer leaving for the client.
+    fn sending(&mut self, response: &tarpc::Response<crate::rpc::LockServiceResponse>) {
+        let Some(key) = self.acquiring.remove(&response.request_id) else {
+            return;
+        };
+        if let Ok(crate::rpc::LockServiceResponse::Acquire(Response::Granted { token })) =
+            &response.message
+        {
+            if self.granted.len() >= SENT_GRANTS_REMEMBERED {
+                self.granted.pop_front();
+            }
+            self.granted.push_back((response.request_id, key, *token));
+        }
+    }
+}
+
+impl<T, E> Stream for CancelWatch<T>
+where
+    T: Stream<Item = Result<tarpc::ClientMessage<crate::rpc::LockServiceRequest>, E>> + Unpin,
+{
+    type Item = T::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T::Item>> {
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
+        if let Poll::Ready(Some(Ok(message))) = &polled {
+            self.saw(message);
+        }
+        polled
+    }
+}
+
+impl<T> Sink<tarpc::Response<crate::rpc::LockServiceResponse>> for CancelWatch<T>
+where
+    T: Sink<tarpc::Response<crate::rpc::LockServiceResponse>> + Unpin,
+{
+    type Error = T::Error;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_ready(cx)
+    }
+
+    fn start_send(
+        mut self: Pin<&mut Self>,
+        item: tarpc::Response<crate::rpc::LockServiceResponse>,
+    ) -> Result<(), T::Error> {
+        self.sending(&item);
+        Pin::new(&mut self.inner).start_send(item)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), T::Error>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
 /// Reports a request whose client left before its answer reached it, when dropped while
 /// armed (the handler was aborted by a cancel or its deadline, or gave up because the
 /// connection closed). It closes the answer channel first, so the answer is either already
@@ -399,7 +528,8 @@ pub(super) async fn serve_clients(
             );
             continue;
         };
-        let (transport, closed) = EofNotify::new(transport(stream));
+        let watched = CancelWatch::new(transport(stream), events.clone());
+        let (transport, closed) = EofNotify::new(watched);
         let checked = Checked {
             closed: closed.clone(),
             events: events.clone(),
@@ -475,6 +605,59 @@ mod tests {
             Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 11)),
             other => panic!("expected the grant reported as orphaned, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_after_the_grant_was_sent_releases_it_as_an_orphan() {
+        // The deadline defect (issue 24 review): a caller that stops waiting while its grant
+        // is on the way back never reads it. tarpc sends `Cancel` only for a call still in
+        // flight at the client, so a `Cancel` after this connection sent the grant proves
+        // it; a `Cancel` before an answer, or after a `Busy`, is the handler's business.
+        let (events, mut inbox) = mpsc::channel(8);
+        let mut watch = CancelWatch::new((), events);
+        let acquire = |id, key: &str| {
+            tarpc::ClientMessage::Request(tarpc::Request {
+                context: context::current(),
+                id,
+                message: crate::rpc::LockServiceRequest::Acquire {
+                    key: key.to_owned(),
+                    lease_ms: 1000,
+                    wait_ms: 0,
+                    origin: None,
+                    timeout_ms: 100,
+                },
+            })
+        };
+        let answer = |request_id, response| tarpc::Response {
+            request_id,
+            message: Ok(crate::rpc::LockServiceResponse::Acquire(response)),
+        };
+        let cancel = |request_id| tarpc::ClientMessage::Cancel {
+            trace_context: Default::default(),
+            request_id,
+        };
+        watch.saw(&acquire(1, "a"));
+        watch.saw(&acquire(2, "b"));
+        watch.saw(&acquire(3, "c"));
+        watch.sending(&answer(1, Response::Granted { token: 7 }));
+        watch.sending(&answer(2, Response::Busy));
+        // 3 is still being handled when its cancel comes.
+        for id in [3, 2, 1] {
+            watch.saw(&cancel(id));
+        }
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("a", 7)),
+            other => panic!("expected the cancelled grant as an orphan, got {other:?}"),
+        }
+        assert!(
+            inbox.try_recv().is_err(),
+            "only the grant was sent and cancelled"
+        );
+        // A grant whose call was not cancelled was read: nothing to release.
+        watch.saw(&acquire(4, "d"));
+        watch.sending(&answer(4, Response::Granted { token: 8 }));
+        watch.saw(&cancel(1));
+        assert!(inbox.try_recv().is_err(), "a cancel is acted on once");
     }
 
     #[tokio::test]
