@@ -557,13 +557,18 @@ impl LockTable {
         }
     }
 
-    /// A digest of the replicated state: the locks, the dedupe table, the last applied index
-    /// and token, the bugs; not the node-local counter. Nodes that applied the same prefix of
-    /// the log, one entry at a time or through a snapshot, have the same digest (the trace
-    /// replay compares them at every applied index).
-    pub fn replicated_digest(&self) -> u64 {
-        // Named field by field, so that a new field is a compile error here until it is
-        // sorted into replicated or node-local.
+    /// The replicated state, by reference: the locks, the dedupe table, the last applied
+    /// index and token, the committed clock, the session bounds and the bugs; not the
+    /// node-local counter. Named field by field, so that a new field is a compile error here
+    /// until it is sorted into replicated or node-local.
+    // The tuple's type is long because it names every field; a struct would only repeat it.
+    #[allow(clippy::type_complexity)]
+    fn replicated_parts(
+        &self,
+    ) -> (
+        (&BTreeMap<Key, Held>, &u64, &Token, &Sessions, &u64),
+        (&SessionLimits, &BugSet),
+    ) {
         let LockTable {
             locks,
             last_applied,
@@ -574,35 +579,25 @@ impl LockTable {
             bugs,
             local_counter: _,
         } = self;
+        (
+            (locks, last_applied, last_token, sessions, clock_ms),
+            (session_limits, bugs),
+        )
+    }
+
+    /// A digest of the [replicated state](Self::replicated_parts). Nodes that applied the
+    /// same prefix of the log, one entry at a time or through a snapshot, have the same digest
+    /// (the trace replay compares them at every applied index).
+    pub fn replicated_digest(&self) -> u64 {
         let mut hasher = DigestHasher::default();
-        let replicated = (locks, last_applied, last_token, sessions, clock_ms);
-        (replicated, session_limits, bugs).hash(&mut hasher);
+        self.replicated_parts().hash(&mut hasher);
         hasher.finish()
     }
 
     /// Whether `other` holds the same replicated state as this table: what
     /// [`replicated_digest`](Self::replicated_digest) hashes, compared exactly.
     pub fn same_replicated(&self, other: &LockTable) -> bool {
-        // Named field by field, as in `replicated_digest`.
-        let LockTable {
-            locks,
-            last_applied,
-            last_token,
-            sessions,
-            clock_ms,
-            session_limits,
-            bugs,
-            local_counter: _,
-        } = self;
-        (locks, last_applied, last_token, sessions, clock_ms)
-            == (
-                &other.locks,
-                &other.last_applied,
-                &other.last_token,
-                &other.sessions,
-                &other.clock_ms,
-            )
-            && (session_limits, bugs) == (&other.session_limits, &other.bugs)
+        self.replicated_parts() == other.replicated_parts()
     }
 
     /// Forgets every session's remembered request (only the `snapshot-loses-state` mutant
