@@ -537,6 +537,71 @@ mod tests {
         );
     }
 
+    /// Persists the leader's log and acks it from node 2: commits what is pending and
+    /// returns the answers.
+    fn commit(n: &mut super::super::Node) -> Vec<(RequestId, Response)> {
+        let last = n.status().last_log_index;
+        n.step(Input::Persisted {
+            term: 1,
+            index: last,
+        });
+        n.step(ack(2, 1, last)).respond
+    }
+
+    /// Registers a session through the log (client request `id`); its id.
+    fn session(n: &mut super::super::Node, id: u64) -> u64 {
+        n.step(request(id, ClientRequest::RegisterSession { label: id }));
+        match commit(n).as_slice() {
+            [(_, Response::Registered { session })] => *session,
+            other => panic!("registration: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_abandon_names_an_earlier_request_of_its_own_session_and_frees_its_grant() {
+        // The deadline defect (issue 24 review): the client gives up a request whose answer
+        // it never read. Anything but an earlier request of the asking session is refused
+        // at the door; the real thing frees the grant through the log.
+        use crate::lock::Origin;
+        let mut n = leader();
+        let s = session(&mut n, 1);
+        let origin = |request| {
+            Some(Origin {
+                session: s,
+                request,
+            })
+        };
+        n.step(request(
+            2,
+            ClientRequest::Acquire {
+                key: "k".into(),
+                lease_ms: 60_000,
+                wait_ms: 0,
+                origin: origin(1),
+            },
+        ));
+        assert!(matches!(
+            commit(&mut n).as_slice(),
+            [(RequestId(2), Response::Granted { .. })]
+        ));
+        let abandon = |request, origin| ClientRequest::Abandon {
+            key: "k".into(),
+            request,
+            origin,
+        };
+        for (id, refused) in [(3, abandon(1, None)), (4, abandon(2, origin(2)))] {
+            let out = n.step(request(id, refused));
+            assert!(
+                matches!(out.respond.as_slice(), [(_, Response::Invalid { .. })]),
+                "{:?}",
+                out.respond
+            );
+        }
+        n.step(request(5, abandon(1, origin(2))));
+        assert_eq!(commit(&mut n), vec![(RequestId(5), Response::Released)]);
+        assert_eq!(n.table().holder("k"), None);
+    }
+
     #[test]
     fn a_first_attempt_that_reaches_the_leader_after_its_retry_was_answered_busy_is_granted() {
         // Review (deadlines), the node's half of
@@ -548,21 +613,6 @@ mod tests {
         // wire, reaches the leader: a refusal is never replayed from the dedupe table, so it
         // is applied afresh and granted. The op took effect after its `Busy`.
         use crate::lock::Origin;
-        fn commit(n: &mut super::super::Node) -> Vec<(RequestId, Response)> {
-            let last = n.status().last_log_index;
-            n.step(Input::Persisted {
-                term: 1,
-                index: last,
-            });
-            n.step(ack(2, 1, last)).respond
-        }
-        fn session(n: &mut super::super::Node, id: u64) -> u64 {
-            n.step(request(id, ClientRequest::RegisterSession { label: id }));
-            match commit(n).as_slice() {
-                [(_, Response::Registered { session })] => *session,
-                other => panic!("registration: {other:?}"),
-            }
-        }
         let mut n = leader();
         let (a, b) = (session(&mut n, 1), session(&mut n, 2));
         let acquire_by = |session, request| ClientRequest::Acquire {
@@ -619,20 +669,8 @@ mod tests {
         // to nobody, until its lease runs out. (Raft dissertation §6.3 answers or discards
         // an older request of a session; it never executes it after a newer one.)
         use crate::lock::Origin;
-        fn commit(n: &mut super::super::Node) -> Vec<(RequestId, Response)> {
-            let last = n.status().last_log_index;
-            n.step(Input::Persisted {
-                term: 1,
-                index: last,
-            });
-            n.step(ack(2, 1, last)).respond
-        }
         let mut n = leader();
-        n.step(request(1, ClientRequest::RegisterSession { label: 1 }));
-        let session = match commit(&mut n).as_slice() {
-            [(_, Response::Registered { session })] => *session,
-            other => panic!("registration: {other:?}"),
-        };
+        let session = session(&mut n, 1);
         let acquire_by = |key: &str, request| ClientRequest::Acquire {
             key: key.into(),
             lease_ms: 60_000,
