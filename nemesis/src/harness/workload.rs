@@ -317,10 +317,24 @@ impl Worker {
                 // the second client's acquire with the first one's old grant (seen: token
                 // 617 granted twice to process 36 in nemesis/tests/hosts.rs, seed 15).
                 let own = (self.factory)(DISCONNECTING_CLIENT_ID_BASE + self.process);
-                let call = own.acquire(key, lease_ms, wait_ms, deadline);
-                let outcome = tokio::time::timeout(after, call).await;
-                drop(own);
-                outcome.unwrap_or(Outcome::Info(ErrorWord::Disconnected))
+                let answered =
+                    tokio::time::timeout(after, own.acquire(key, lease_ms, wait_ms, deadline))
+                        .await;
+                match answered {
+                    Ok(outcome) => {
+                        // Answered before it left: the process goes on with the client (and
+                        // the session) this op ran under. Liveness rule S reads a process's
+                        // last ok op as proof that the session of its next op was alive; its
+                        // old client's session, idle meanwhile, could expire legitimately
+                        // (a false alarm of rule S on sim seed 519, 2026-12-06).
+                        self.client = own;
+                        outcome
+                    }
+                    Err(_) => {
+                        drop(own);
+                        Outcome::Info(ErrorWord::Disconnected)
+                    }
+                }
             }
         }
     }
