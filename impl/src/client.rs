@@ -1234,6 +1234,9 @@ mod tests {
     #[derive(Clone)]
     struct SlowWire {
         transit_ms: Arc<AtomicU64>,
+        /// While set, every abandon is answered `NotLeader` with no leader known (an
+        /// election), and nothing is applied.
+        abandons_refused: Arc<AtomicBool>,
         wire: mpsc::UnboundedSender<(Instant, Proposal, oneshot::Sender<Outcome>)>,
         table: Arc<Mutex<crate::lock::LockTable>>,
     }
@@ -1258,6 +1261,7 @@ mod tests {
             });
             SlowWire {
                 transit_ms: Arc::new(AtomicU64::new(0)),
+                abandons_refused: Arc::new(AtomicBool::new(false)),
                 wire,
                 table,
             }
@@ -1315,6 +1319,9 @@ mod tests {
             origin: Option<Origin>,
             _timeout_ms: u64,
         ) -> Response {
+            if self.abandons_refused.load(Ordering::SeqCst) {
+                return Response::NotLeader { leader: None };
+            }
             self.apply(origin, Command::Abandon { key, request }).await
         }
 
@@ -1405,6 +1412,46 @@ mod tests {
         assert!(
             table.holder("k").is_none(),
             "the next op gave up the dropped acquire's grant: {:?}",
+            table.holder("k")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_abandon_that_got_no_answer_is_still_paid_after_the_next_acquire() {
+        // The module doc on abandons: "a dropped one, or an abandon that got no answer, is
+        // paid before this client's next op". The client owes one abandon at a time: the
+        // next op tries to pay it, and when that gets no answer (no leader known for the
+        // whole attempt bound: `Unavailable`), the op goes on, and if it is an acquire its own
+        // debt overwrites the unpaid one. The dropped acquire's grant then keeps its key,
+        // known to nobody, for the whole lease: the deadline defect again, one election
+        // later.
+        let (node, client) = slow_wire_client().await;
+        let far = || Instant::now() + Duration::from_secs(5);
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(50),
+            client.acquire("k", 60_000, 0, far()),
+        )
+        .await;
+        assert!(dropped.is_err(), "the caller gave up first");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            node.table.lock().unwrap().holder("k").is_some(),
+            "the dropped request was granted on arrival"
+        );
+        // The next op: its abandon finds no leader, the acquire itself is granted.
+        node.transit_ms.store(0, Ordering::SeqCst);
+        node.abandons_refused.store(true, Ordering::SeqCst);
+        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
+        client.release("other", other, far()).await.unwrap();
+        // A leader again: the ops after it still owe the abandon.
+        node.abandons_refused.store(false, Ordering::SeqCst);
+        let again = client.acquire("again", 60_000, 0, far()).await.unwrap();
+        client.release("again", again, far()).await.unwrap();
+        let table = node.table.lock().unwrap();
+        assert!(
+            table.holder("k").is_none(),
+            "the unpaid abandon was forgotten, and the dropped acquire's grant keeps its key: \
+             {:?}",
             table.holder("k")
         );
     }
