@@ -185,6 +185,11 @@ enum Attempt {
     Lost(String),
 }
 
+/// The most abandons a client owes at once. One is owed per acquire that went out without a
+/// definite answer, and more than one only while the abandons before it get no answer (no
+/// leader, a partition); past this the oldest is left to its lease, and a warning says so.
+const OWED_ABANDONS_MAX: usize = 16;
+
 /// An acquire request this client owes an abandon for (the module doc on abandons).
 #[derive(Clone, Debug)]
 struct Owed {
@@ -213,9 +218,10 @@ pub struct Client {
     conns: Mutex<Vec<Option<Conn>>>,
     /// Held for the whole of one acquire or release: see the module docs on dedupe.
     one_op_at_a_time: tokio::sync::Mutex<()>,
-    /// The acquire whose answer this client may never read, until it is settled (the module
-    /// doc on abandons).
-    owed: Mutex<Option<Owed>>,
+    /// The acquires whose answers this client may never read, oldest first, until each is
+    /// settled (the module doc on abandons). More than one: an abandon that got no answer
+    /// stays owed behind the next acquire's own (one slot, the next acquire overwrote it).
+    owed: Mutex<std::collections::VecDeque<Owed>>,
     options: ClientOptions,
 }
 
@@ -277,7 +283,7 @@ impl Client {
             leader: AtomicUsize::new(0),
             conns,
             one_op_at_a_time: tokio::sync::Mutex::new(()),
-            owed: Mutex::new(None),
+            owed: Mutex::new(std::collections::VecDeque::new()),
             options,
         }
     }
@@ -445,7 +451,17 @@ impl Client {
         if let Op::Acquire { key, .. } = &op {
             // Owed until a definite answer: if this future is dropped with the request out,
             // the next op pays it.
-            *self.lock_owed() = Some(Owed {
+            let mut owed = self.lock_owed();
+            if owed.len() >= OWED_ABANDONS_MAX
+                && let Some(oldest) = owed.pop_front()
+            {
+                tracing::warn!(
+                    bound = OWED_ABANDONS_MAX,
+                    ?oldest,
+                    "too many abandons owed; the oldest is left to its lease"
+                );
+            }
+            owed.push_back(Owed {
                 session: session.id,
                 request: origin.request,
                 key: key.clone(),
@@ -457,7 +473,7 @@ impl Client {
             // never sent: nothing to give up. A grant after an abandoned attempt is given
             // back by its token (`acquire_traced`).
             self.lock_owed()
-                .take_if(|owed| owed.request == origin.request);
+                .retain(|owed| (owed.session, owed.request) != (origin.session, origin.request));
         }
         if let Ok((Response::SessionExpired, _)) = result {
             // Register anew for the next op; this one may have taken effect under the old
@@ -468,23 +484,43 @@ impl Client {
         (result, node)
     }
 
-    fn lock_owed(&self) -> std::sync::MutexGuard<'_, Option<Owed>> {
+    fn lock_owed(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Owed>> {
         // Poisoned only if a task panicked holding it; the value is still valid.
         self.owed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends the abandon this client owes, if any, as its session's next request (the caller
-    /// holds `one_op_at_a_time`). Settled by a definite answer, or when its session is gone
-    /// (a lock of a forgotten session is the lease's); otherwise still owed.
+    /// Sends the abandons this client owes, oldest first, each as its session's next request
+    /// (the caller holds `one_op_at_a_time`), until one gets no answer: that one and those
+    /// behind it stay owed, for the next op.
     async fn pay_owed(&self, deadline: Instant) {
-        let Some(owed) = self.lock_owed().clone() else {
-            return;
+        loop {
+            let Some(owed) = self.lock_owed().front().cloned() else {
+                return;
+            };
+            if !self.pay_one_owed(owed, deadline).await {
+                return;
+            }
+        }
+    }
+
+    /// Sends the abandon `owed`, the oldest owed. Returns whether it was settled: by a
+    /// definite answer, or because its session is gone (a lock of a forgotten session is the
+    /// lease's); otherwise it is still owed.
+    async fn pay_one_owed(&self, owed: Owed, deadline: Instant) -> bool {
+        let settle = || {
+            let mut all = self.lock_owed();
+            if all
+                .front()
+                .is_some_and(|o| (o.session, o.request) == (owed.session, owed.request))
+            {
+                all.pop_front();
+            }
         };
         let session = match *self.lock_session() {
             Some(session) if session.id == owed.session => session,
             _ => {
-                *self.lock_owed() = None;
-                return;
+                settle();
+                return true;
             }
         };
         let origin = Origin {
@@ -502,14 +538,19 @@ impl Client {
         let (result, _) = self.attempts(abandon, Some(origin), 0, deadline).await;
         match result {
             // No answer (lost, or never sent): still owed, for the next op.
-            Err(ClientError::Unknown(_) | ClientError::Unavailable(_)) => {}
+            Err(ClientError::Unknown(_) | ClientError::Unavailable(_)) => false,
             Ok((Response::SessionExpired, _)) => {
-                *self.lock_owed() = None;
+                // Every abandon owed under it is settled with it (the session check above).
+                settle();
                 *self.lock_session() = None;
+                true
             }
             // Released, NotHolder, or a refusal (`Invalid`): settled. A refused abandon is
             // not retried before every op for ever; its lock is the lease's.
-            _ => *self.lock_owed() = None,
+            _ => {
+                settle();
+                true
+            }
         }
     }
 
