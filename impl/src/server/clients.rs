@@ -661,6 +661,71 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_grant_whose_cancel_comes_before_it_is_written_is_released_as_an_orphan() {
+        // The deadline defect, the server's half (`CancelWatch`). The handler got `Granted`
+        // from the core and returned (its `GoneGuard` disarmed); the answer waits in tarpc's
+        // response queue. The client stops waiting and its `Cancel` is read before the
+        // channel writes the answer: tarpc's `BaseChannel` removes the request, then drops
+        // its answer unwritten ("the request isn't tracked anymore"), and the handler, done,
+        // is not aborted. `CancelWatch` saw a `Cancel` before any answer was sent and leaves
+        // it to the handler. Nobody releases the grant: it keeps its key, known to nobody,
+        // for the whole lease. (The same when tarpc's own deadline for the request expires
+        // in that window: `BaseChannel` drops the answer too.)
+        let (events, mut inbox) = mpsc::channel(8);
+        let (mut client_side, server_side) = tarpc::transport::channel::unbounded::<
+            tarpc::Response<crate::rpc::LockServiceResponse>,
+            tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
+        >();
+        let watched = CancelWatch::new(server_side, events.clone());
+        let (transport, closed) = EofNotify::new(watched);
+        let server = LockServer {
+            deliver_to_closed: false,
+            events,
+            next_id: Arc::new(AtomicU64::new(1)),
+            closed,
+        };
+        let mut requests = Box::pin(BaseChannel::with_defaults(transport).requests());
+        let acquire = tarpc::ClientMessage::Request(tarpc::Request {
+            context: context::current(),
+            id: 1,
+            message: crate::rpc::LockServiceRequest::Acquire {
+                key: "k".to_owned(),
+                lease_ms: 60_000,
+                wait_ms: 0,
+                origin: None,
+                timeout_ms: 10_000,
+            },
+        });
+        client_side.send(acquire).await.unwrap();
+        let request = requests.next().await.unwrap().unwrap();
+        let handler = tokio::spawn(request.execute(server.serve()));
+        let Some(Event::Request { reply, .. }) = inbox.recv().await else {
+            panic!("the handler should forward the request to the core");
+        };
+        reply.send(Response::Granted { token: 7 }).unwrap();
+        handler.await.unwrap();
+        // The handler has returned; its answer is queued. The client's cancel comes in.
+        let cancel = tarpc::ClientMessage::Cancel {
+            trace_context: Default::default(),
+            request_id: 1,
+        };
+        client_side.send(cancel).await.unwrap();
+        // One turn of the channel: it reads the cancel, then takes the answer off its queue.
+        assert!(futures::poll!(requests.next()).is_pending());
+        assert!(
+            futures::poll!(client_side.next()).is_pending(),
+            "tarpc writes no answer for a cancelled request"
+        );
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
+            other => panic!(
+                "the grant went to nobody and nothing releases it (expected it orphaned): \
+                 {other:?}"
+            ),
+        }
+    }
+
+    #[tokio::test]
     async fn a_grant_leaving_for_a_closed_connection_breaks_the_contract() {
         // The check outside the handler that makes the `grant-to-closed-connection` class
         // visible to the simulator: only a grant, and only to a connection known closed.
