@@ -69,11 +69,11 @@ pub const PROBES: &[Probe] = &[
         true,
         "a system Release freed the lock of a client that left",
     ),
-    // Required from the start: 46 of seeds 1..200 reach it (2026-12-06).
+    // Required from the start: 46 of seeds 1..200 reach it (2026-12-06, first seed 3).
     probe(
-        "grant-cancelled-after-sent",
+        "grant-cancelled-after-answer",
         true,
-        "a client cancelled a call whose grant was already sent (released as an orphan)",
+        "a client cancelled a call whose grant was already answered (released as an orphan)",
     ),
     // Required from the start: 68 of seeds 1..200 reach it (2026-12-06).
     probe(

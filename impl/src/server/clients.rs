@@ -76,89 +76,82 @@ where
     }
 }
 
-/// How many grants a connection remembers after sending them, for [`CancelWatch`]: a
-/// cancellation for a request trails its answer by at most the requests in flight.
-const SENT_GRANTS_REMEMBERED: usize = 2 * CLIENT_REQUESTS_PER_CONNECTION_MAX;
+/// How many grants a connection remembers after its handlers answered them, for
+/// [`CancelWatch`]: a cancellation for a request trails its answer by at most the requests in
+/// flight.
+const ANSWERED_GRANTS_REMEMBERED: usize = 2 * CLIENT_REQUESTS_PER_CONNECTION_MAX;
+
+/// The grants a connection's handlers answered, newest last, by tarpc request id: filled at
+/// the `Serve` boundary ([`CheckedServe`]), where the handler's answer leaves it, before
+/// tarpc writes it or drops it; read by [`CancelWatch`].
+#[derive(Clone, Default)]
+struct AnsweredGrants(Arc<std::sync::Mutex<std::collections::VecDeque<(u64, Key, Token)>>>);
+
+impl AnsweredGrants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Key, Token)>> {
+        // Poisoned only if a task panicked holding it; the list is still valid.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, request_id: u64, key: Key, token: Token) {
+        let mut grants = self.lock();
+        if grants.len() >= ANSWERED_GRANTS_REMEMBERED {
+            grants.pop_front();
+        }
+        grants.push_back((request_id, key, token));
+    }
+
+    fn take(&self, request_id: u64) -> Option<(Key, Token)> {
+        let mut grants = self.lock();
+        let at = grants.iter().position(|(id, ..)| *id == request_id)?;
+        grants.remove(at).map(|(_, key, token)| (key, token))
+    }
+}
 
 /// A transport that sees a grant its client never read: tarpc's client sends `Cancel` for a
 /// request only while the request is still in flight at the client, that is before its
-/// answer reached the caller, so a `Cancel` that arrives after this connection sent the
-/// request's `Granted` says the caller dropped the call with the grant on the way back (its
-/// deadline passed, or it stopped waiting). Nobody will release that grant: it is reported
+/// answer reached the caller, so a `Cancel` for a request whose handler answered `Granted`
+/// says the caller dropped the call with the grant not yet read (its deadline passed, or it
+/// stopped waiting). Whether tarpc had written the answer or not (a `Cancel` read first makes
+/// `BaseChannel` drop the answer unwritten), nobody will release that grant: it is reported
 /// as [`Event::Orphaned`] and released like a grant to a closed connection (DESIGN.md
 /// "Phantom locks"). lockd's own client also sends an abandon for it (`client.rs`); this
 /// covers a caller that drops the call and never runs another op, and clients that are not
-/// ours.
+/// ours. A `Cancel` that comes while the handler still runs is the handler's (its
+/// [`GoneGuard`]).
 struct CancelWatch<T> {
     inner: T,
     events: mpsc::Sender<Event>,
-    /// The keys of the acquires in flight on this connection, by tarpc request id.
-    acquiring: std::collections::BTreeMap<u64, Key>,
-    /// The last grants sent, oldest first: (request id, key, token).
-    granted: std::collections::VecDeque<(u64, Key, Token)>,
+    answered: AnsweredGrants,
 }
 
 impl<T> CancelWatch<T> {
-    fn new(inner: T, events: mpsc::Sender<Event>) -> Self {
+    fn new(inner: T, events: mpsc::Sender<Event>, answered: AnsweredGrants) -> Self {
         CancelWatch {
             inner,
             events,
-            acquiring: std::collections::BTreeMap::new(),
-            granted: std::collections::VecDeque::new(),
+            answered,
         }
     }
 
     /// Notes a message from the client; a cancelled grant becomes an orphan.
     fn saw(&mut self, message: &tarpc::ClientMessage<crate::rpc::LockServiceRequest>) {
-        match message {
-            tarpc::ClientMessage::Request(tarpc::Request {
-                id,
-                message: crate::rpc::LockServiceRequest::Acquire { key, .. },
-                ..
-            }) => {
-                // Bounded: an acquire that never got an answer here (aborted at its deadline)
-                // goes when it is the oldest of too many (tarpc numbers requests upwards).
-                if self.acquiring.len() >= SENT_GRANTS_REMEMBERED {
-                    self.acquiring.pop_first();
-                }
-                self.acquiring.insert(*id, key.clone());
-            }
-            tarpc::ClientMessage::Cancel { request_id, .. } => {
-                self.acquiring.remove(request_id);
-                let Some(at) = self.granted.iter().position(|(id, ..)| id == request_id) else {
-                    return;
-                };
-                let Some((_, key, token)) = self.granted.remove(at) else {
-                    return;
-                };
-                crate::probe!("grant-cancelled-after-sent");
-                debug!(key = %key, token, "a grant's call was cancelled after it was sent");
-                let events = self.events.clone();
-                let orphan = Event::Orphaned { key, token };
-                if let Err(mpsc::error::TrySendError::Full(orphan)) = events.try_send(orphan)
-                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
-                {
-                    runtime.spawn(async move {
-                        let _ = events.send(orphan).await;
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Notes an answer leaving for the client.
-    fn sending(&mut self, response: &tarpc::Response<crate::rpc::LockServiceResponse>) {
-        let Some(key) = self.acquiring.remove(&response.request_id) else {
+        let tarpc::ClientMessage::Cancel { request_id, .. } = message else {
             return;
         };
-        if let Ok(crate::rpc::LockServiceResponse::Acquire(Response::Granted { token })) =
-            &response.message
+        let Some((key, token)) = self.answered.take(*request_id) else {
+            return;
+        };
+        crate::probe!("grant-cancelled-after-answer");
+        debug!(key = %key, token, "a grant's call was cancelled after it was answered");
+        let events = self.events.clone();
+        let orphan = Event::Orphaned { key, token };
+        if let Err(mpsc::error::TrySendError::Full(orphan)) = events.try_send(orphan)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            if self.granted.len() >= SENT_GRANTS_REMEMBERED {
-                self.granted.pop_front();
-            }
-            self.granted.push_back((response.request_id, key, *token));
+            runtime.spawn(async move {
+                let _ = events.send(orphan).await;
+            });
         }
     }
 }
@@ -192,7 +185,6 @@ where
         mut self: Pin<&mut Self>,
         item: tarpc::Response<crate::rpc::LockServiceResponse>,
     ) -> Result<(), T::Error> {
-        self.sending(&item);
         Pin::new(&mut self.inner).start_send(item)
     }
 
@@ -441,13 +433,17 @@ impl LockService for LockServer {
 struct Checked {
     closed: watch::Receiver<bool>,
     events: mpsc::Sender<Event>,
+    /// The grants answered on this connection, for [`CancelWatch`].
+    answered: AnsweredGrants,
 }
 
 impl Checked {
-    fn wrap<S>(self, inner: S) -> CheckedServe<S> {
+    /// `inner` serving the request of tarpc id `request_id`.
+    fn wrap<S>(self, request_id: u64, inner: S) -> CheckedServe<S> {
         CheckedServe {
             inner,
             checked: self,
+            request_id,
         }
     }
 
@@ -474,11 +470,13 @@ impl Checked {
     }
 }
 
-/// A `Serve` that runs `inner` and [`Checked::check`]s its answer.
+/// A `Serve` that runs `inner` for one request, [`Checked::check`]s its answer, and records
+/// a grant in it for [`CancelWatch`].
 #[derive(Clone)]
 struct CheckedServe<S> {
     inner: S,
     checked: Checked,
+    request_id: u64,
 }
 
 impl<S> tarpc::server::Serve for CheckedServe<S>
@@ -496,12 +494,36 @@ where
         ctx: context::Context,
         req: Self::Req,
     ) -> Result<Self::Resp, tarpc::ServerError> {
+        let key = match &req {
+            crate::rpc::LockServiceRequest::Acquire { key, .. } => Some(key.clone()),
+            _ => None,
+        };
         let response = self.inner.serve(ctx, req).await;
         if let Ok(response) = &response {
             let _broken = self.checked.check(response);
+            if let (
+                Some(key),
+                crate::rpc::LockServiceResponse::Acquire(Response::Granted { token }),
+            ) = (key, response)
+            {
+                self.checked.answered.record(self.request_id, key, *token);
+            }
         }
         response
     }
+}
+
+/// Serves one request of a client connection: its handler with the connection's checks.
+fn serve_request(
+    request: tarpc::server::InFlightRequest<
+        crate::rpc::LockServiceRequest,
+        crate::rpc::LockServiceResponse,
+    >,
+    checked: &Checked,
+    server: &LockServer,
+) -> impl Future<Output = ()> + use<> {
+    let id = request.get().id;
+    request.execute(checked.clone().wrap(id, server.clone().serve()))
 }
 
 pub(super) async fn serve_clients(
@@ -528,11 +550,13 @@ pub(super) async fn serve_clients(
             );
             continue;
         };
-        let watched = CancelWatch::new(transport(stream), events.clone());
+        let answered = AnsweredGrants::default();
+        let watched = CancelWatch::new(transport(stream), events.clone(), answered.clone());
         let (transport, closed) = EofNotify::new(watched);
         let checked = Checked {
             closed: closed.clone(),
             events: events.clone(),
+            answered,
         };
         let server = LockServer {
             deliver_to_closed,
@@ -543,9 +567,17 @@ pub(super) async fn serve_clients(
         tokio::spawn(async move {
             BaseChannel::with_defaults(transport)
                 .max_concurrent_requests(CLIENT_REQUESTS_PER_CONNECTION_MAX)
-                .execute(checked.wrap(server.serve()))
-                .for_each(|request| async move {
-                    tokio::spawn(request);
+                .requests()
+                .take_while(|request| {
+                    if let Err(e) = request {
+                        warn!(error = %e, "a client connection's requests ended in an error");
+                    }
+                    future::ready(request.is_ok())
+                })
+                .filter_map(|request| future::ready(request.ok()))
+                .for_each(|request| {
+                    tokio::spawn(serve_request(request, &checked, &server));
+                    future::ready(())
                 })
                 .await;
             drop(slot);
@@ -608,40 +640,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_cancel_after_the_grant_was_sent_releases_it_as_an_orphan() {
+    async fn a_cancel_after_the_grant_was_answered_releases_it_as_an_orphan() {
         // The deadline defect (issue 24 review): a caller that stops waiting while its grant
         // is on the way back never reads it. tarpc sends `Cancel` only for a call still in
-        // flight at the client, so a `Cancel` after this connection sent the grant proves
-        // it; a `Cancel` before an answer, or after a `Busy`, is the handler's business.
+        // flight at the client, so a `Cancel` for a request whose handler answered a grant
+        // proves it; a `Cancel` for anything else is not this watch's business.
         let (events, mut inbox) = mpsc::channel(8);
-        let mut watch = CancelWatch::new((), events);
-        let acquire = |id, key: &str| {
-            tarpc::ClientMessage::Request(tarpc::Request {
-                context: context::current(),
-                id,
-                message: crate::rpc::LockServiceRequest::Acquire {
-                    key: key.to_owned(),
-                    lease_ms: 1000,
-                    wait_ms: 0,
-                    origin: None,
-                    timeout_ms: 100,
-                },
-            })
-        };
-        let answer = |request_id, response| tarpc::Response {
-            request_id,
-            message: Ok(crate::rpc::LockServiceResponse::Acquire(response)),
-        };
+        let answered = AnsweredGrants::default();
+        let mut watch = CancelWatch::new((), events, answered.clone());
         let cancel = |request_id| tarpc::ClientMessage::Cancel {
             trace_context: Default::default(),
             request_id,
         };
-        watch.saw(&acquire(1, "a"));
-        watch.saw(&acquire(2, "b"));
-        watch.saw(&acquire(3, "c"));
-        watch.sending(&answer(1, Response::Granted { token: 7 }));
-        watch.sending(&answer(2, Response::Busy));
-        // 3 is still being handled when its cancel comes.
+        answered.record(1, "a".to_owned(), 7);
+        answered.record(4, "d".to_owned(), 8);
+        // 2 was answered Busy, 3 is still being handled: neither is recorded.
         for id in [3, 2, 1] {
             watch.saw(&cancel(id));
         }
@@ -649,15 +662,14 @@ mod tests {
             Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("a", 7)),
             other => panic!("expected the cancelled grant as an orphan, got {other:?}"),
         }
-        assert!(
-            inbox.try_recv().is_err(),
-            "only the grant was sent and cancelled"
-        );
-        // A grant whose call was not cancelled was read: nothing to release.
-        watch.saw(&acquire(4, "d"));
-        watch.sending(&answer(4, Response::Granted { token: 8 }));
+        assert!(inbox.try_recv().is_err(), "only the cancelled grant");
         watch.saw(&cancel(1));
         assert!(inbox.try_recv().is_err(), "a cancel is acted on once");
+        assert_eq!(
+            answered.take(4),
+            Some(("d".to_owned(), 8)),
+            "4 was read: kept"
+        );
     }
 
     #[tokio::test]
@@ -676,8 +688,14 @@ mod tests {
             tarpc::Response<crate::rpc::LockServiceResponse>,
             tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
         >();
-        let watched = CancelWatch::new(server_side, events.clone());
+        let answered = AnsweredGrants::default();
+        let watched = CancelWatch::new(server_side, events.clone(), answered.clone());
         let (transport, closed) = EofNotify::new(watched);
+        let checked = Checked {
+            closed: closed.clone(),
+            events: events.clone(),
+            answered,
+        };
         let server = LockServer {
             deliver_to_closed: false,
             events,
@@ -698,7 +716,7 @@ mod tests {
         });
         client_side.send(acquire).await.unwrap();
         let request = requests.next().await.unwrap().unwrap();
-        let handler = tokio::spawn(request.execute(server.serve()));
+        let handler = tokio::spawn(serve_request(request, &checked, &server));
         let Some(Event::Request { reply, .. }) = inbox.recv().await else {
             panic!("the handler should forward the request to the core");
         };
@@ -731,7 +749,11 @@ mod tests {
         // visible to the simulator: only a grant, and only to a connection known closed.
         let (events, _inbox) = mpsc::channel(8);
         let (close, closed) = watch::channel(false);
-        let checked = Checked { closed, events };
+        let checked = Checked {
+            closed,
+            events,
+            answered: AnsweredGrants::default(),
+        };
         let granted = crate::rpc::LockServiceResponse::Acquire(Response::Granted { token: 4 });
         let busy = crate::rpc::LockServiceResponse::Acquire(Response::Busy);
         assert!(
