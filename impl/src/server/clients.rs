@@ -570,7 +570,16 @@ pub(super) async fn serve_clients(
                 .requests()
                 .take_while(|request| {
                     if let Err(e) = request {
-                        warn!(error = %e, "a client connection's requests ended in an error");
+                        // The whole chain (tarpc's wording): the cause is in the sources,
+                        // e.g. "frame size too big", which the soak's log scan looks for.
+                        let mut text = e.to_string();
+                        let mut source = std::error::Error::source(e);
+                        while let Some(cause) = source {
+                            text.push_str(": ");
+                            text.push_str(&cause.to_string());
+                            source = cause.source();
+                        }
+                        warn!("Requests stream errored out: {text}");
                     }
                     future::ready(request.is_ok())
                 })
