@@ -1427,25 +1427,33 @@ mod tests {
         );
     }
 
+    /// A [`slow_wire_client`] whose caller dropped an acquire of `k` with its request on the
+    /// wire; the request has landed and was granted (the window of the deadline defect).
+    async fn client_that_dropped_an_acquire_of_k() -> (SlowWire, Client) {
+        let (node, client) = slow_wire_client().await;
+        let far = Instant::now() + Duration::from_secs(5);
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(50),
+            client.acquire("k", 60_000, 0, far),
+        )
+        .await;
+        assert!(dropped.is_err(), "the caller gave up first");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            node.table.lock().unwrap().holder("k").is_some(),
+            "the dropped request was granted on arrival"
+        );
+        (node, client)
+    }
+
     #[tokio::test]
     async fn an_acquire_dropped_with_its_request_on_the_wire_is_given_up_by_the_next_op() {
         // The same window when the caller drops the acquire's future (a `timeout` around it,
         // the harness's `gave-up`): no cleanup can run in the dropped future, so the client
         // owes the abandon and pays it before its next op.
-        let (node, client) = slow_wire_client().await;
+        let (node, client) = client_that_dropped_an_acquire_of_k().await;
         let far = || Instant::now() + Duration::from_secs(5);
-        let dropped = tokio::time::timeout(
-            Duration::from_millis(50),
-            client.acquire("k", 60_000, 0, far()),
-        )
-        .await;
-        assert!(dropped.is_err(), "the caller gave up first");
-        // The next op, on a wire fast again once the dropped request has landed.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            node.table.lock().unwrap().holder("k").is_some(),
-            "the dropped request was granted on arrival (the window this test is about)"
-        );
+        // The next op, on a wire fast again.
         node.transit_ms.store(0, Ordering::SeqCst);
         let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
         client.release("other", other, far()).await.unwrap();
@@ -1466,19 +1474,8 @@ mod tests {
         // debt overwrites the unpaid one. The dropped acquire's grant then keeps its key,
         // known to nobody, for the whole lease: the deadline defect again, one election
         // later.
-        let (node, client) = slow_wire_client().await;
+        let (node, client) = client_that_dropped_an_acquire_of_k().await;
         let far = || Instant::now() + Duration::from_secs(5);
-        let dropped = tokio::time::timeout(
-            Duration::from_millis(50),
-            client.acquire("k", 60_000, 0, far()),
-        )
-        .await;
-        assert!(dropped.is_err(), "the caller gave up first");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            node.table.lock().unwrap().holder("k").is_some(),
-            "the dropped request was granted on arrival"
-        );
         // The next op: its abandon finds no leader, the acquire itself is granted.
         node.transit_ms.store(0, Ordering::SeqCst);
         node.abandons_refused.store(true, Ordering::SeqCst);

@@ -526,6 +526,31 @@ fn serve_request(
     request.execute(checked.clone().wrap(id, server.clone().serve()))
 }
 
+/// One client connection's parts: its transport, watched for a `Cancel` of an answered
+/// grant and for its end; the checks of its answers; and its handler.
+fn connection<T>(
+    transport: T,
+    events: &mpsc::Sender<Event>,
+    deliver_to_closed: bool,
+    next_id: &Arc<AtomicU64>,
+) -> (EofNotify<CancelWatch<T>>, Checked, LockServer) {
+    let answered = AnsweredGrants::default();
+    let watched = CancelWatch::new(transport, events.clone(), answered.clone());
+    let (transport, closed) = EofNotify::new(watched);
+    let checked = Checked {
+        closed: closed.clone(),
+        events: events.clone(),
+        answered,
+    };
+    let server = LockServer {
+        deliver_to_closed,
+        events: events.clone(),
+        next_id: next_id.clone(),
+        closed,
+    };
+    (transport, checked, server)
+}
+
 pub(super) async fn serve_clients(
     listener: TcpListener,
     events: mpsc::Sender<Event>,
@@ -550,20 +575,8 @@ pub(super) async fn serve_clients(
             );
             continue;
         };
-        let answered = AnsweredGrants::default();
-        let watched = CancelWatch::new(transport(stream), events.clone(), answered.clone());
-        let (transport, closed) = EofNotify::new(watched);
-        let checked = Checked {
-            closed: closed.clone(),
-            events: events.clone(),
-            answered,
-        };
-        let server = LockServer {
-            deliver_to_closed,
-            events: events.clone(),
-            next_id: next_id.clone(),
-            closed,
-        };
+        let (transport, checked, server) =
+            connection(transport(stream), &events, deliver_to_closed, &next_id);
         tokio::spawn(async move {
             BaseChannel::with_defaults(transport)
                 .max_concurrent_requests(CLIENT_REQUESTS_PER_CONNECTION_MAX)
@@ -697,20 +710,8 @@ mod tests {
             tarpc::Response<crate::rpc::LockServiceResponse>,
             tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
         >();
-        let answered = AnsweredGrants::default();
-        let watched = CancelWatch::new(server_side, events.clone(), answered.clone());
-        let (transport, closed) = EofNotify::new(watched);
-        let checked = Checked {
-            closed: closed.clone(),
-            events: events.clone(),
-            answered,
-        };
-        let server = LockServer {
-            deliver_to_closed: false,
-            events,
-            next_id: Arc::new(AtomicU64::new(1)),
-            closed,
-        };
+        let (transport, checked, server) =
+            connection(server_side, &events, false, &Arc::new(AtomicU64::new(1)));
         let mut requests = Box::pin(BaseChannel::with_defaults(transport).requests());
         let acquire = tarpc::ClientMessage::Request(tarpc::Request {
             context: context::current(),
