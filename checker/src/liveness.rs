@@ -21,7 +21,14 @@
 //!   grant and died, which keeps the lock until its lease ends.) An acquire of the same key
 //!   by another process invoked at `t >= L + phantom_release_bound_ms`, before the abandoned
 //!   acquire's lease could have run out, that fails `busy` while no other grant of the key
-//!   can be live is a violation.
+//!   can be live is a violation. A service that promises to release the grant of a call its
+//!   client cancelled, or whose connection ended, even when the grant was answered first
+//!   (`cancelled_grants`: lockd, whose node turns a cancellation that arrives after
+//!   its grant into a release), is judged without a witness: for it the crossing on the wire
+//!   is no excuse. Only the harness can say so, for the departures whose cancellation went
+//!   out before an answer reached the client (it records the others `indeterminate`: a
+//!   grant read off the socket, or a connection cut with nothing sent, is one no node can
+//!   tell from a grant its client read).
 //! - **W (waiters).** An acquire whose value is `LEASE_MS WAIT_MS` must complete (`ok` or
 //!   `fail`) by `invoke + WAIT_MS + waiter_slack_ms`; and a waiter that fails `busy` although
 //!   the key was certainly free for longer than `waiter_grant_bound_ms` inside its wait is a
@@ -71,6 +78,11 @@ pub struct LivenessOptions {
     /// Rule P: how long after the client left the key's witness must still hold it, so that
     /// the node heard of the departure before it could grant (longer than a message's trip).
     pub phantom_witness_margin_ms: u64,
+    /// Rule P: whether the service releases a grant whose call its client cancelled (or
+    /// whose connection ended) even when it had answered it, with every departure of the
+    /// clients sending that cancellation, so that an abandon needs no witness.
+    /// [`CancelledGrants::MayBeKept`] for histories of unknown provenance.
+    pub cancelled_grants: CancelledGrants,
     /// Rule W: how long after its wait a waiting acquire may take to be answered.
     pub waiter_slack_ms: u64,
     /// Rule W: the longest a key may stay free while a waiter waits for it.
@@ -89,6 +101,7 @@ impl Default for LivenessOptions {
             recovery_bound_ms: 10_000,
             phantom_release_bound_ms: 3_000,
             phantom_witness_margin_ms: 250,
+            cancelled_grants: CancelledGrants::MayBeKept,
             waiter_slack_ms: 2_000,
             waiter_grant_bound_ms: 1_000,
             session_timeout_ms: None,
@@ -122,6 +135,15 @@ impl LivenessOptions {
         }
     }
 
+    /// With what the service does with the grants of cancelled calls (rule P; see
+    /// [`LivenessOptions::cancelled_grants`]).
+    pub fn with_cancelled_grants(self, cancelled_grants: CancelledGrants) -> Self {
+        LivenessOptions {
+            cancelled_grants,
+            ..self
+        }
+    }
+
     /// With another waiter slack (rule W).
     pub fn with_waiter_slack_ms(self, waiter_slack_ms: u64) -> Self {
         LivenessOptions {
@@ -145,6 +167,19 @@ impl LivenessOptions {
             ..self
         }
     }
+}
+
+/// What a service does with a grant whose client cancelled its call, or closed its
+/// connection, before reading it (rule P).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelledGrants {
+    /// It may keep it until its lease ends: the node cannot tell it from a grant its client
+    /// read and then died with (an abandon is judged only with a witness).
+    MayBeKept,
+    /// It releases it, and every abandon in the history (`gave-up`, `disconnected`) sent its
+    /// cancellation before an answer reached its client (the harness records a departure
+    /// that did not as `indeterminate`): every abandon is judged.
+    Released,
 }
 
 /// What one rule judged.
@@ -397,8 +432,15 @@ impl<'a> Context<'a> {
         let bound = self.options.phantom_release_bound_ms * MS;
         Self::left_at(grant).is_some_and(|left| {
             let due = left.saturating_add(bound);
-            due <= at && self.fault_free(grant.call_ns(), due) && self.witness(grant).is_some()
+            due <= at && self.fault_free(grant.call_ns(), due) && self.judged(grant)
         })
+    }
+
+    /// Whether rule P judges `abandoned`: with a witness, or for a service that releases the
+    /// grants of cancelled calls ([`LivenessOptions::cancelled_grants`]).
+    fn judged(&self, abandoned: &Operation) -> bool {
+        self.options.cancelled_grants == CancelledGrants::Released
+            || self.witness(abandoned).is_some()
     }
 
     /// The grant that proves `abandoned` left before it could have been granted: another
@@ -690,7 +732,7 @@ impl Context<'_> {
                         continue;
                     }
                     let except = [abandoned.invoke.index, later.invoke.index];
-                    if witness.is_none()
+                    if !self.judged(abandoned)
                         || !self.fault_free(abandoned.call_ns(), c.time_ns)
                         || (busy
                             && !self
@@ -708,14 +750,21 @@ impl Context<'_> {
                         rule: 'P',
                         message: format!(
                             "a key whose client left is grantable again: violated: the client of \
-                             {} left at {}, while {} still held the key (so the node heard of the \
-                             departure before it could grant); {}, more than \
-                             phantom_release_bound_ms {} later, before that acquire's lease ({} \
-                             ms) could have run out, while no other grant of {key} could be live \
-                             and no fault was active",
+                             {} left at {}, {}; {}, more than phantom_release_bound_ms {} later, \
+                             before that acquire's lease ({} ms) could have run out, while no \
+                             other grant of {key} could be live and no fault was active",
                             describe(abandoned),
                             ms(left),
-                            witness.map(describe).unwrap_or_default(),
+                            witness.map_or_else(
+                                || "cancelling its call (a service that releases the grant \
+                                    of a cancelled call, even one it had answered)"
+                                    .to_owned(),
+                                |w| format!(
+                                    "while {} still held the key (so the node heard of the \
+                                     departure before it could grant)",
+                                    describe(w)
+                                )
+                            ),
                             describe(later),
                             self.options.phantom_release_bound_ms,
                             self.lease_ns(abandoned, 1.0) / MS,
@@ -1149,6 +1198,47 @@ mod tests {
             LivenessOptions::default().with_phantom_witness_margin_ms(5),
         );
         assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_service_that_releases_cancelled_grants_is_judged_without_a_witness() {
+        // lockd turns a cancellation that arrives after its grant into a release, so the
+        // crossing on the wire excuses nothing: the abandon without a witness above is judged.
+        let rows = "0,1000000000,1,invoke,acquire,a,20000,,,\n\
+                    1,1010000000,1,info,acquire,a,,,,gave-up\n\
+                    2,5000000000,2,invoke,acquire,a,500,,,\n\
+                    3,5010000000,2,fail,acquire,a,,,n1,busy\n";
+        let releases = LivenessOptions::default().with_cancelled_grants(CancelledGrants::Released);
+        let (report, result) = run(rows, releases);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+        assert!(
+            report.violations[0].message.contains("cancelling its call"),
+            "{}",
+            report.violations[0].message
+        );
+        assert!(result.checked);
+        // Inside the release bound, or with a fault since the invoke, it is still excused.
+        let soon = rows.replace("5000000000,2,invoke", "3000000000,2,invoke");
+        let (report, _) = run(&soon, releases);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        let faulted = "0,1000000000,1,invoke,acquire,a,20000,,,\n\
+                       1,1010000000,1,info,acquire,a,,,,gave-up\n\
+                       2,1020000000,nemesis,info,kill,,n1,,,\n\
+                       3,1500000000,nemesis,info,restart,,n1,,,\n\
+                       4,5000000000,2,invoke,acquire,a,500,,,\n\
+                       5,5010000000,2,fail,acquire,a,,,n1,busy\n";
+        let (report, _) = run(faulted, releases);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        // A grant that may be the leaver's no longer excuses a busy once its release was owed.
+        let later_ok = "0,1000000000,1,invoke,acquire,a,20000,,,\n\
+                        1,1010000000,1,info,acquire,a,,,,disconnected\n\
+                        2,5000000000,2,invoke,acquire,a,500,,,\n\
+                        3,5010000000,2,ok,acquire,a,,7,n1,\n\
+                        4,5100000000,3,invoke,acquire,a,500,,,\n\
+                        5,5110000000,3,fail,acquire,a,,,n1,busy\n";
+        let (report, _) = run(later_ok, releases);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.phantom.evaluated, 1);
     }
 
     #[test]

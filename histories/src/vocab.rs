@@ -240,6 +240,13 @@ words!(
         Crash => "crash",
         /// The simulator started a crashed node again (ends `crash`).
         Revive => "revive",
+        /// A client-side fault point of the simulator fired (`lockd::buggify`): a client's
+        /// answer was lost with its connection, or its connection was cut with a request in
+        /// flight. The op in flight may take longer or leave its grant unread, which no node
+        /// caused.
+        ClientFault => "client-fault",
+        /// Ends `client-fault` (recorded at once: the fault acts on the ops in flight).
+        ClientFaultEnd => "client-fault-end",
         /// A marker, not a fault: everything is healed and the recovery phase starts.
         Recover => "recover",
     }
@@ -260,8 +267,9 @@ impl FaultVerb {
             Slow => Some(Unslow),
             Flaky => Some(Unflaky),
             Crash => Some(Revive),
+            ClientFault => Some(ClientFaultEnd),
             Revive | Restart | Resume | ResumeClients | Heal | ResetClock | Release | Unslow
-            | Unflaky | Recover => None,
+            | Unflaky | ClientFaultEnd | Recover => None,
         }
     }
 

@@ -117,6 +117,18 @@ struct State {
 thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
     static CRASHES: RefCell<Vec<(u64, &'static str)>> = const { RefCell::new(Vec::new()) };
+    static ANNOUNCED: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The client-side points whose firing the simulator records in the history (the fault
+/// verb `client-fault`): each loses a client's answer or cuts its connection, so the op in
+/// flight may take longer than the service needed, or leave a grant its client never read
+/// and never cancelled, which the liveness rules would otherwise blame on the service.
+pub const ANNOUNCED_POINTS: [&str; 2] = ["client-cut-connection", "client-drop-answer"];
+
+/// The announced points ([`ANNOUNCED_POINTS`]) that fired since the last call.
+pub fn take_announced() -> Vec<&'static str> {
+    ANNOUNCED.with(|a| std::mem::take(&mut *a.borrow_mut()))
 }
 
 /// A crash point: whether node `node` crashes here now. When it fires, the node must stop
@@ -168,6 +180,7 @@ pub fn configure(seed: Option<u64>) -> Vec<&'static str> {
     });
     STATE.with(|cell| *cell.borrow_mut() = state);
     CRASHES.with(|c| c.borrow_mut().clear());
+    ANNOUNCED.with(|a| a.borrow_mut().clear());
     names
 }
 
@@ -220,6 +233,9 @@ pub fn fire(name: &str) -> bool {
     });
     if fired {
         crate::probe!("fault-point-fired");
+        if ANNOUNCED_POINTS.contains(&POINTS[i].name) {
+            ANNOUNCED.with(|a| a.borrow_mut().push(POINTS[i].name));
+        }
     }
     fired
 }

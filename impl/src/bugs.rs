@@ -122,11 +122,18 @@ pub enum Bug {
     /// last log index, not up to the last entry the AppendEntries carried, so it may apply a
     /// stale suffix another leader left in its log. Caught by the commit rules, as above.
     FollowerCommitPastSent,
+    /// `cancel-not-orphaned`: the client port sees tarpc's `Cancel` for a call whose grant
+    /// its handler had already answered, and does nothing with it (the server half of the
+    /// deadline defect's fix, undone: `server::clients::CancelWatch`). A client that stopped
+    /// waiting, or dropped the call, and never runs another op leaves the key held, known to
+    /// nobody, for the whole lease. Caught by liveness rule P, which judges lockd's
+    /// departures without a witness (`LivenessOptions::cancelled_grants_released`).
+    CancelNotOrphaned,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 22] = [
+    pub const ALL: [Bug; 23] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -149,6 +156,7 @@ impl Bug {
         Bug::VoteBeforePersist,
         Bug::CommitOldTerm,
         Bug::FollowerCommitPastSent,
+        Bug::CancelNotOrphaned,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -176,6 +184,7 @@ impl Bug {
             Bug::VoteBeforePersist => "vote-before-persist",
             Bug::CommitOldTerm => "commit-old-term",
             Bug::FollowerCommitPastSent => "follower-commit-past-sent",
+            Bug::CancelNotOrphaned => "cancel-not-orphaned",
         }
     }
 

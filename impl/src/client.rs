@@ -58,6 +58,8 @@
 //! within one attempt timeout; a dropped one, or an abandon that got no answer, is paid
 //! before this client's next op. A client that never runs another op leaves it to the lease.
 
+mod wire;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -222,6 +224,10 @@ pub struct Client {
     /// settled (the module doc on abandons). More than one: an abandon that got no answer
     /// stays owed behind the next acquire's own (one slot, the next acquire overwrote it).
     owed: Mutex<std::collections::VecDeque<Owed>>,
+    /// What the wire saw of the latest acquires (see [`Client::departure`]).
+    wire: wire::Ledger,
+    /// The latest acquire's request.
+    last_acquire: Mutex<Option<Origin>>,
     options: ClientOptions,
 }
 
@@ -284,6 +290,8 @@ impl Client {
             conns,
             one_op_at_a_time: tokio::sync::Mutex::new(()),
             owed: Mutex::new(std::collections::VecDeque::new()),
+            wire: wire::Ledger::default(),
+            last_acquire: Mutex::new(None),
             options,
         }
     }
@@ -373,6 +381,27 @@ impl Client {
         Answered { result, node }
     }
 
+    /// After its caller dropped an acquire of this client (left it): whether the node surely
+    /// learns that nobody read that acquire's grant, if it made one. Every attempt that went
+    /// out must have been cancelled on the wire (tarpc's `Cancel`) or answered without a
+    /// grant; the node then releases such a grant, however the cancellation and the grant
+    /// crossed. `false` when an answer was read off the socket first (tarpc then sends no
+    /// `Cancel`, and a grant in it reached this process unread by its caller), or an attempt
+    /// was lost with nothing sent after it (a hard cut). The future owns what it reads, so the
+    /// client may be dropped before it is awaited; it waits up to `within` for the
+    /// connections' dispatch tasks to write the cancellations. `true` when no acquire was
+    /// sent.
+    pub fn departure(&self, within: Duration) -> impl Future<Output = bool> + Send + 'static {
+        let ledger = self.wire.clone();
+        let origin = *self.last_acquire.lock().unwrap_or_else(|e| e.into_inner());
+        async move {
+            match origin {
+                Some(origin) => ledger.announced(origin, within).await,
+                None => true,
+            }
+        }
+    }
+
     /// Releases `key` held under `token`, retrying until `deadline`.
     pub async fn release(
         &self,
@@ -449,6 +478,7 @@ impl Client {
             ..session
         });
         if let Op::Acquire { key, .. } = &op {
+            *self.last_acquire.lock().unwrap_or_else(|e| e.into_inner()) = Some(origin);
             // Owed until a definite answer: if this future is dropped with the request out,
             // the next op pays it.
             let mut owed = self.lock_owed();
@@ -822,7 +852,7 @@ impl Client {
         };
         let NewClient { client, dispatch } = LockServiceClient::new(
             tarpc::client::Config::default(),
-            crate::server::transport(stream),
+            wire::Watched::new(crate::server::transport(stream), self.wire.clone()),
         );
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();

@@ -211,8 +211,14 @@ pub async fn run(options: &TestOptions, system: Arc<dyn System>) -> Result<RunOu
             )
         });
     extra.extend(vouching);
+    use checker::liveness::CancelledGrants;
     let liveness = checker::liveness::LivenessOptions::default()
-        .with_session_timeout_ms(system.session_timeout_ms());
+        .with_session_timeout_ms(system.session_timeout_ms())
+        .with_cancelled_grants(if system.releases_cancelled_grants() {
+            CancelledGrants::Released
+        } else {
+            CancelledGrants::MayBeKept
+        });
     let check_options = checker::Options::default()
         .with_owner_aware_release(system.owner_aware_release())
         .with_liveness(liveness);

@@ -123,6 +123,8 @@ struct CancelWatch<T> {
     inner: T,
     events: mpsc::Sender<Event>,
     answered: AnsweredGrants,
+    /// The mutant `cancel-not-orphaned` (`crate::bugs`): such a grant is left alone.
+    ignore_cancelled: bool,
 }
 
 impl<T> CancelWatch<T> {
@@ -131,6 +133,7 @@ impl<T> CancelWatch<T> {
             inner,
             events,
             answered,
+            ignore_cancelled: false,
         }
     }
 
@@ -144,6 +147,9 @@ impl<T> CancelWatch<T> {
         };
         crate::probe!("grant-cancelled-after-answer");
         debug!(key = %key, token, "a grant's call was cancelled after it was answered");
+        if self.ignore_cancelled {
+            return;
+        }
         let events = self.events.clone();
         let orphan = Event::Orphaned { key, token };
         if let Err(mpsc::error::TrySendError::Full(orphan)) = events.try_send(orphan)
@@ -531,11 +537,15 @@ fn serve_request(
 fn connection<T>(
     transport: T,
     events: &mpsc::Sender<Event>,
-    deliver_to_closed: bool,
+    bugs: crate::bugs::BugSet,
     next_id: &Arc<AtomicU64>,
 ) -> (EofNotify<CancelWatch<T>>, Checked, LockServer) {
     let answered = AnsweredGrants::default();
-    let watched = CancelWatch::new(transport, events.clone(), answered.clone());
+    let watched = CancelWatch {
+        ignore_cancelled: bugs.contains(crate::bugs::Bug::CancelNotOrphaned),
+        ..CancelWatch::new(transport, events.clone(), answered.clone())
+    };
+    let deliver_to_closed = bugs.contains(crate::bugs::Bug::GrantToClosedConnection);
     let (transport, closed) = EofNotify::new(watched);
     let checked = Checked {
         closed: closed.clone(),
@@ -556,7 +566,6 @@ pub(super) async fn serve_clients(
     events: mpsc::Sender<Event>,
     bugs: crate::bugs::BugSet,
 ) {
-    let deliver_to_closed = bugs.contains(crate::bugs::Bug::GrantToClosedConnection);
     let next_id = Arc::new(AtomicU64::new(1));
     let slots = Arc::new(Semaphore::new(CLIENT_CONNECTIONS_MAX));
     loop {
@@ -575,8 +584,7 @@ pub(super) async fn serve_clients(
             );
             continue;
         };
-        let (transport, checked, server) =
-            connection(transport(stream), &events, deliver_to_closed, &next_id);
+        let (transport, checked, server) = connection(transport(stream), &events, bugs, &next_id);
         tokio::spawn(async move {
             BaseChannel::with_defaults(transport)
                 .max_concurrent_requests(CLIENT_REQUESTS_PER_CONNECTION_MAX)
@@ -710,8 +718,12 @@ mod tests {
             tarpc::Response<crate::rpc::LockServiceResponse>,
             tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
         >();
-        let (transport, checked, server) =
-            connection(server_side, &events, false, &Arc::new(AtomicU64::new(1)));
+        let (transport, checked, server) = connection(
+            server_side,
+            &events,
+            crate::bugs::BugSet::NONE,
+            &Arc::new(AtomicU64::new(1)),
+        );
         let mut requests = Box::pin(BaseChannel::with_defaults(transport).requests());
         let acquire = tarpc::ClientMessage::Request(tarpc::Request {
             context: context::current(),

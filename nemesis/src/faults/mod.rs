@@ -125,8 +125,13 @@ impl VerbExt for Verb {
             Verb::Partition | Verb::Heal | Verb::Hold | Verb::Release => Some(FaultKind::Partition),
             Verb::Slow | Verb::Unslow | Verb::Flaky | Verb::Unflaky => Some(FaultKind::Netem),
             Verb::Skew | Verb::Strobe | Verb::ResetClock => Some(FaultKind::Clock),
-            // The simulator's crash points, not a nemesis's, and the marker.
-            Verb::Crash | Verb::Revive | Verb::Recover => None,
+            // The simulator's crash and client fault points, not a nemesis's, and the
+            // marker.
+            Verb::Crash
+            | Verb::Revive
+            | Verb::ClientFault
+            | Verb::ClientFaultEnd
+            | Verb::Recover => None,
         }
     }
 }

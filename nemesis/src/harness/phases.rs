@@ -166,7 +166,8 @@ pub async fn run_phases(
         let keys: Vec<String> = (0..options.keys.min(PROBE_KEYS_MAX))
             .map(|k| format!("k{k}"))
             .collect();
-        crate::harness::workload::phantom_probe(&shared, &keys).await
+        let crossing = world.system.releases_cancelled_grants();
+        crate::harness::workload::phantom_probe(&shared, &keys, crossing).await
     } else {
         0
     };

@@ -9,11 +9,15 @@
 //! accepted; the checker must then find stale writes (the nemesis has teeth).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use history::{AcquireValue, ErrorWord, OpName, OpType, Process};
@@ -295,6 +299,8 @@ impl Worker {
     /// cancels the request (drops the call: `gave-up`) or closes its connection (the call
     /// runs on a client of its own, dropped with it: `disconnected`). Either way the
     /// outcome is unknown (`info`): the grant may have happened just before.
+    ///
+    /// With `signal`, the client leaves when it fires instead (the probe's crossing round).
     async fn acquire_then_leave(
         &mut self,
         key: &str,
@@ -302,14 +308,33 @@ impl Worker {
         wait_ms: u64,
         deadline: Instant,
         leave: Leave,
+        signal: Option<oneshot::Receiver<()>>,
     ) -> Outcome {
         let after = Duration::from_millis(leave.after_ms);
+        let mut leave_now: Pin<Box<dyn Future<Output = ()> + Send>> = match signal {
+            Some(signal) => Box::pin(async move {
+                let _ = signal.await;
+            }),
+            None => Box::pin(tokio::time::sleep(after)),
+        };
+        // Like a timeout: an answer ready when the client leaves is taken.
+        let mut timeout = async |call| {
+            tokio::select! {
+                biased;
+                outcome = call => Ok(outcome),
+                () = &mut leave_now => Err(()),
+            }
+        };
         match leave.how {
             LeaveHow::GiveUp => {
                 let call = self.client.acquire(key, lease_ms, wait_ms, deadline);
-                tokio::time::timeout(after, call)
-                    .await
-                    .unwrap_or(Outcome::Info(ErrorWord::GaveUp))
+                match timeout(call).await {
+                    Ok(outcome) => outcome,
+                    Err(()) => {
+                        let departure = self.client.departure();
+                        left(ErrorWord::GaveUp, departure).await
+                    }
+                }
             }
             LeaveHow::Disconnect => {
                 // A client id of its own: two lockd clients with one id number their
@@ -317,9 +342,7 @@ impl Worker {
                 // the second client's acquire with the first one's old grant (seen: token
                 // 617 granted twice to process 36 in nemesis/tests/hosts.rs, seed 15).
                 let own = (self.factory)(DISCONNECTING_CLIENT_ID_BASE + self.process);
-                let answered =
-                    tokio::time::timeout(after, own.acquire(key, lease_ms, wait_ms, deadline))
-                        .await;
+                let answered = timeout(own.acquire(key, lease_ms, wait_ms, deadline)).await;
                 match answered {
                     Ok(outcome) => {
                         // Answered before it left: the process goes on with the client (and
@@ -330,9 +353,10 @@ impl Worker {
                         self.client = own;
                         outcome
                     }
-                    Err(_) => {
+                    Err(()) => {
+                        let departure = own.departure();
                         drop(own);
-                        Outcome::Info(ErrorWord::Disconnected)
+                        left(ErrorWord::Disconnected, departure).await
                     }
                 }
             }
@@ -342,6 +366,15 @@ impl Worker {
     /// Records the invoke, runs the op, records its completion; retires the process after
     /// an `info`.
     async fn perform(&mut self, op: &ClientOp) -> Done {
+        self.perform_leaving(op, None).await
+    }
+
+    /// [`Worker::perform`], where a leaver leaves when `signal` fires.
+    async fn perform_leaving(
+        &mut self,
+        op: &ClientOp,
+        signal: Option<oneshot::Receiver<()>>,
+    ) -> Done {
         let (f, key, value, token) = match op {
             ClientOp::Acquire {
                 key,
@@ -384,7 +417,7 @@ impl Worker {
                             .await
                     }
                     Some(leave) => {
-                        self.acquire_then_leave(key, *lease_ms, *wait_ms, deadline, *leave)
+                        self.acquire_then_leave(key, *lease_ms, *wait_ms, deadline, *leave, signal)
                             .await
                     }
                 }
@@ -453,6 +486,24 @@ impl Worker {
     }
 }
 
+/// The outcome of an acquire whose client left (`how`: `gave-up` or `disconnected`), once
+/// `departure` says whether the service surely learns that nobody read its grant. When not
+/// (the answer reached the client first, or an attempt was lost with nothing sent after it),
+/// the service may keep such a grant until its lease ends, legally, so the op is recorded
+/// `indeterminate`: an unknown outcome, not an abandon that liveness rule P holds the
+/// service to.
+async fn left(how: ErrorWord, departure: Option<BoxFuture<'static, bool>>) -> Outcome {
+    let announced = match departure {
+        Some(departure) => departure.await,
+        None => true,
+    };
+    if announced {
+        Outcome::Info(how)
+    } else {
+        Outcome::Info(ErrorWord::Indeterminate)
+    }
+}
+
 /// The phantom-lock probe's lease, ms: far longer than the phantom-release bound, so only a
 /// release of the gone client's grant (not its lease) frees the key in time.
 pub const PROBE_LEASE_MS: u64 = 20_000;
@@ -473,11 +524,22 @@ pub const PROBE_PROCESS_BASE: u64 = 1_000_000;
 /// (`--bug skip-phantom-release`) answers it `busy`, which the liveness check's rule P
 /// reports. Returns how many keys the probe ran on (a key whose holder got no grant is
 /// skipped).
-pub async fn phantom_probe(shared: &Shared, keys: &[String]) -> u64 {
+///
+/// With `crossing` (a service that releases the grant of a cancelled call, even one it had
+/// answered: [`crate::systems::System::releases_cancelled_grants`]), each key then gets a
+/// second round whose leavers leave while their grant may be on the wire
+/// ([`probe_key_crossing`]). Rule P judges those abandons without a witness.
+pub async fn phantom_probe(shared: &Shared, keys: &[String], crossing: bool) -> u64 {
     let probes = keys.iter().enumerate().map(|(i, key)| {
         let shared = shared.clone();
         let key = key.clone();
-        async move { probe_key(&shared, &key, i as u64).await }
+        async move {
+            let ran = probe_key(&shared, &key, i as u64).await;
+            if crossing {
+                probe_key_crossing(&shared, &key, i as u64).await;
+            }
+            ran
+        }
     });
     futures::future::join_all(probes)
         .await
@@ -486,26 +548,57 @@ pub async fn phantom_probe(shared: &Shared, keys: &[String]) -> u64 {
         .count() as u64
 }
 
-async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
-    let base = PROBE_PROCESS_BASE + 10 * i;
-    let worker = |process: u64| {
-        let mut w = Worker::new(
-            0,
-            1,
-            ClientGen::new(&crate::harness::schedule::WorkloadConfig::new(0, 1), 0),
-            shared.clone(),
-        );
-        w.process = process;
-        w.client = (shared.factory)(process);
-        w
-    };
-    let (mut holder, mut leaver, mut prober) = (worker(base), worker(base + 1), worker(base + 2));
-    let acquire = |lease_ms, wait_ms, leave| ClientOp::Acquire {
+/// A worker of the probe's own, as process `process`.
+fn probe_worker(shared: &Shared, process: u64) -> Worker {
+    let mut w = Worker::new(
+        0,
+        1,
+        ClientGen::new(&crate::harness::schedule::WorkloadConfig::new(0, 1), 0),
+        shared.clone(),
+    );
+    w.process = process;
+    w.client = (shared.factory)(process);
+    w
+}
+
+/// An acquire of `key` by the probe.
+fn probe_acquire(key: &str, lease_ms: u64, wait_ms: u64, leave: Option<Leave>) -> ClientOp {
+    ClientOp::Acquire {
         key: key.to_owned(),
         lease_ms,
         wait_ms,
         leave,
-    };
+    }
+}
+
+/// How the probe's waiter on key number `i` leaves: gives up on even keys, disconnects on
+/// odd ones.
+fn probe_leave_how(i: u64) -> LeaveHow {
+    if i % 2 == 0 {
+        LeaveHow::GiveUp
+    } else {
+        LeaveHow::Disconnect
+    }
+}
+
+/// [`PROBE_DELAY_MS`] after the waiter left, a third client tries the key, and releases it
+/// when granted.
+async fn probe_try(prober: &mut Worker, key: &str) {
+    let tried = prober.perform(&probe_acquire(key, 1_000, 0, None)).await;
+    if let Completion::Acquired(token) = tried.completion {
+        let release = ClientOp::Release {
+            key: key.to_owned(),
+            token,
+        };
+        prober.perform(&release).await;
+    }
+}
+
+async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
+    let base = PROBE_PROCESS_BASE + 10 * i;
+    let worker = |process| probe_worker(shared, process);
+    let (mut holder, mut leaver, mut prober) = (worker(base), worker(base + 1), worker(base + 2));
+    let acquire = |lease_ms, wait_ms, leave| probe_acquire(key, lease_ms, wait_ms, leave);
     let Completion::Acquired(token) = holder
         .perform(&acquire(PROBE_LEASE_MS, 2_000, None))
         .await
@@ -513,12 +606,10 @@ async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
     else {
         return false;
     };
-    let how = if i % 2 == 0 {
-        LeaveHow::GiveUp
-    } else {
-        LeaveHow::Disconnect
+    let leave = Leave {
+        after_ms: 300,
+        how: probe_leave_how(i),
     };
-    let leave = Leave { after_ms: 300, how };
     let left = leaver
         .perform(&acquire(PROBE_LEASE_MS, 10_000, Some(leave)))
         .await;
@@ -540,16 +631,58 @@ async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
             .await;
     }
     tokio::time::sleep(Duration::from_millis(PROBE_DELAY_MS)).await;
-    if let Completion::Acquired(token) = prober.perform(&acquire(1_000, 0, None)).await.completion {
-        prober
-            .perform(&ClientOp::Release {
-                key: key.to_owned(),
-                token,
-            })
-            .await;
-    }
+    probe_try(&mut prober, key).await;
     true
 }
+
+/// The probe's crossing round on `key` (see [`phantom_probe`]): a prober times one acquire
+/// of the free key (its round trip `R`: the trip to the leader, the commit, the trip back);
+/// then a leaver acquires the free key [`CROSSING_LEAVES`] times, each time leaving a
+/// different fraction of `R` after its invoke, from before the grant can be made to after
+/// it is read, so that on most seeds some leave falls while the grant is on the wire back
+/// (the node answered it, the client has not read it). A grant read in time is released.
+/// The prober tries the key [`PROBE_DELAY_MS`] after the last leave.
+async fn probe_key_crossing(shared: &Shared, key: &str, i: u64) {
+    let base = PROBE_PROCESS_BASE + CROSSING_PROCESS_OFFSET + 100 * i;
+    let (mut leaver, mut prober) = (probe_worker(shared, base), probe_worker(shared, base + 99));
+    let invoked = Instant::now();
+    let Completion::Acquired(token) = prober
+        .perform(&probe_acquire(key, PROBE_LEASE_MS, 0, None))
+        .await
+        .completion
+    else {
+        return;
+    };
+    let round_trip_ms = invoked.elapsed().as_millis() as u64;
+    let release = |token| ClientOp::Release {
+        key: key.to_owned(),
+        token,
+    };
+    prober.perform(&release(token)).await;
+    for j in 0..CROSSING_LEAVES {
+        let leave = Leave {
+            after_ms: (round_trip_ms * (4 + j) / 10).max(1),
+            how: probe_leave_how(i + j),
+        };
+        let left = leaver
+            .perform(&probe_acquire(key, PROBE_LEASE_MS, 0, Some(leave)))
+            .await;
+        if let Completion::Acquired(token) = left.completion {
+            leaver.perform(&release(token)).await;
+        }
+        // Room for the release of a grant whose client left before it was made.
+        tokio::time::sleep(Duration::from_millis(round_trip_ms + 50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(PROBE_DELAY_MS)).await;
+    probe_try(&mut prober, key).await;
+}
+
+/// How many times the crossing round's leaver leaves (at 0.4, 0.5, ... 1.1 of the round
+/// trip).
+const CROSSING_LEAVES: u64 = 8;
+/// The crossing round's processes start this far above [`PROBE_PROCESS_BASE`] (each leave
+/// retires its process, and the next one is the process after it).
+const CROSSING_PROCESS_OFFSET: u64 = 500_000;
 
 #[cfg(test)]
 mod tests {

@@ -327,8 +327,11 @@ fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     );
     let session_timeout_ms = (sim_bounds(options).session_timeout_ms)
         .unwrap_or(lockd::lock::SessionLimits::DEFAULT.timeout_ms);
+    use checker::liveness::CancelledGrants;
     let liveness = checker::liveness::LivenessOptions::default()
-        .with_session_timeout_ms(Some(session_timeout_ms));
+        .with_session_timeout_ms(Some(session_timeout_ms))
+        // lockd's `System::releases_cancelled_grants`.
+        .with_cancelled_grants(CancelledGrants::Released);
     let check_options = checker::Options::default().with_liveness(liveness);
     let checked = crate::store::pipeline::check_ops(&simulated.ops, &check_options, extra);
     let ops = simulated.ops.len() as u64;

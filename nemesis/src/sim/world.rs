@@ -226,6 +226,12 @@ pub async fn record_crash_points(
         for (verb, id, point) in control.take_crash_notes() {
             recorder.nemesis(verb, &format!("n{id} ({point})"), "");
         }
+        // A client's lost answer or cut connection, as a fault of its own instant.
+        for point in lockd::buggify::take_announced() {
+            let what = format!("clients ({point})");
+            recorder.nemesis(crate::faults::Verb::ClientFault, &what, "");
+            recorder.nemesis(crate::faults::Verb::ClientFaultEnd, &what, "");
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

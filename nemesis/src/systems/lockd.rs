@@ -280,7 +280,15 @@ impl LockClient for LockdClient {
         }
         .boxed()
     }
+
+    fn departure(&self) -> Option<BoxFuture<'static, bool>> {
+        Some(self.client.departure(DEPARTURE_SETTLES_WITHIN).boxed())
+    }
 }
+
+/// How long a departing client's connections get to write the cancellations of the call it
+/// dropped ([`lockd::client::Client::departure`]): a dispatch task does so on its next poll.
+const DEPARTURE_SETTLES_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn role_name(role: Role) -> String {
     match role {
@@ -296,6 +304,14 @@ impl System for Lockd {
     fn session_timeout_ms(&self) -> Option<u64> {
         // The binary has no flag for it: every node runs the default.
         Some(lockd::lock::SessionLimits::DEFAULT.timeout_ms)
+    }
+
+    fn releases_cancelled_grants(&self) -> bool {
+        // A call's cancellation (tarpc's `Cancel`) after its grant was answered makes the
+        // node release it as an orphan (`server::clients::CancelWatch`), and a connection
+        // that ends first withdraws the request or orphans its grant. The harness's leavers
+        // drop their call (its cancellation goes out before the connection closes).
+        true
     }
 
     fn releases_phantom_locks(&self) -> bool {

@@ -74,6 +74,16 @@ pub trait LockClient: Send + Sync {
         futures::future::ready(None).boxed()
     }
 
+    /// After its caller left an acquire (dropped its future): a future that says whether the
+    /// service surely learns that nobody read that acquire's grant, if it made one, so that
+    /// it releases it ([`System::releases_cancelled_grants`]). `false`: the answer reached
+    /// this client first, or an attempt was lost with nothing sent after it; the harness then
+    /// records the op `indeterminate`, not as an abandon. It owns what it reads, so the
+    /// client may be dropped first. `None` (the default): the client cannot tell.
+    fn departure(&self) -> Option<BoxFuture<'static, bool>> {
+        None
+    }
+
     /// The client's process stalls (`true`, `pause-clients`) or runs again (`false`). The
     /// workload stops on its own; a client whose library talks to the service in the
     /// background (ZooKeeper's session heartbeats) stops that too, as a real process pause
@@ -187,6 +197,16 @@ pub trait System: Send + Sync {
     /// (`checker::liveness::LivenessOptions::session_timeout_ms`). None by default.
     fn session_timeout_ms(&self) -> Option<u64> {
         None
+    }
+
+    /// Whether the service releases a grant whose call the harness's client cancelled (or
+    /// whose connection it closed) even when the grant was answered first, so that liveness
+    /// rule P judges every departure without a witness
+    /// (`checker::liveness::LivenessOptions::cancelled_grants_released`). False by default:
+    /// a service that cannot tell such a grant from one its client read keeps it for its
+    /// lease, legally.
+    fn releases_cancelled_grants(&self) -> bool {
+        false
     }
 
     /// More words on a failed run, after the checks' explanation: the system's own story
