@@ -200,3 +200,242 @@ where
         Pin::new(&mut self.inner).poll_close(cx)
     }
 }
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures::StreamExt;
+    use tarpc::context;
+    use tarpc::server::{BaseChannel, Channel};
+
+    use super::*;
+    use crate::client::{Client, ClientOptions};
+    use crate::lock::{Key, Token};
+    use crate::rpc::{LockService, NodeStatus};
+
+    /// What the node saw of one client connection.
+    #[derive(Default)]
+    struct NodeSaw {
+        /// It answered an acquire `Granted`.
+        granted: AtomicBool,
+        /// It then read a `Cancel`, and nothing had been read of the connection since the
+        /// grant.
+        cancel_after_grant: AtomicBool,
+        /// Its read of the connection failed (a reset).
+        read_failed: AtomicBool,
+    }
+
+    /// A node that grants every acquire at once and notes what it reads.
+    #[derive(Clone)]
+    struct GrantingNode(Arc<NodeSaw>);
+
+    impl LockService for GrantingNode {
+        async fn acquire(
+            self,
+            _: context::Context,
+            _key: Key,
+            _lease_ms: u64,
+            _wait_ms: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            self.0.granted.store(true, Ordering::SeqCst);
+            Response::Granted { token: 9 }
+        }
+
+        async fn release(
+            self,
+            _: context::Context,
+            _key: Key,
+            _token: Token,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::Released
+        }
+
+        async fn abandon(
+            self,
+            _: context::Context,
+            _key: Key,
+            _request: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::NotHolder
+        }
+
+        async fn register_session(
+            self,
+            _: context::Context,
+            _label: u64,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::Registered { session: 1 }
+        }
+
+        async fn status(self, _: context::Context) -> NodeStatus {
+            futures::future::pending().await
+        }
+    }
+
+    /// The node's side of a connection, noting each `Cancel` and read error.
+    struct Noted<T> {
+        inner: T,
+        saw: Arc<NodeSaw>,
+    }
+
+    impl<T, E> Stream for Noted<T>
+    where
+        T: Stream<Item = Result<tarpc::ClientMessage<LockServiceRequest>, E>> + Unpin,
+    {
+        type Item = T::Item;
+
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T::Item>> {
+            let polled = Pin::new(&mut self.inner).poll_next(cx);
+            match &polled {
+                Poll::Ready(Some(Ok(tarpc::ClientMessage::Cancel { .. })))
+                    if self.saw.granted.load(Ordering::SeqCst) =>
+                {
+                    self.saw.cancel_after_grant.store(true, Ordering::SeqCst);
+                }
+                Poll::Ready(Some(Err(_))) => self.saw.read_failed.store(true, Ordering::SeqCst),
+                _ => {}
+            }
+            polled
+        }
+    }
+
+    impl<T, I> Sink<I> for Noted<T>
+    where
+        T: Sink<I> + Unpin,
+    {
+        type Error = T::Error;
+
+        fn poll_ready(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), T::Error>> {
+            Pin::new(&mut self.inner).poll_ready(cx)
+        }
+
+        fn start_send(mut self: Pin<&mut Self>, item: I) -> Result<(), T::Error> {
+            Pin::new(&mut self.inner).start_send(item)
+        }
+
+        fn poll_flush(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), T::Error>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_close(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), T::Error>> {
+            Pin::new(&mut self.inner).poll_close(cx)
+        }
+    }
+
+    /// One simulated run with turmoil seed `seed`: a client takes one op to connect and
+    /// time a round trip, then acquires and drops the call and itself half a round trip to
+    /// nine tenths of one later, the node's grant often on the wire back. Returns what the
+    /// node saw, or `None` when the client read its grant in time (or its connection did:
+    /// then no `Cancel` is sent, [`Client::departure`]).
+    fn drop_while_the_grant_is_on_the_wire(seed: u64) -> Option<Arc<NodeSaw>> {
+        let mut sim = turmoil::Builder::new()
+            .rng_seed(seed)
+            .tick_duration(Duration::from_millis(1))
+            .min_message_latency(Duration::from_millis(1))
+            .max_message_latency(Duration::from_millis(20))
+            .enable_random_order()
+            .build();
+        let saw = Arc::new(NodeSaw::default());
+        let node_saw = saw.clone();
+        sim.host("node", move || {
+            let saw = node_saw.clone();
+            async move {
+                let any: SocketAddr = "0.0.0.0:7000".parse()?;
+                let listener = crate::sys::net::TcpListener::bind(any).await?;
+                loop {
+                    let stream = listener.accept().await?;
+                    let transport = Noted {
+                        inner: crate::server::transport(stream),
+                        saw: saw.clone(),
+                    };
+                    let node = GrantingNode(saw.clone());
+                    tokio::spawn(
+                        BaseChannel::with_defaults(transport)
+                            .execute(node.serve())
+                            .for_each(|request| async move {
+                                tokio::spawn(request);
+                            }),
+                    );
+                }
+            }
+        });
+        let read_in_time = Arc::new(AtomicBool::new(false));
+        let read = read_in_time.clone();
+        sim.client("client", async move {
+            let node = SocketAddr::new(turmoil::lookup("node"), 7000);
+            let client = Client::with_options(vec![node], 1, ClientOptions::default());
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            let timed = tokio::time::Instant::now();
+            client.release("k", 1, deadline).await?;
+            let round_trip = timed.elapsed();
+            let acquire = client.acquire("k", 1_000, 0, deadline);
+            // 50 to 90 % of a round trip: from before the node can answer to after.
+            let leave_percent = 50 + 10 * (seed % 5) as u32;
+            if tokio::time::timeout(round_trip * leave_percent / 100, acquire)
+                .await
+                .is_ok()
+            {
+                read.store(true, Ordering::SeqCst);
+            }
+            let departure = client.departure(Duration::from_millis(100));
+            drop(client);
+            if !departure.await {
+                // The grant was read off the socket first: no `Cancel` is owed.
+                read.store(true, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok(())
+        });
+        sim.run().expect("the simulation runs");
+        (!read_in_time.load(Ordering::SeqCst)).then_some(saw)
+    }
+
+    #[test]
+    fn a_client_that_drops_its_call_and_itself_gets_its_cancel_to_the_node() {
+        // Sim seed 7 (2026-12-06, liveness rule P with lockd's promise to release a grant
+        // whose call was cancelled): a client dropped its acquire and then itself while the
+        // grant was on the wire back; its socket, closed at once, answered the grant with a
+        // reset, the reset overtook the `Cancel`, and the node's read failed without it. The
+        // node never learned that nobody read the grant: its key stayed held for the lease.
+        // Without the lingering close it failed on turmoil seed 11 (the node's read failed
+        // with a reset).
+        let mut crossed = 0;
+        for seed in 0..200 {
+            let Some(saw) = drop_while_the_grant_is_on_the_wire(seed) else {
+                continue;
+            };
+            if !saw.granted.load(Ordering::SeqCst) {
+                continue;
+            }
+            crossed += 1;
+            assert!(
+                saw.cancel_after_grant.load(Ordering::SeqCst),
+                "turmoil seed {seed}: the node granted, and never read the client's Cancel \
+                 (its read failed: {})",
+                saw.read_failed.load(Ordering::SeqCst)
+            );
+        }
+        assert!(
+            crossed >= 5,
+            "only {crossed} of 200 seeds granted while the client left"
+        );
+    }
+}
