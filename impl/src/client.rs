@@ -852,7 +852,10 @@ impl Client {
         };
         let NewClient { client, dispatch } = LockServiceClient::new(
             tarpc::client::Config::default(),
-            wire::Watched::new(crate::server::transport(stream), self.wire.clone()),
+            wire::Watched::new(
+                crate::server::transport(wire::Lingering::new(stream)),
+                self.wire.clone(),
+            ),
         );
         let alive = Arc::new(AtomicBool::new(true));
         let flag = alive.clone();

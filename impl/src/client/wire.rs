@@ -201,6 +201,91 @@ where
     }
 }
 
+/// How long a closed connection keeps reading what the node still sends
+/// ([`Lingering`]).
+const LINGER: Duration = Duration::from_secs(1);
+
+/// A client socket that closes gracefully: dropped, it shuts its write half (after what was
+/// written, such as the `Cancel` of a call dropped just before) and goes on reading, for at
+/// most [`LINGER`], until the node closes its side. Closed at once, a socket that then
+/// receives an answer still on its way (the grant of that cancelled call) answers it with a
+/// reset, and a TCP stack that flushes its receive queue on a reset (RFC 793 §3.4, which
+/// turmoil's follows) loses the `Cancel` before the node reads it: the node never learns
+/// that nobody read the grant, which keeps its key for the whole lease (found by liveness
+/// rule P on sim seed 7, 2026-12-06). A web server's "lingering close" avoids the same
+/// reset for the same reason.
+pub(super) struct Lingering {
+    stream: Option<crate::sys::net::TcpStream>,
+}
+
+impl Lingering {
+    pub(super) fn new(stream: crate::sys::net::TcpStream) -> Self {
+        Lingering {
+            stream: Some(stream),
+        }
+    }
+
+    fn stream(&mut self) -> Pin<&mut crate::sys::net::TcpStream> {
+        Pin::new(
+            self.stream
+                .as_mut()
+                .expect("the stream is taken only when dropped"),
+        )
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(mut stream) = self.stream.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let drain = async {
+                let _ = stream.shutdown().await;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(LINGER, drain).await;
+        });
+    }
+}
+
+impl tokio::io::AsyncRead for Lingering {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.stream().poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Lingering {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.stream().poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.stream().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.stream().poll_shutdown(cx)
+    }
+}
+
 #[cfg(all(test, feature = "sim"))]
 mod tests {
     use std::net::SocketAddr;

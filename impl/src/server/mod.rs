@@ -75,7 +75,7 @@ use crate::lock::{Key, Token};
 use crate::raft::{ClientRequest, Config, Message, NodeId, RequestId, Response};
 use crate::rpc::{CLOCK_RATE_MAX, CLOCK_RATE_MIN, ClockReading, FRAME_LEN_MAX, NodeStatus};
 use crate::storage::{DataDir, StorageError, SyncMode};
-use crate::sys::net::{TcpListener, TcpStream};
+use crate::sys::net::TcpListener;
 
 mod admin;
 mod clients;
@@ -567,10 +567,11 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
 /// The wire format of every service of a node, public so that a caller that speaks the RPC
 /// itself (`locksmith bench --soak` registers sessions by the hundred thousand, with no
 /// [`crate::client::Client`] each) frames its calls exactly as the node reads them.
-pub fn transport<Item, SinkItem>(
-    stream: TcpStream,
-) -> serde_transport::Transport<TcpStream, Item, SinkItem, Bincode<Item, SinkItem>>
+pub fn transport<S, Item, SinkItem>(
+    stream: S,
+) -> serde_transport::Transport<S, Item, SinkItem, Bincode<Item, SinkItem>>
 where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
     Item: for<'de> serde::Deserialize<'de>,
     SinkItem: serde::Serialize,
 {
