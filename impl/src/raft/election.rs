@@ -187,10 +187,21 @@ impl Node {
         let granted = term > self.term
             && !self.in_lease()
             && self.log_is_up_to_date(last_log_index, last_log_term);
+        // A refusal names this node's own term (etcd raft does the same): a pre-candidate
+        // behind it learns the term it must campaign above. Otherwise a node whose term is
+        // ahead but whose log is behind (its RequestVote was lost) and a node with the longer
+        // log but a lower term refuse each other's pre-votes for ever.
+        let term = if granted { term } else { self.term };
         self.send_now(from, Message::PreVoteResponse { term, granted });
     }
 
     pub(super) fn handle_pre_vote_response(&mut self, from: NodeId, term: Term, granted: bool) {
+        if !granted && term > self.term {
+            // Refused by a node in a later term: no pre-vote for `self.term + 1` can pass
+            // there, so move to its term and campaign above it next time.
+            self.become_follower(term, None);
+            return;
+        }
         if self.role != Role::PreCandidate || term != self.term + 1 {
             return;
         }

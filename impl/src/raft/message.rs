@@ -64,7 +64,8 @@ pub enum Message {
     },
     /// The answer to a [`Message::PreVote`].
     PreVoteResponse {
-        /// The term of the pre-vote being answered.
+        /// The term of the pre-vote being answered when granted; the responder's own term
+        /// when refused.
         term: Term,
         /// Whether the pre-vote was granted.
         granted: bool,
