@@ -347,7 +347,6 @@ impl Chaos {
     /// Heals, restarts every node, and waits (bounded) until a leader exists and a fresh
     /// try-acquire at it is granted. Returns the granted token.
     pub fn assert_live(&mut self) -> Token {
-        let seed = self.cluster.seed();
         self.cluster.heal();
         for id in self.cluster.ids() {
             self.cluster.restart(id);
