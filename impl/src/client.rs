@@ -993,9 +993,9 @@ mod tests {
     /// A scripted node: answers each acquire with the next response of `acquires` and
     /// records every release it gets.
     #[derive(Clone)]
-    struct ScriptedNode {
-        acquires: Arc<Mutex<Vec<Response>>>,
-        releases: Arc<Mutex<Vec<(Key, Token)>>>,
+    pub(super) struct ScriptedNode {
+        pub(super) acquires: Arc<Mutex<Vec<Response>>>,
+        pub(super) releases: Arc<Mutex<Vec<(Key, Token)>>>,
     }
 
     impl crate::rpc::LockService for ScriptedNode {

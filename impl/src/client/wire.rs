@@ -292,77 +292,30 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use futures::StreamExt;
-    use tarpc::context;
     use tarpc::server::{BaseChannel, Channel};
 
     use super::*;
+    use crate::client::tests::ScriptedNode;
     use crate::client::{Client, ClientOptions};
-    use crate::lock::{Key, Token};
-    use crate::rpc::{LockService, NodeStatus};
+    use crate::rpc::LockService;
 
     /// What the node saw of one client connection.
     #[derive(Default)]
     struct NodeSaw {
-        /// It answered an acquire `Granted`.
-        granted: AtomicBool,
-        /// It then read a `Cancel`, and nothing had been read of the connection since the
-        /// grant.
+        /// The acquires' answers still to give: empty once it granted (one `Granted`).
+        script: Arc<Mutex<Vec<Response>>>,
+        /// It read a `Cancel` after it had granted.
         cancel_after_grant: AtomicBool,
         /// Its read of the connection failed (a reset).
         read_failed: AtomicBool,
     }
 
-    /// A node that grants every acquire at once and notes what it reads.
-    #[derive(Clone)]
-    struct GrantingNode(Arc<NodeSaw>);
-
-    impl LockService for GrantingNode {
-        async fn acquire(
-            self,
-            _: context::Context,
-            _key: Key,
-            _lease_ms: u64,
-            _wait_ms: u64,
-            _origin: Option<Origin>,
-            _timeout_ms: u64,
-        ) -> Response {
-            self.0.granted.store(true, Ordering::SeqCst);
-            Response::Granted { token: 9 }
-        }
-
-        async fn release(
-            self,
-            _: context::Context,
-            _key: Key,
-            _token: Token,
-            _origin: Option<Origin>,
-            _timeout_ms: u64,
-        ) -> Response {
-            Response::Released
-        }
-
-        async fn abandon(
-            self,
-            _: context::Context,
-            _key: Key,
-            _request: u64,
-            _origin: Option<Origin>,
-            _timeout_ms: u64,
-        ) -> Response {
-            Response::NotHolder
-        }
-
-        async fn register_session(
-            self,
-            _: context::Context,
-            _label: u64,
-            _timeout_ms: u64,
-        ) -> Response {
-            Response::Registered { session: 1 }
-        }
-
-        async fn status(self, _: context::Context) -> NodeStatus {
-            futures::future::pending().await
+    impl NodeSaw {
+        fn granted(&self) -> bool {
+            self.script
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
         }
     }
 
@@ -382,7 +335,7 @@ mod tests {
             let polled = Pin::new(&mut self.inner).poll_next(cx);
             match &polled {
                 Poll::Ready(Some(Ok(tarpc::ClientMessage::Cancel { .. })))
-                    if self.saw.granted.load(Ordering::SeqCst) =>
+                    if self.saw.granted() =>
                 {
                     self.saw.cancel_after_grant.store(true, Ordering::SeqCst);
                 }
@@ -438,7 +391,10 @@ mod tests {
             .max_message_latency(Duration::from_millis(20))
             .enable_random_order()
             .build();
-        let saw = Arc::new(NodeSaw::default());
+        let saw = Arc::new(NodeSaw {
+            script: Arc::new(Mutex::new(vec![Response::Granted { token: 9 }])),
+            ..NodeSaw::default()
+        });
         let node_saw = saw.clone();
         sim.host("node", move || {
             let saw = node_saw.clone();
@@ -451,7 +407,10 @@ mod tests {
                         inner: crate::server::transport(stream),
                         saw: saw.clone(),
                     };
-                    let node = GrantingNode(saw.clone());
+                    let node = ScriptedNode {
+                        acquires: saw.script.clone(),
+                        releases: Arc::default(),
+                    };
                     tokio::spawn(
                         BaseChannel::with_defaults(transport)
                             .execute(node.serve())
@@ -507,7 +466,7 @@ mod tests {
             let Some(saw) = drop_while_the_grant_is_on_the_wire(seed) else {
                 continue;
             };
-            if !saw.granted.load(Ordering::SeqCst) {
+            if !saw.granted() {
                 continue;
             }
             crossed += 1;
