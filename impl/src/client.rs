@@ -344,6 +344,9 @@ impl Client {
         deadline: impl Into<Instant>,
     ) -> Answered<Result<Token, AcquireError>> {
         let deadline = deadline.into();
+        // Until this acquire goes out, `departure` speaks of it (nothing sent), not of the
+        // acquire before it.
+        *self.last_acquire.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let op = Op::Acquire {
             key: key.to_owned(),
             lease_ms,
