@@ -340,6 +340,73 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_reapplied_after_a_crash_never_leaves_the_term_below_its_last_term() {
+        // Module docs, "Crash points", and Raft paper Figure 2 (currentTerm is at least the
+        // term of every entry in the log). A follower behind in term gets a one-chunk
+        // snapshot from the leader of a later term: the persist carries the snapshot and the
+        // new term together, and storage writes the snapshot file before the segment that
+        // holds the term. A crash between the two reloaded the snapshot with the old term,
+        // a node whose log ends in a term above its current term: the node's invariant check
+        // stops it at restart, and in a release build it followed (and acknowledged its
+        // whole snapshot to) a stale leader of a term between the two.
+        use crate::lock::{Command, LockTable};
+        use crate::raft::{Config, Input, Message, Node};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (dir, durable) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        let config = Config::new(2, vec![1, 2, 3]);
+        let (mut follower, _) = Node::new(config.clone(), durable, 0);
+        let mut table = LockTable::new();
+        table.apply(1, &Command::Noop);
+        table.apply(
+            2,
+            &Command::Grant {
+                key: "a".into(),
+                lease_ms: 1_000,
+            },
+        );
+        let sent = Snapshot {
+            last_index: 2,
+            last_term: 3,
+            table,
+        };
+        let chunk = Message::InstallSnapshot {
+            term: 3,
+            last_index: 2,
+            last_term: 3,
+            offset: 0,
+            data: serde_json::to_vec(&sent).expect("encode"),
+            done: true,
+        };
+        let out = follower.step(Input::Message {
+            from: 1,
+            msg: chunk,
+        });
+        let persist = out.persist.expect("the install persists");
+        assert_eq!(persist.hard_state.as_ref().map(|h| h.term), Some(3));
+        let snap = persist
+            .snapshot
+            .clone()
+            .expect("the snapshot is in the persist");
+
+        // The crash: the snapshot file is in place (persist_with_snapshot's first write),
+        // the segment with the new term is not.
+        DataDir::write_snapshot_file(tmp.path(), &snap, SyncMode::Fsync).expect("write");
+        drop(dir);
+        let (dir, loaded) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+        assert!(dir.recovered().snapshot_reapplied);
+        assert!(
+            loaded.hard_state.term >= loaded.last_term(),
+            "recovered term {} below the log's last term {}",
+            loaded.hard_state.term,
+            loaded.last_term()
+        );
+        // The node restarts on it (its invariants are checked in debug builds).
+        let (restarted, _) = Node::new(config, loaded, 0);
+        assert!(restarted.status().term >= 3, "{:?}", restarted.status());
+    }
+
+    #[test]
     fn leftover_tmp_files_and_old_segments_are_removed() {
         // Module docs, "Crash points": leftovers of a rewrite are removed, and reported.
         let tmp = tempfile::tempdir().expect("tempdir");
