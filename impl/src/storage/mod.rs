@@ -61,7 +61,8 @@
 //!   the file and the byte offset. Nothing is repaired in that case.
 //! - A snapshot newer than the segment's base is a crash between the snapshot's rename and
 //!   the new segment's: the snapshot is applied to the replayed log as [`Durable::apply`]
-//!   does, and the segment is rewritten at once.
+//!   does (and the current term raised to the snapshot's last term, when the crash lost the
+//!   term the snapshot came with), and the segment is rewritten at once.
 //! - Older segments and `*.tmp` files are leftovers of a finished or an unfinished rewrite;
 //!   they are removed (and listed in [`Recovered::removed_files`]).
 //! - A dir without `meta` is created afresh when it holds only what an interrupted creation

@@ -58,6 +58,7 @@ pub(super) fn load_segment(
                 .filter(|b| b.last_index == s)
                 .map(|b| b.last_term));
         let keep = term_at_s == Some(snapshot.last_term);
+        let last_term = snapshot.last_term;
         let install = Persist {
             truncate_from: (!keep).then_some(s.saturating_add(1)),
             snapshot: Some(snapshot),
@@ -69,6 +70,15 @@ pub(super) fn load_segment(
             reason: format!("the snapshot does not fit the log: {reason}"),
         })?;
         durable.apply(&install);
+        // The persist under way carried the term the snapshot came in (an InstallSnapshot
+        // from the leader of a later term), and that term went with the segment the crash
+        // lost: the current term is never below the log's last term (Raft paper Figure 2).
+        // No vote was given in a term above the durable one (a vote is durable before it is
+        // sent), so the raised term has none.
+        if durable.hard_state.term < last_term {
+            durable.hard_state.term = last_term;
+            durable.hard_state.voted_for = None;
+        }
     }
     // Replay already refused every record that would break this; it stays as the last word.
     if durable.hard_state.commit > durable.last_index() {
