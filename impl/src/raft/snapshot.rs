@@ -306,6 +306,56 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_whose_table_names_tokens_past_its_last_index_is_refused() {
+        // STYLE practice 12 and `hostile_test` (every input `Node::refusal` lets through is
+        // stepped without a panic and keeps `check_invariants`): the chunks of a buggy or
+        // foreign peer decode to a table whose tokens run past the entries it covers (its
+        // last token, or a held lock's token, above its last applied index). Installed, the
+        // node broke its token invariants (a panic in a debug build), and the Grant of a
+        // later index at or below that token tripped the token monotonicity assertion of
+        // `LockTable::apply` in any build, or issued a token a lock already held.
+        use crate::lock::LockTable;
+        let mut table = LockTable::new();
+        table.apply(1, &Command::Noop);
+        table.apply(
+            2,
+            &Command::Grant {
+                key: "a".into(),
+                lease_ms: 1000,
+            },
+        );
+        let honest = super::super::Snapshot {
+            last_index: 2,
+            last_term: 1,
+            table,
+        };
+        let mut token_ahead = serde_json::to_value(&honest).expect("encode");
+        token_ahead["table"]["last_token"] = serde_json::json!(5);
+        let mut lock_ahead = serde_json::to_value(&honest).expect("encode");
+        lock_ahead["table"]["locks"]["a"]["token"] = serde_json::json!(9);
+        for forged in [token_ahead, lock_ahead] {
+            let mut follower = Node::new(Config::new(3, vec![1, 2, 3]), Durable::default(), 0).0;
+            let chunk = Message::InstallSnapshot {
+                term: 1,
+                last_index: 2,
+                last_term: 1,
+                offset: 0,
+                data: serde_json::to_vec(&forged).expect("encode"),
+                done: true,
+            };
+
+            let out = follower.step(Input::Message {
+                from: 1,
+                msg: chunk,
+            });
+
+            assert!(follower.snapshot().is_none(), "installed {forged}");
+            assert!(out.persist.as_ref().is_none_or(|p| p.snapshot.is_none()));
+            assert_eq!(follower.status().commit_index, 0);
+        }
+    }
+
+    #[test]
     fn a_snapshot_arrives_in_chunks_through_a_lost_and_a_duplicated_chunk() {
         // Raft paper §7 (InstallSnapshot's offset and done) and issue 27: chunks of at most
         // `snapshot_chunk_bytes`, one in flight; a lost chunk is sent again after the
