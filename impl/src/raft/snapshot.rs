@@ -43,12 +43,20 @@ pub(super) fn encode(snapshot: &Snapshot) -> Vec<u8> {
 }
 
 /// The snapshot `bytes` encode, if they encode one that ends at (`last_index`, `last_term`)
-/// with a table applied exactly up to it.
+/// with a table applied exactly up to it, whose tokens lie within it (the token invariants
+/// of `invariants::check_node`): a table of a buggy or foreign peer that names a token past
+/// its last index would trip the token monotonicity assertion at a later Grant.
 fn decode(bytes: &[u8], last_index: Index, last_term: Term) -> Option<Snapshot> {
     let snapshot: Snapshot = serde_json::from_slice(bytes).ok()?;
+    let table = &snapshot.table;
     let consistent = snapshot.last_index == last_index
         && snapshot.last_term == last_term
-        && snapshot.table.last_applied() == last_index;
+        && table.last_applied() == last_index
+        && table.last_token() <= last_index
+        && table
+            .locks()
+            .values()
+            .all(|h| h.token <= table.last_token());
     consistent.then_some(snapshot)
 }
 
