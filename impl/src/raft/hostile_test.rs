@@ -188,12 +188,16 @@ fn message(g: &mut Gen, node: &Node) -> Message {
                 last_term: g.value(term),
                 table,
             };
+            let mut data = super::snapshot::encode(&snapshot);
+            if g.chance(3) {
+                data = forge_a_number(g, &data);
+            }
             Message::InstallSnapshot {
                 term: msg_term,
                 last_index: snapshot.last_index,
                 last_term: snapshot.last_term,
                 offset: 0,
-                data: super::snapshot::encode(&snapshot),
+                data,
                 done: true,
             }
         }
@@ -224,6 +228,40 @@ fn message(g: &mut Gen, node: &Node) -> Message {
             }
         }
     }
+}
+
+/// A snapshot's bytes with one of its numbers (a token, an index, a lease, a session's
+/// field, ...) replaced by a hostile value near it: a table no run of entries builds, which
+/// still decodes. (A table built only by applying entries is consistent with itself; a
+/// forged `last_token` past the snapshot's last index was installed, and broke the token
+/// rules, until `snapshot::decode` checked it.)
+fn forge_a_number(g: &mut Gen, data: &[u8]) -> Vec<u8> {
+    fn numbers(value: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Number(_) => out.push(at.to_owned()),
+            serde_json::Value::Array(items) => (items.iter().enumerate())
+                .for_each(|(i, item)| numbers(item, &format!("{at}/{i}"), out)),
+            serde_json::Value::Object(fields) => fields.iter().for_each(|(name, field)| {
+                let name = name.replace('~', "~0").replace('/', "~1");
+                numbers(field, &format!("{at}/{name}"), out)
+            }),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return data.to_vec();
+    };
+    let mut found = Vec::new();
+    numbers(&value, "", &mut found);
+    if found.is_empty() {
+        return data.to_vec();
+    }
+    let at = g.pick(&found);
+    if let Some(number) = value.pointer_mut(&at) {
+        let near = number.as_u64().unwrap_or(0);
+        *number = serde_json::json!(g.value(near));
+    }
+    serde_json::to_vec(&value).unwrap_or_else(|_| data.to_vec())
 }
 
 fn client_request(g: &mut Gen, node: &Node) -> ClientRequest {
