@@ -101,6 +101,12 @@ pub const POINTS: &[Point] = &[
          the simulator restarts it",
     ),
     point(
+        "crash-after-snapshot-file",
+        2,
+        "the node crashes after writing an installed snapshot's file and before the segment \
+         of the same persist; the simulator restarts it",
+    ),
+    point(
         "crash-before-persist",
         5_000,
         "the node crashes after sending what needs nothing durable and before its persist (a \
@@ -303,7 +309,7 @@ mod tests {
     fn every_point_in_the_sources_is_declared_and_every_declared_one_used() {
         let mut used = crate::probe::tests::names_in_sources("buggify!(\"", "buggify.rs");
         // Crash points are named in the code that picks one (`server::core`, `storage`).
-        for prefix in ["crash-before", "crash-inside"] {
+        for prefix in ["crash-before", "crash-inside", "crash-after"] {
             let crash = crate::probe::tests::names_in_sources(&format!("\"{prefix}"), "buggify.rs");
             used.extend(crash.into_iter().map(|rest| format!("{prefix}{rest}")));
         }

@@ -128,9 +128,16 @@ pub const PROBES: &[Probe] = &[
         true,
         "a session idle past the session timeout was dropped from the table",
     ),
+    // The window of the crash point `crash-after-snapshot-file` that lost a term (review,
+    // 2026-12-06): an installed snapshot persisted with a term the segment did not hold yet.
+    probe(
+        "snapshot-persisted-with-new-term",
+        false,
+        "storage wrote an installed snapshot whose persist also raised the term",
+    ),
 ];
 
-static REACHED: [AtomicBool; 17] = [const { AtomicBool::new(false) }; 17];
+static REACHED: [AtomicBool; 18] = [const { AtomicBool::new(false) }; 18];
 
 /// Marks `name` reached in this process (what `probe!` calls).
 pub fn hit(name: &str) {

@@ -335,10 +335,20 @@ fn start(r: &mut Replayed, id: NodeId, durable: Durable, now_ms: u64) -> Result<
     let config = r.configs.get(&id).cloned().ok_or_else(|| {
         Fault::Malformed(format!("node {id} starts before its configuration line"))
     })?;
+    // The node's own invariants hold of what it loaded, before any step can mend them (a
+    // release build's `Node::new` does not check them): a crash that left a snapshot
+    // beside an older segment once loaded a term below the log's last term.
     let (node, out) = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        Node::new(config, durable.clone(), now_ms)
+        let (node, out) = Node::new(config, durable.clone(), now_ms);
+        node.check_invariants();
+        (node, out)
     }))
-    .map_err(|_| format!("node {id}: Node::new panicked on the recorded storage"))?;
+    .map_err(|e| {
+        let why = (e.downcast_ref::<String>().cloned())
+            .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        format!("node {id}: started from the recorded storage, the core panicked: {why}")
+    })?;
     record_applied(&mut r.ledger, &node, &out)?;
     same_table(&mut r.tables, &node, node.table().replicated_digest())?;
     r.shadows.insert(id, node.table().clone());

@@ -677,7 +677,14 @@ impl DataDir {
         let mut snapshot_file = file_header(SNAPSHOT_MAGIC);
         push_frame(&mut snapshot_file, &payload);
         let segment_file = segment_file(&next)?;
+        if (persist.hard_state.as_ref()).is_some_and(|h| h.term > self.durable.hard_state.term) {
+            crate::probe!("snapshot-persisted-with-new-term");
+        }
         write_file_atomic(&self.path, SNAPSHOT_FILE, &snapshot_file, self.options.sync)?;
+        // A crash with the snapshot in place and the segment of the same persist (its term
+        // and vote, the entries after the snapshot) not yet written: recovery re-applies the
+        // snapshot to the older segment.
+        self.crash_point("crash-after-snapshot-file")?;
         self.rewrite_segment(&segment_file)?;
         self.durable = next;
         Ok(())
