@@ -1314,6 +1314,9 @@ mod tests {
         /// While set, every abandon is answered `NotLeader` with no leader known (an
         /// election), and nothing is applied.
         abandons_refused: Arc<AtomicBool>,
+        /// While set, every release is answered `NotLeader` with no leader known, and
+        /// nothing is applied.
+        releases_refused: Arc<AtomicBool>,
         wire: mpsc::UnboundedSender<(Instant, Proposal, oneshot::Sender<Outcome>)>,
         table: Arc<Mutex<crate::lock::LockTable>>,
     }
@@ -1339,6 +1342,7 @@ mod tests {
             SlowWire {
                 transit_ms: Arc::new(AtomicU64::new(0)),
                 abandons_refused: Arc::new(AtomicBool::new(false)),
+                releases_refused: Arc::new(AtomicBool::new(false)),
                 wire,
                 table,
             }
@@ -1385,6 +1389,9 @@ mod tests {
             origin: Option<Origin>,
             _timeout_ms: u64,
         ) -> Response {
+            if self.releases_refused.load(Ordering::SeqCst) {
+                return Response::NotLeader { leader: None };
+            }
             self.apply(origin, Command::Release { key, token }).await
         }
 
@@ -1526,6 +1533,66 @@ mod tests {
             table.holder("k").is_none(),
             "the unpaid abandon was forgotten, and the dropped acquire's grant keeps its key: \
              {:?}",
+            table.holder("k")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_grant_reported_unknown_whose_give_back_got_no_answer_is_given_back_by_the_next_op() {
+        // The module doc: a grant that a retry gets back after an earlier attempt was
+        // abandoned is reported `Unknown`, and "the client releases that grant itself".
+        // Here the first attempt's answer is lost (its request was on the wire at the
+        // attempt deadline; the node granted it and nothing on the node releases it), the
+        // retry is answered that grant from the dedupe table, and the give-back finds no
+        // leader for the whole cleanup window (an election: `NotLeader` to every request).
+        // The client then forgot the grant: no abandon was owed for it (the acquire got an
+        // answer), so the key stayed held, known to nobody, for the whole lease (a minute
+        // here), while the same client went on to run ops that succeeded.
+        let node = SlowWire::start();
+        let addr = serve_fake!(node.clone());
+        let options = ClientOptions {
+            attempt_timeout_ms: 150,
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+        let far = || Instant::now() + Duration::from_secs(5);
+        let warm = client.acquire("warm", 60_000, 0, far()).await.unwrap();
+        client.release("warm", warm, far()).await.unwrap();
+        // The first attempt spends 200 ms on the wire (past its 150 ms deadline); the retry
+        // goes out on a fast wire and is applied after it, answered its grant by dedupe.
+        node.transit_ms.store(200, Ordering::SeqCst);
+        let fast_again = {
+            let transit_ms = Arc::clone(&node.transit_ms);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                transit_ms.store(0, Ordering::SeqCst);
+            })
+        };
+        node.releases_refused.store(true, Ordering::SeqCst);
+        node.abandons_refused.store(true, Ordering::SeqCst);
+        let answered = client.acquire_traced("k", 60_000, 0, far()).await;
+        fast_again.await.unwrap();
+        assert!(
+            matches!(&answered.result, Err(ClientError::Unknown(reason)) if reason.contains("granted token")),
+            "a grant after an abandoned attempt is unknown: {:?}",
+            answered.result
+        );
+        assert!(
+            node.table.lock().unwrap().holder("k").is_some(),
+            "the give-back got no answer"
+        );
+        // A leader again: the client's next op succeeds.
+        node.releases_refused.store(false, Ordering::SeqCst);
+        node.abandons_refused.store(false, Ordering::SeqCst);
+        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
+        client.release("other", other, far()).await.unwrap();
+        let table = node.table.lock().unwrap();
+        assert!(
+            table.holder("k").is_none(),
+            "the grant the client reported unknown and could not give back keeps its key, \
+             known to nobody, for the whole lease: {:?}",
             table.holder("k")
         );
     }
