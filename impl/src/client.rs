@@ -43,8 +43,10 @@
 //! broke or its deadline passed after the request was sent) is reported `Unknown` too, with
 //! the token in the reason: the server saw that abandoned attempt's client leave and may
 //! already have released the grant as a phantom lock, so the token cannot be promised. The
-//! client releases that grant itself before it answers, so that the key does not stay held
-//! until the lease runs out by a client that does not know it holds it. An attempt that the
+//! client gives that grant back itself before it answers (an abandon of the request, then a
+//! release of the token), so that the key does not stay held until the lease runs out by a
+//! client that does not know it holds it; if the abandon gets no answer, it stays owed and is
+//! paid before the next op, like any other. An attempt that the
 //! node answered `Unknown` counts as abandoned: the node gave up on it and treats the client
 //! as gone.
 //!
@@ -363,7 +365,9 @@ impl Client {
         if let Ok((Response::Granted { token }, true)) = &result {
             // Reported unknown below, so nobody would ever release this grant: it would keep
             // its key until the lease ran out (a phantom lock held by a live client). Give it
-            // back now; `NotHolder` means the server had already released it.
+            // back now: the release's `run` first pays the abandon this acquire still owes
+            // (`run`), which frees the key; `NotHolder` means it or the server had already
+            // released it. An abandon that got no answer stays owed for the next op.
             let cleanup = Instant::now() + Duration::from_millis(self.options.attempt_timeout_ms);
             let release = Op::Release {
                 key: key.to_owned(),
@@ -501,10 +505,13 @@ impl Client {
             });
         }
         let (result, node) = self.attempts(op, Some(origin), wait_ms, deadline).await;
-        if !matches!(result, Err(ClientError::Unknown(_))) {
+        // A grant after an abandoned attempt is reported unknown and given back by its token
+        // (`acquire_traced`), but that give-back may get no answer (no leader): it stays
+        // owed, so that this op's cleanup, or the next op, frees the key by an abandon.
+        let unknown_grant = matches!(result, Ok((Response::Granted { .. }, true)));
+        if !matches!(result, Err(ClientError::Unknown(_))) && !unknown_grant {
             // Answered (a token the caller gets, or a refusal that promises no grant), or
-            // never sent: nothing to give up. A grant after an abandoned attempt is given
-            // back by its token (`acquire_traced`).
+            // never sent: nothing to give up.
             self.lock_owed()
                 .retain(|owed| (owed.session, owed.request) != (origin.session, origin.request));
         }
