@@ -1321,6 +1321,10 @@ mod tests {
         /// While set, every abandon is answered `NotLeader` with no leader known (an
         /// election), and nothing is applied.
         abandons_refused: Arc<AtomicBool>,
+        /// While set, every abandon is refused `Invalid` by the leader's bound on
+        /// uncommitted entries (a leader that cannot commit, under load), and nothing is
+        /// applied.
+        abandons_overloaded: Arc<AtomicBool>,
         /// While set, every release is answered `NotLeader` with no leader known, and
         /// nothing is applied.
         releases_refused: Arc<AtomicBool>,
@@ -1349,6 +1353,7 @@ mod tests {
             SlowWire {
                 transit_ms: Arc::new(AtomicU64::new(0)),
                 abandons_refused: Arc::new(AtomicBool::new(false)),
+                abandons_overloaded: Arc::new(AtomicBool::new(false)),
                 releases_refused: Arc::new(AtomicBool::new(false)),
                 wire,
                 table,
@@ -1412,6 +1417,12 @@ mod tests {
         ) -> Response {
             if self.abandons_refused.load(Ordering::SeqCst) {
                 return Response::NotLeader { leader: None };
+            }
+            if self.abandons_overloaded.load(Ordering::SeqCst) {
+                return Response::Invalid {
+                    reason: "too many uncommitted entries (4096, uncommitted_entries_max 4096)"
+                        .into(),
+                };
             }
             self.apply(origin, Command::Abandon { key, request }).await
         }
@@ -1600,6 +1611,37 @@ mod tests {
             table.holder("k").is_none(),
             "the grant the client reported unknown and could not give back keeps its key, \
              known to nobody, for the whole lease: {:?}",
+            table.holder("k")
+        );
+    }
+
+    #[tokio::test]
+    async fn an_abandon_refused_by_the_uncommitted_entries_bound_is_still_paid_by_the_next_op() {
+        // The module doc on abandons: an abandon "that got no answer, is paid before this
+        // client's next op". The leader's bound on uncommitted entries (`requests.rs`: a
+        // leader that cannot commit, e.g. cut off from its followers until check-quorum
+        // deposes it, under load) refuses every request `Invalid` until entries commit, and
+        // that is the only refusal an abandon of this client can get (its key, its request
+        // and its session were valid when the acquire went out). The client took the refusal
+        // as settled and dropped the abandon: the dropped acquire's grant kept its key, known
+        // to nobody, for the whole lease, a moment after which the same leader would have
+        // accepted the abandon.
+        let (node, client) = client_that_dropped_an_acquire_of_k().await;
+        let far = || Instant::now() + Duration::from_secs(5);
+        // The next op: its abandon is refused by the bound, the acquire itself is granted
+        // (the entries committed meanwhile).
+        node.transit_ms.store(0, Ordering::SeqCst);
+        node.abandons_overloaded.store(true, Ordering::SeqCst);
+        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
+        node.abandons_overloaded.store(false, Ordering::SeqCst);
+        client.release("other", other, far()).await.unwrap();
+        let again = client.acquire("again", 60_000, 0, far()).await.unwrap();
+        client.release("again", again, far()).await.unwrap();
+        let table = node.table.lock().unwrap();
+        assert!(
+            table.holder("k").is_none(),
+            "the abandon refused by a transient bound was dropped, and the dropped acquire's \
+             grant keeps its key: {:?}",
             table.holder("k")
         );
     }
