@@ -577,16 +577,21 @@ impl Client {
         };
         let (result, _) = self.attempts(abandon, Some(origin), 0, deadline).await;
         match result {
-            // No answer (lost, or never sent): still owed, for the next op.
-            Err(ClientError::Unknown(_) | ClientError::Unavailable(_)) => false,
+            // No answer (lost, or never sent): still owed, for the next op. So is a refusal
+            // (`Invalid`): the only one an abandon of this client can get is the leader's
+            // bound on uncommitted entries (its key, request and session were valid, and its
+            // timeout is one attempt's), which passes once entries commit; settled, it left
+            // the abandoned grant its whole lease.
+            Err(
+                ClientError::Unknown(_) | ClientError::Unavailable(_) | ClientError::Invalid(_),
+            ) => false,
             Ok((Response::SessionExpired, _)) => {
                 // Every abandon owed under it is settled with it (the session check above).
                 settle();
                 *self.lock_session() = None;
                 true
             }
-            // Released, NotHolder, or a refusal (`Invalid`): settled. A refused abandon is
-            // not retried before every op for ever; its lock is the lease's.
+            // Released or NotHolder: settled.
             _ => {
                 settle();
                 true
