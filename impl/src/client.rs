@@ -60,6 +60,8 @@
 //! within one attempt timeout; a dropped one, or an abandon that got no answer, is paid
 //! before this client's next op. A client that never runs another op leaves it to the lease.
 
+#[cfg(all(test, feature = "sim"))]
+mod contract_test;
 mod wire;
 
 use std::net::SocketAddr;
@@ -1371,17 +1373,7 @@ mod tests {
             self.wire
                 .send((at, Proposal::client(origin, command), reply))
                 .unwrap();
-            match outcome.await.unwrap() {
-                Outcome::Granted { token } => Response::Granted { token },
-                Outcome::GrantRejected => Response::Busy,
-                Outcome::Released => Response::Released,
-                Outcome::NotFound => Response::NotHolder,
-                Outcome::SessionRegistered { session } => Response::Registered { session },
-                Outcome::SessionExpired => Response::SessionExpired,
-                other => Response::Unknown {
-                    reason: format!("{other:?}"),
-                },
-            }
+            Response::of_outcome(&outcome.await.unwrap())
         }
     }
 

@@ -94,6 +94,23 @@ pub enum Response {
     SessionExpired,
 }
 
+impl Response {
+    /// The answer to a client whose request applied with `outcome`.
+    pub fn of_outcome(outcome: &Outcome) -> Response {
+        match outcome {
+            Outcome::Granted { token } => Response::Granted { token: *token },
+            Outcome::GrantRejected => Response::Busy,
+            Outcome::Released => Response::Released,
+            Outcome::NotFound => Response::NotHolder,
+            Outcome::SessionRegistered { session } => Response::Registered { session: *session },
+            Outcome::SessionExpired => Response::SessionExpired,
+            other => Response::Unknown {
+                reason: format!("unexpected outcome {other:?} for a client request"),
+            },
+        }
+    }
+}
+
 /// An input to [`super::Node::step`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Input {

@@ -329,18 +329,7 @@ impl Node {
         if pending.gone {
             return self.release_phantom(entry, outcome);
         }
-        let response = match outcome {
-            Outcome::Granted { token } => Response::Granted { token: *token },
-            Outcome::GrantRejected => Response::Busy,
-            Outcome::Released => Response::Released,
-            Outcome::NotFound => Response::NotHolder,
-            Outcome::SessionRegistered { session } => Response::Registered { session: *session },
-            Outcome::SessionExpired => Response::SessionExpired,
-            other => Response::Unknown {
-                reason: format!("unexpected outcome {other:?} for a client request"),
-            },
-        };
-        self.respond(pending.id, response);
+        self.respond(pending.id, Response::of_outcome(outcome));
     }
 
     /// Releases the lock granted to a client that left (no origin: the system's own entry),
