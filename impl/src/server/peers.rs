@@ -463,6 +463,56 @@ mod tests {
         append(2, 5, 0, commit)
     }
 
+    #[tokio::test]
+    async fn a_peer_is_heard_after_its_earlier_connections_vanished_without_closing() {
+        // Review (peer transport, a message to a node that restarted): a peer link drops its
+        // connection after `PEER_DEADLINE_STRIKES_MAX` missed deadlines (a partition) and
+        // connects again once it can; a restarted peer connects anew. When the old
+        // connection's FIN never reaches this node (it is lost in the partition, as turmoil
+        // and a long iptables DROP lose it, or the peer's host died without one), this node
+        // keeps serving that connection for ever: it never writes on it (the `Peer` service
+        // only answers calls) and has no idle timeout or keepalive, so nothing ever shows it
+        // dead. Each such episode kept one of the `PEER_CONNECTIONS_MAX` slots, and once they
+        // were all taken, every new peer connection was closed at accept: the node heard no
+        // peer again (a follower no heartbeat, a candidate no vote), with every node up.
+        //
+        // Init: node 1's peer port, and `PEER_CONNECTIONS_MAX` connections of earlier
+        // incarnations of node 2's link, each of which delivered a heartbeat and then
+        // vanished: kept open and silent, which is all node 1 can see of a connection whose
+        // end never reached it.
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let listener = TcpListener::bind(any).await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (events, mut received) = mpsc::channel(16);
+        tokio::spawn(serve_peers(listener, 1, vec![1, 2, 3], events));
+        let within = Duration::from_millis(2_000);
+        let mut vanished = Vec::new();
+        for commit in 0..PEER_CONNECTIONS_MAX as u64 {
+            let link = connect_peer(addr).await.expect("connect");
+            call_within(within, |ctx| link.deliver(ctx, 2, vec![heartbeat(commit)]))
+                .await
+                .expect("an earlier incarnation's heartbeat is delivered");
+            received.recv().await.expect("its event");
+            vanished.push(link);
+        }
+
+        // Act: node 2's link connects again and sends a heartbeat.
+        let link = connect_peer(addr).await.expect("connect");
+        let delivered = call_within(within, |ctx| link.deliver(ctx, 2, vec![heartbeat(99)])).await;
+
+        // Check: node 1 hears it.
+        assert!(
+            delivered.is_ok(),
+            "node 2's new connection was refused while {} vanished ones hold every slot: {delivered:?}",
+            vanished.len()
+        );
+        let event = tokio::time::timeout(within, received.recv()).await;
+        assert!(
+            matches!(event, Ok(Some(Event::Peer { from: 2, .. }))),
+            "node 1 never got node 2's heartbeat: {event:?}"
+        );
+    }
+
     #[test]
     fn a_clean_link_sends_each_batch_as_it_is() {
         let (_switch, mut d) = disturber(LinkFaults::NONE, 7);
