@@ -106,7 +106,8 @@ pub const PEER_BACKOFF_MAX_MS: u64 = 500;
 pub const PEER_DEADLINE_STRIKES_MAX: u32 = 3;
 /// At most this many client connections are served at once; more are closed at accept.
 pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
-/// At most this many peer connections are served at once.
+/// At most this many peer connections are served at once; a new one closes the oldest (see
+/// `peers::serve_peers`: a connection whose end never arrived is otherwise served for ever).
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// At most this many requests in flight on one client connection.
 pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;

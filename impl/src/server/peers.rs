@@ -2,7 +2,7 @@
 //! loss), reconnecting with backoff, one `deliver` call at a time per link; and the `Peer`
 //! service that queues each incoming batch for the core, in order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::prelude::*;
 use tarpc::context;
 use tarpc::server::{BaseChannel, Channel};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::{
@@ -365,7 +365,12 @@ pub(super) async fn serve_peers(
         members: Arc::new(members),
         events,
     };
-    let slots = Arc::new(Semaphore::new(PEER_CONNECTIONS_MAX));
+    // The connections served, oldest first. At the bound the oldest is closed, not the new
+    // one: a connection whose end never reached this node (its FIN lost in a partition, or
+    // its peer's host gone) is otherwise served for ever, since this side never writes on an
+    // idle connection, and such connections used to fill every slot, after which no peer
+    // could reach this node again. A live peer whose connection is closed connects again.
+    let mut open: VecDeque<tokio::task::JoinHandle<()>> = VecDeque::new();
     loop {
         let stream = match listener.accept().await {
             Ok(stream) => stream,
@@ -375,22 +380,24 @@ pub(super) async fn serve_peers(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        open.retain(|connection| !connection.is_finished());
+        if open.len() >= PEER_CONNECTIONS_MAX
+            && let Some(oldest) = open.pop_front()
+        {
             warn!(
                 bound = PEER_CONNECTIONS_MAX,
-                "too many peer connections; one closed"
+                "too many peer connections; the oldest closed"
             );
-            continue;
-        };
+            oldest.abort();
+        }
         let server = server.clone();
-        tokio::spawn(async move {
+        open.push_back(tokio::spawn(async move {
             // In order, one request at a time: keeps each link's TCP order into the core.
             BaseChannel::with_defaults(transport(stream))
                 .execute(server.serve())
                 .for_each(|request| request)
                 .await;
-            drop(slot);
-        });
+        }));
     }
 }
 
