@@ -265,9 +265,7 @@ impl Core {
             if self.persisted_unreported {
                 output.extend(self.persisted());
             }
-            for (key, token) in std::mem::take(&mut self.orphans) {
-                self.release_orphan(key, token, &mut output);
-            }
+            self.release_orphans(&mut output);
             let mut batch = usize::from(first.is_some());
             if let Some(event) = first {
                 self.handle(event, &mut output);
@@ -637,6 +635,13 @@ impl Core {
         Ok(())
     }
 
+    /// A turn's release of the orphans kept from earlier turns ([`Core::release_orphan`]).
+    fn release_orphans(&mut self, output: &mut Output) {
+        for (key, token) in std::mem::take(&mut self.orphans) {
+            self.release_orphan(key, token, output);
+        }
+    }
+
     /// The phantom-lock release of a grant the core answered but whose client left before
     /// the answer reached it. The core releases grants whose client left while they were
     /// pending (`Input::ClientGone`); this closes the window after its answer, which only
@@ -846,5 +851,70 @@ mod tests {
             "the leader again proposes the release: {output:?}"
         );
         assert!(core.orphans.is_empty(), "and keeps nothing more");
+    }
+
+    #[tokio::test]
+    async fn an_orphaned_grant_whose_release_was_lost_with_its_term_is_released_when_its_node_leads_again()
+     {
+        // Review (orphans and their release). The fix of the orphan forgotten at a step-down
+        // (above) keeps an orphan at a follower while its applied table holds the key under
+        // that token, and proposes the Release when the node leads again. But an orphan that
+        // its leader had already proposed was forgotten at once: if the leader then lost its
+        // term before the Release committed, and the next leader's log (without the Release)
+        // replaced it, nobody released the grant, even when this node led again later, and
+        // the key was held by nobody until its lease ran out. The same loss as the fixed
+        // case, one step later.
+        //
+        // Init: node 1 leads term 1; the Grant of token 2 was committed and answered to a
+        // handler whose client had gone (an orphan), and node 1 proposed its Release at 3.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut core = core_with(dir.path(), Config::new(1, vec![1, 2, 3]));
+        core.node = crate::raft::test_support::leader();
+        core.step(Input::Propose(Proposal::system(Command::Grant {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+        })));
+        core.step(Input::Persisted { term: 1, index: 2 });
+        core.step(crate::raft::test_support::ack(2, 1, 2));
+        let held = |core: &Core| core.node.table().holder("k").map(|h| h.token);
+        assert_eq!(held(&core), Some(2), "the Grant of token 2 applied");
+        let mut output = Output::default();
+        let orphan = Event::Orphaned {
+            key: "k".to_owned(),
+            token: 2,
+        };
+        core.handle(orphan, &mut output);
+        let release = Command::Release {
+            key: "k".to_owned(),
+            token: 2,
+        };
+        let proposes_release = |output: &Output| {
+            (output.persist.iter().flat_map(|p| &p.entries)).any(|e| e.proposal.command == release)
+        };
+        assert!(proposes_release(&output), "the leader proposes the release");
+
+        // Act: node 2 leads term 2 without the Release, and its log replaces node 1's entry
+        // 3; later node 1 leads again (term 3), the key still held under token 2.
+        let noop = crate::raft::test_support::entry(2, 3, Command::Noop);
+        core.step(crate::raft::test_support::append(
+            2,
+            2,
+            (1, 2),
+            vec![noop],
+            2,
+        ));
+        assert_ne!(core.node.status().role, Role::Leader);
+        let mut output = Output::default();
+        core.release_orphans(&mut output);
+        crate::raft::test_support::win_election(&mut core.node, 3, 3);
+        assert_eq!(held(&core), Some(2), "token 2 still holds the key");
+        let mut output = Output::default();
+        core.release_orphans(&mut output);
+
+        // Check: node 1 proposes the release again.
+        assert!(
+            proposes_release(&output),
+            "the release of orphaned token 2 was lost with term 1 and never proposed again: {output:?}"
+        );
     }
 }
