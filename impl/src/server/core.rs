@@ -42,6 +42,10 @@ pub(super) struct Core {
     pending: HashMap<RequestId, Pending>,
     /// Grants whose client left before they reached it, to release in the next turn.
     orphans: Vec<(Key, Token)>,
+    /// Orphans whose Release this node proposed as leader, with the term it led: kept until
+    /// the table no longer holds them, and orphans again once that term's leadership ended
+    /// (the Release may have been lost with it).
+    releasing: Vec<(Key, Token, Term)>,
     persisted_unreported: bool,
     seen: (Role, Term, Option<NodeId>),
     trace: Option<Trace>,
@@ -125,6 +129,7 @@ impl Core {
             clock,
             pending: HashMap::new(),
             orphans: Vec::new(),
+            releasing: Vec::new(),
             persisted_unreported: false,
             seen: (status.role, status.term, status.leader),
             trace: None,
@@ -637,6 +642,18 @@ impl Core {
 
     /// A turn's release of the orphans kept from earlier turns ([`Core::release_orphan`]).
     fn release_orphans(&mut self, output: &mut Output) {
+        let status = self.node.status();
+        for (key, token, term) in std::mem::take(&mut self.releasing) {
+            let held = (self.node.table().holder(&key)).is_some_and(|h| h.token == token);
+            if !held {
+                continue; // released (or expired): done
+            }
+            if status.role == Role::Leader && status.term == term {
+                self.releasing.push((key, token, term)); // its Release is in this term's log
+            } else {
+                self.orphans.push((key, token)); // that term ended: proposed again when leading
+            }
+        }
         for (key, token) in std::mem::take(&mut self.orphans) {
             self.release_orphan(key, token, output);
         }
@@ -650,7 +667,10 @@ impl Core {
     /// stepped down between the answer and this turn keeps the orphan for a turn in which it
     /// leads again, while its applied table still holds the key under that token (a review
     /// defect of issue 24: it was forgotten, and the key held by nobody until its lease ran
-    /// out). If another node leads from then on, the lease still bounds it.
+    /// out). A leader that proposes the Release keeps the orphan in `releasing` until the
+    /// table lets go of it, so that a Release lost with its term is proposed again when the
+    /// node leads again (the same defect, one step later). If another node leads from then
+    /// on, the lease still bounds it.
     fn release_orphan(&mut self, key: Key, token: Token, output: &mut Output) {
         if self.node.config().bugs.contains(Bug::SkipPhantomRelease) {
             return;
@@ -667,6 +687,8 @@ impl Core {
             return;
         }
         info!(key = %key, token, "client gone before its grant reached it; releasing");
+        let term = self.node.status().term;
+        self.releasing.push((key.clone(), token, term));
         let release = Proposal::system(Command::Release { key, token });
         output.extend(self.step(Input::Propose(release)));
     }
