@@ -828,6 +828,43 @@ mod tests {
     }
 
     #[test]
+    fn a_node_without_pre_vote_that_took_a_term_near_the_last_campaigns_without_overflow() {
+        // STYLE practice 12 and `hostile_test`'s contract (every input `Node::refusal` lets
+        // through is stepped without a panic): `well_formed` refuses only a term of
+        // u64::MAX, so a peer's AppendEntries of term u64::MAX - 1 is adopted. Without
+        // pre-vote (`Config::pre_vote`, off in the model's multi-server runs and a chaos
+        // test) the next election timeout makes the node a candidate of term u64::MAX, and
+        // the one after overflowed `term += 1` (a panic in a debug build, the term back to 0
+        // in a release build, which storage refuses: the node stops). `hostile_test` runs
+        // with pre-vote only, where a pre-candidate never gets past u64::MAX - 1.
+        let mut config = super::super::Config::new(2, vec![1, 2, 3]);
+        config.pre_vote = false;
+        let (mut n, _) = Node::new(config, super::super::Durable::default(), 0);
+        let hostile = append(1, u64::MAX - 1, (0, 0), vec![], 0);
+        if n.refusal(1, &hostile_msg(&hostile)).is_none() {
+            n.step(hostile);
+        }
+
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for now_ms in [10_000, 20_000, 30_000] {
+                n.step(Input::Tick { now_ms });
+            }
+            n.status().term
+        }));
+
+        let term = stepped.expect("election timeouts after a hostile term panicked the node");
+        assert!(term >= 1, "the term went back to {term}");
+    }
+
+    /// The message of an `Input::Message`.
+    fn hostile_msg(input: &Input) -> Message {
+        match input {
+            Input::Message { msg, .. } => msg.clone(),
+            other => panic!("not a message: {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_session_active_before_a_leader_change_is_not_expired_by_it() {
         // lock.rs "Client sessions": sessions expire by committed time, which the leader
         // stamps on registrations (review of issue 24). Each process's clock starts at 0: a
