@@ -50,7 +50,7 @@ pub use io::{
 };
 pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, Term};
 pub use quorum::majority;
-pub use replication::TABLE_ENTRIES_COPIED_PER_ENTRY_MAX;
+pub use replication::{TABLE_ENTRIES_COPIED_PER_ENTRY_MAX, TERM_MAX};
 pub use rewrite::{
     HashParts, REBASED_NOW_MS, Renaming, rewrite_entry, rewrite_proposal, rewrite_request,
     rewrite_response, rewrite_timer,

@@ -18,13 +18,20 @@ use super::{
 use crate::bugs::Bug;
 use crate::lock::{Command, Proposal};
 
-/// Whether `msg` is internally consistent: a term below `u64::MAX` (a node in that term could
-/// never campaign for the next), AppendEntries entries contiguous after `prev_log_index`
+/// The highest term a peer's message may carry: no cluster gets near it (a term per
+/// nanosecond would take 290 years), and a node that took a term from a peer still campaigns
+/// for `term + 1` as often as it likes. Refusing only `u64::MAX` left a node without pre-vote
+/// that took `u64::MAX - 1` overflowing at its second campaign (the server's peer port
+/// dropped such terms already; the core now refuses them for every driver).
+pub const TERM_MAX: Term = u64::MAX / 2;
+
+/// Whether `msg` is internally consistent: a term at most [`TERM_MAX`] (a node in a term near
+/// `u64::MAX` could not campaign for the next), AppendEntries entries contiguous after `prev_log_index`
 /// (none past `u64::MAX`) with terms from `prev_log_term` up to the message's term, and a
 /// snapshot chunk within the size limit that ends before `u64::MAX`. A malformed message (a
 /// buggy or foreign peer) is dropped rather than tripping an assertion or an overflow.
 fn well_formed(msg: &Message) -> bool {
-    if msg.term() == u64::MAX {
+    if msg.term() > TERM_MAX {
         return false;
     }
     match msg {

@@ -111,10 +111,9 @@ pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// At most this many requests in flight on one client connection.
 pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
-/// Peer messages with a term above this are dropped: no cluster gets near it (a term per
-/// nanosecond would take 290 years), and the core computes `term + 1`, which must not
-/// overflow on a hostile or corrupted message.
-pub const PEER_TERM_MAX: u64 = u64::MAX / 2;
+/// Peer messages with a term above this are dropped: the core's own bound
+/// ([`crate::raft::TERM_MAX`]), checked at the peer port too so that they are logged there.
+pub const PEER_TERM_MAX: u64 = crate::raft::TERM_MAX;
 /// The largest snapshot chunk: JSON writes a byte as at most 4 characters, so a chunk's
 /// frame stays within [`FRAME_LEN_MAX`] with room for the envelope.
 pub const SNAPSHOT_CHUNK_BYTES_MAX: u64 = (FRAME_LEN_MAX as u64) / 8;
