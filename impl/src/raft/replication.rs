@@ -226,7 +226,9 @@ impl Node {
         let committed_now_ms = if self.bug(Bug::CommittedTimeFromUptime) {
             self.now_ms
         } else {
-            base_clock_ms + self.now_ms.saturating_sub(base_now_ms)
+            // Saturating: the base is committed time, which a faulty peer's entry can put
+            // near the last value (hostile_test seed 26637).
+            base_clock_ms.saturating_add(self.now_ms.saturating_sub(base_now_ms))
         };
         let wants_time = if self.bug(Bug::ActivityAtRegistration) {
             proposal.command == Command::RegisterSession
