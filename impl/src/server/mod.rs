@@ -154,6 +154,9 @@ pub struct ServerConfig {
     pub trace_memory: Option<crate::trace::MemoryTrace>,
     /// The admin endpoint (the harness's controls); `None`, the default: no endpoint.
     pub admin: Option<AdminConfig>,
+    /// The most peer connections served at once ([`PEER_CONNECTIONS_MAX`]); the simulator
+    /// draws a few on some seeds, so that connections whose end never arrived reach it.
+    pub peer_connections_max: usize,
 }
 
 /// Where the admin endpoint listens and the secret every call must carry (`rpc.rs`, "Ports
@@ -288,6 +291,7 @@ impl ServerConfig {
             trace: None,
             trace_memory: None,
             admin: None,
+            peer_connections_max: PEER_CONNECTIONS_MAX,
         }
     }
 
@@ -472,6 +476,7 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         id,
         config.raft.members.clone(),
         events_tx.clone(),
+        config.peer_connections_max.max(1),
     ));
     if let Some(admin) = &config.admin {
         let listener = bind(admin.listen).await?;

@@ -16,8 +16,8 @@ use tracing::{debug, warn};
 
 use super::{
     Event, LinkFaultsGate, PEER_BACKOFF_MAX_MS, PEER_BACKOFF_MIN_MS, PEER_BATCH_MESSAGES_MAX,
-    PEER_CONNECT_TIMEOUT_MS, PEER_CONNECTIONS_MAX, PEER_DEADLINE_STRIKES_MAX, PEER_QUEUE_LEN,
-    PEER_RPC_DEADLINE_MS, PEER_TERM_MAX, ServerConfig, transport,
+    PEER_CONNECT_TIMEOUT_MS, PEER_DEADLINE_STRIKES_MAX, PEER_QUEUE_LEN, PEER_RPC_DEADLINE_MS,
+    PEER_TERM_MAX, ServerConfig, transport,
 };
 use crate::raft::{Envelope, Message, NodeId};
 use crate::rpc::{Peer, PeerClient};
@@ -359,6 +359,7 @@ pub(super) async fn serve_peers(
     id: NodeId,
     members: Vec<NodeId>,
     events: mpsc::Sender<Event>,
+    connections_max: usize,
 ) {
     let server = PeerServer {
         id,
@@ -381,11 +382,11 @@ pub(super) async fn serve_peers(
             }
         };
         open.retain(|connection| !connection.is_finished());
-        if open.len() >= PEER_CONNECTIONS_MAX
+        if open.len() >= connections_max
             && let Some(oldest) = open.pop_front()
         {
             warn!(
-                bound = PEER_CONNECTIONS_MAX,
+                bound = connections_max,
                 "too many peer connections; the oldest closed"
             );
             oldest.abort();
@@ -491,10 +492,16 @@ mod tests {
         let listener = TcpListener::bind(any).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (events, mut received) = mpsc::channel(16);
-        tokio::spawn(serve_peers(listener, 1, vec![1, 2, 3], events));
+        tokio::spawn(serve_peers(
+            listener,
+            1,
+            vec![1, 2, 3],
+            events,
+            crate::server::PEER_CONNECTIONS_MAX,
+        ));
         let within = Duration::from_millis(2_000);
         let mut vanished = Vec::new();
-        for commit in 0..PEER_CONNECTIONS_MAX as u64 {
+        for commit in 0..crate::server::PEER_CONNECTIONS_MAX as u64 {
             let link = connect_peer(addr).await.expect("connect");
             call_within(within, |ctx| link.deliver(ctx, 2, vec![heartbeat(commit)]))
                 .await

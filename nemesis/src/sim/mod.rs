@@ -295,11 +295,18 @@ pub(crate) fn sim_bounds(options: &TestOptions) -> crate::systems::lockd::SimBou
     let append_entries_max = bounds_rng
         .chance(1, 3)
         .then(|| bounds_rng.range(1, 8).max(clients / 8) as usize);
+    // Last again. One in three: the peers plus 1-3 spare slots (a review found connections
+    // whose close a partition lost filling all 64 slots, after which no peer reached the
+    // node; a run is far too short to leak 64).
+    let peer_connections_max = bounds_rng
+        .chance(1, 3)
+        .then(|| (options.nodes.saturating_sub(1) + bounds_rng.range(1, 4)) as usize);
     crate::systems::lockd::SimBounds {
         keys_per_session_max,
         uncommitted_entries_max,
         session_timeout_ms,
         append_entries_max,
+        peer_connections_max,
     }
 }
 

@@ -471,6 +471,9 @@ impl Lockd {
                     config.trace_memory = trace;
                     let admin = at(id, SIM_ADMIN_PORT);
                     config.admin = Some(lockd::server::AdminConfig::new(admin, secret.clone()));
+                    if let Some(max) = bounds.peer_connections_max {
+                        config.peer_connections_max = max;
+                    }
                     let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
                     let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
                     match run.catch_unwind().await {
@@ -503,4 +506,7 @@ pub struct SimBounds {
     /// lagging follower catches up in many rounds and its match index stops on entries of
     /// older terms (where the commit rules matter: `raft::invariants::commit_rules`).
     pub append_entries_max: Option<usize>,
+    /// `server::ServerConfig::peer_connections_max`: a few more than the peers, so that
+    /// peer connections whose end never arrived (a partition that lost the close) reach it.
+    pub peer_connections_max: Option<usize>,
 }
