@@ -1438,6 +1438,13 @@ mod tests {
         }
     }
 
+    /// One acquire and release of `key` (a lease of a minute) that must both succeed.
+    async fn cycle(client: &Client, key: &str) {
+        let far = || Instant::now() + Duration::from_secs(5);
+        let token = client.acquire(key, 60_000, 0, far()).await.unwrap();
+        client.release(key, token, far()).await.unwrap();
+    }
+
     /// A client of a [`SlowWire`] node, its session registered over a fast wire; then every
     /// request spends 200 ms on the wire.
     async fn slow_wire_client() -> (SlowWire, Client) {
@@ -1449,9 +1456,7 @@ mod tests {
             ..ClientOptions::default()
         };
         let client = Client::with_options(vec![addr], 1, options);
-        let far = || Instant::now() + Duration::from_secs(5);
-        let warm = client.acquire("warm", 60_000, 0, far()).await.unwrap();
-        client.release("warm", warm, far()).await.unwrap();
+        cycle(&client, "warm").await;
         node.transit_ms.store(200, Ordering::SeqCst);
         (node, client)
     }
@@ -1510,11 +1515,9 @@ mod tests {
         // the harness's `gave-up`): no cleanup can run in the dropped future, so the client
         // owes the abandon and pays it before its next op.
         let (node, client) = client_that_dropped_an_acquire_of_k().await;
-        let far = || Instant::now() + Duration::from_secs(5);
         // The next op, on a wire fast again.
         node.transit_ms.store(0, Ordering::SeqCst);
-        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
-        client.release("other", other, far()).await.unwrap();
+        cycle(&client, "other").await;
         let table = node.table.lock().unwrap();
         assert!(
             table.holder("k").is_none(),
@@ -1533,16 +1536,13 @@ mod tests {
         // known to nobody, for the whole lease: the deadline defect again, one election
         // later.
         let (node, client) = client_that_dropped_an_acquire_of_k().await;
-        let far = || Instant::now() + Duration::from_secs(5);
         // The next op: its abandon finds no leader, the acquire itself is granted.
         node.transit_ms.store(0, Ordering::SeqCst);
         node.abandons_refused.store(true, Ordering::SeqCst);
-        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
-        client.release("other", other, far()).await.unwrap();
+        cycle(&client, "other").await;
         // A leader again: the ops after it still owe the abandon.
         node.abandons_refused.store(false, Ordering::SeqCst);
-        let again = client.acquire("again", 60_000, 0, far()).await.unwrap();
-        client.release("again", again, far()).await.unwrap();
+        cycle(&client, "again").await;
         let table = node.table.lock().unwrap();
         assert!(
             table.holder("k").is_none(),
@@ -1573,8 +1573,7 @@ mod tests {
         };
         let client = Client::with_options(vec![addr], 1, options);
         let far = || Instant::now() + Duration::from_secs(5);
-        let warm = client.acquire("warm", 60_000, 0, far()).await.unwrap();
-        client.release("warm", warm, far()).await.unwrap();
+        cycle(&client, "warm").await;
         // The first attempt spends 200 ms on the wire (past its 150 ms deadline); the retry
         // goes out on a fast wire and is applied after it, answered its grant by dedupe.
         node.transit_ms.store(200, Ordering::SeqCst);
@@ -1601,8 +1600,7 @@ mod tests {
         // A leader again: the client's next op succeeds.
         node.releases_refused.store(false, Ordering::SeqCst);
         node.abandons_refused.store(false, Ordering::SeqCst);
-        let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
-        client.release("other", other, far()).await.unwrap();
+        cycle(&client, "other").await;
         let table = node.table.lock().unwrap();
         assert!(
             table.holder("k").is_none(),
@@ -1632,8 +1630,7 @@ mod tests {
         let other = client.acquire("other", 60_000, 0, far()).await.unwrap();
         node.abandons_overloaded.store(false, Ordering::SeqCst);
         client.release("other", other, far()).await.unwrap();
-        let again = client.acquire("again", 60_000, 0, far()).await.unwrap();
-        client.release("again", again, far()).await.unwrap();
+        cycle(&client, "again").await;
         let table = node.table.lock().unwrap();
         assert!(
             table.holder("k").is_none(),

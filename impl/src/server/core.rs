@@ -758,6 +758,22 @@ mod tests {
         Core::new(raft, durable, storage, links, 1.0)
     }
 
+    /// Node 1's core, leader of term 1, whose Grant of `k` under token 2 was committed and
+    /// applied (answered in an earlier turn).
+    fn leader_with_grant_of_token_2(dir: &Path) -> Core {
+        let mut core = core_with(dir, Config::new(1, vec![1, 2, 3]));
+        core.node = crate::raft::test_support::leader();
+        core.step(Input::Propose(Proposal::system(Command::Grant {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+        })));
+        core.step(Input::Persisted { term: 1, index: 2 });
+        core.step(crate::raft::test_support::ack(2, 1, 2));
+        let held = core.node.table().holder("k").map(|h| h.token);
+        assert_eq!(held, Some(2), "the Grant of token 2 applied");
+        core
+    }
+
     #[tokio::test]
     async fn a_grant_answered_in_the_turn_its_client_left_is_released_not_dropped() {
         for bugs in [
@@ -828,18 +844,8 @@ mod tests {
         // it, and the key is held by nobody until its lease runs out. The same class as the
         // fixed "phantom release lost across a leader change" (pending grants), one step later.
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut core = core_with(dir.path(), Config::new(1, vec![1, 2, 3]));
-        core.node = crate::raft::test_support::leader();
-        // The Grant of token 2 was committed and answered in an earlier turn. Now node 2
-        // leads term 2.
-        core.step(Input::Propose(Proposal::system(Command::Grant {
-            key: "k".to_owned(),
-            lease_ms: 60_000,
-        })));
-        core.step(Input::Persisted { term: 1, index: 2 });
-        core.step(crate::raft::test_support::ack(2, 1, 2));
-        let held = |core: &Core| core.node.table().holder("k").map(|h| h.token);
-        assert_eq!(held(&core), Some(2), "the Grant of token 2 applied");
+        let mut core = leader_with_grant_of_token_2(dir.path());
+        // Now node 2 leads term 2.
         core.step(crate::raft::test_support::append(2, 2, (0, 0), vec![], 0));
         assert_ne!(core.node.status().role, Role::Leader);
         let mut output = Output::default();
@@ -890,16 +896,8 @@ mod tests {
         // Init: node 1 leads term 1; the Grant of token 2 was committed and answered to a
         // handler whose client had gone (an orphan), and node 1 proposed its Release at 3.
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut core = core_with(dir.path(), Config::new(1, vec![1, 2, 3]));
-        core.node = crate::raft::test_support::leader();
-        core.step(Input::Propose(Proposal::system(Command::Grant {
-            key: "k".to_owned(),
-            lease_ms: 60_000,
-        })));
-        core.step(Input::Persisted { term: 1, index: 2 });
-        core.step(crate::raft::test_support::ack(2, 1, 2));
+        let mut core = leader_with_grant_of_token_2(dir.path());
         let held = |core: &Core| core.node.table().holder("k").map(|h| h.token);
-        assert_eq!(held(&core), Some(2), "the Grant of token 2 applied");
         let mut output = Output::default();
         let orphan = Event::Orphaned {
             key: "k".to_owned(),
