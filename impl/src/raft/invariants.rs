@@ -395,22 +395,42 @@ pub fn leader_completeness(nodes: &[&Node], ledger: &Ledger) -> Result<(), Strin
     for node in nodes.iter().filter(|n| n.role == Role::Leader) {
         // Entries at or below the snapshot's index are not in the log to compare.
         for (&index, entry) in ledger.entries.range(node.log.base_index() + 1..) {
-            if entry.known_in_term >= node.term {
-                continue;
-            }
-            if node.log.term_at(index) != Some(entry.term) {
-                return Err(format!(
-                    "Leader Completeness: leader {} of term {} has term {:?} at index {index}, committed with term {} (known in term {})",
-                    node.config.id,
-                    node.term,
-                    node.log.term_at(index),
-                    entry.term,
-                    entry.known_in_term
-                ));
-            }
+            completes(node, index, entry)?;
         }
     }
     Ok(())
+}
+
+/// [`leader_completeness`] of `node` (when it leads) against the ledger's entries at
+/// `indexes` only: for a checker that already checked it against the others with the same
+/// log.
+pub fn leader_completeness_at(
+    node: &Node,
+    ledger: &Ledger,
+    indexes: impl Iterator<Item = Index>,
+) -> Result<(), String> {
+    if node.role != Role::Leader {
+        return Ok(());
+    }
+    let base = node.log.base_index();
+    let entries = indexes.filter(|i| *i > base);
+    (entries.filter_map(|i| ledger.entries.get(&i).map(|e| (i, e))))
+        .try_for_each(|(index, entry)| completes(node, index, entry))
+}
+
+/// Whether leader `node` holds `entry`, committed at `index`, as Leader Completeness asks.
+fn completes(node: &Node, index: Index, entry: &LedgerEntry) -> Result<(), String> {
+    if entry.known_in_term >= node.term || node.log.term_at(index) == Some(entry.term) {
+        return Ok(());
+    }
+    Err(format!(
+        "Leader Completeness: leader {} of term {} has term {:?} at index {index}, committed with term {} (known in term {})",
+        node.config.id,
+        node.term,
+        node.log.term_at(index),
+        entry.term,
+        entry.known_in_term
+    ))
 }
 
 /// State Machine Safety: every node's log agrees with the ledger up to its commit index, and
