@@ -1445,6 +1445,45 @@ mod tests {
         client.release(key, token, far()).await.unwrap();
     }
 
+    #[tokio::test]
+    async fn a_holder_whose_session_was_evicted_still_releases_its_key() {
+        // Review of sessions (2026-12-06): `SessionLimits::DEFAULT` keeps sessions "longer
+        // than the longest lease, so that a client holding a lock keeps its session while it
+        // could still release it". A session evicted at the cap (or idle past the timeout,
+        // which equals `lease_ms_max` and counts from activity up to `ACTIVITY_STAMP_MS`
+        // old) loses that: its holder's release was answered `SessionExpired` and changed
+        // nothing, and the key stayed held for the rest of its lease (a minute here) by a
+        // client that had asked to let it go. A Release names its token, so a retry of it
+        // under a new session frees exactly that lock and nothing else.
+        let node = SlowWire::start();
+        let addr = serve_fake!(node.clone());
+        let options = ClientOptions {
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let holder = Client::with_options(vec![addr], 1, options.clone());
+        let far = || Instant::now() + Duration::from_secs(5);
+        let token = holder.acquire("k", 60_000, 0, far()).await.unwrap();
+        {
+            let mut table = node.table.lock().unwrap();
+            let limits = crate::lock::SessionLimits {
+                sessions_max: 1,
+                ..crate::lock::SessionLimits::DEFAULT
+            };
+            *table = std::mem::take(&mut *table).with_session_limits(limits);
+        }
+        // Another client registers: the table is at its cap, and the holder's session goes.
+        let other = Client::with_options(vec![addr], 2, options);
+        cycle(&other, "other").await;
+        let released = holder.release("k", token, far()).await;
+        assert_eq!(released, Ok(()), "the holder released its own lock");
+        assert!(
+            node.table.lock().unwrap().holder("k").is_none(),
+            "the released key is free"
+        );
+    }
+
     /// A client of a [`SlowWire`] node, its session registered over a fast wire; then every
     /// request spends 200 ms on the wire.
     async fn slow_wire_client() -> (SlowWire, Client) {
