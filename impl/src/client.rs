@@ -26,7 +26,10 @@
 //! reports that op [`ClientError::SessionExpired`], an unknown outcome (an earlier attempt of
 //! it, under the session before it expired, may have taken effect), and registers a new
 //! session for its next op. It is an error of its own so that a checker can judge whether the
-//! session could have been idle that long (the harness's liveness rule S).
+//! session could have been idle that long (the harness's liveness rule S). A release is the
+//! exception: it is sent once more under a new session, since its token names the lock it
+//! frees whatever the session, and reported released if that frees it (a holder's session
+//! can go while its lock lives: evicted at the cap, or idle as long as the longest lease).
 //! The error says what is known:
 //! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
 //!   answer from the leader (or, for Invalid, from the request's validation). An `Invalid`
@@ -433,7 +436,19 @@ impl Client {
             key: key.to_owned(),
             token,
         };
-        let (result, node) = self.run(op, 0, deadline).await;
+        let (mut result, mut node) = self.run(op.clone(), 0, deadline).await;
+        if let Err(ClientError::SessionExpired(_)) = &result {
+            // The holder's session is gone (idle past the timeout, evicted at the cap), but
+            // its lock is not: a Release names its token, so under a new session it frees
+            // that lock and nothing else. Only `Released` is taken: a `NotHolder` may mean
+            // that an earlier attempt under the old session released it, so the op stays
+            // unknown (`SessionExpired`). Left as it was, the key stayed held for the rest of
+            // its lease by a client that had asked to let it go.
+            let (again, again_node) = self.run(op, 0, deadline).await;
+            if let Ok((Response::Released, _)) = again {
+                (result, node) = (again, again_node);
+            }
+        }
         let result = result.and_then(|(response, _)| match response {
             Response::Released => Ok(()),
             Response::NotHolder => Err(ClientError::NotHolder),
