@@ -446,6 +446,7 @@ impl Client {
             // its lease by a client that had asked to let it go.
             let (again, again_node) = self.run(op, 0, deadline).await;
             if let Ok((Response::Released, _)) = again {
+                crate::probe!("release-under-new-session");
                 (result, node) = (again, again_node);
             }
         }
