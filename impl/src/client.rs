@@ -26,7 +26,10 @@
 //! reports that op [`ClientError::SessionExpired`], an unknown outcome (an earlier attempt of
 //! it, under the session before it expired, may have taken effect), and registers a new
 //! session for its next op. It is an error of its own so that a checker can judge whether the
-//! session could have been idle that long (the harness's liveness rule S).
+//! session could have been idle that long (the harness's liveness rule S). A release is the
+//! exception: it is sent once more under a new session, since its token names the lock it
+//! frees whatever the session, and reported released if that frees it (a holder's session
+//! can go while its lock lives: evicted at the cap, or idle as long as the longest lease).
 //! The error says what is known:
 //! - [`ClientError::Busy`], [`ClientError::NotHolder`], [`ClientError::Invalid`]: a definite
 //!   answer from the leader (or, for Invalid, from the request's validation). An `Invalid`
@@ -433,7 +436,20 @@ impl Client {
             key: key.to_owned(),
             token,
         };
-        let (result, node) = self.run(op, 0, deadline).await;
+        let (mut result, mut node) = self.run(op.clone(), 0, deadline).await;
+        if let Err(ClientError::SessionExpired(_)) = &result {
+            // The holder's session is gone (idle past the timeout, evicted at the cap), but
+            // its lock is not: a Release names its token, so under a new session it frees
+            // that lock and nothing else. Only `Released` is taken: a `NotHolder` may mean
+            // that an earlier attempt under the old session released it, so the op stays
+            // unknown (`SessionExpired`). Left as it was, the key stayed held for the rest of
+            // its lease by a client that had asked to let it go.
+            let (again, again_node) = self.run(op, 0, deadline).await;
+            if let Ok((Response::Released, _)) = again {
+                crate::probe!("release-under-new-session");
+                (result, node) = (again, again_node);
+            }
+        }
         let result = result.and_then(|(response, _)| match response {
             Response::Released => Ok(()),
             Response::NotHolder => Err(ClientError::NotHolder),
@@ -1443,6 +1459,45 @@ mod tests {
         let far = || Instant::now() + Duration::from_secs(5);
         let token = client.acquire(key, 60_000, 0, far()).await.unwrap();
         client.release(key, token, far()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_holder_whose_session_was_evicted_still_releases_its_key() {
+        // Review of sessions (2026-12-06): `SessionLimits::DEFAULT` keeps sessions "longer
+        // than the longest lease, so that a client holding a lock keeps its session while it
+        // could still release it". A session evicted at the cap (or idle past the timeout,
+        // which equals `lease_ms_max` and counts from activity up to `ACTIVITY_STAMP_MS`
+        // old) loses that: its holder's release was answered `SessionExpired` and changed
+        // nothing, and the key stayed held for the rest of its lease (a minute here) by a
+        // client that had asked to let it go. A Release names its token, so a retry of it
+        // under a new session frees exactly that lock and nothing else.
+        let node = SlowWire::start();
+        let addr = serve_fake!(node.clone());
+        let options = ClientOptions {
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let holder = Client::with_options(vec![addr], 1, options.clone());
+        let far = || Instant::now() + Duration::from_secs(5);
+        let token = holder.acquire("k", 60_000, 0, far()).await.unwrap();
+        {
+            let mut table = node.table.lock().unwrap();
+            let limits = crate::lock::SessionLimits {
+                sessions_max: 1,
+                ..crate::lock::SessionLimits::DEFAULT
+            };
+            *table = std::mem::take(&mut *table).with_session_limits(limits);
+        }
+        // Another client registers: the table is at its cap, and the holder's session goes.
+        let other = Client::with_options(vec![addr], 2, options);
+        cycle(&other, "other").await;
+        let released = holder.release("k", token, far()).await;
+        assert_eq!(released, Ok(()), "the holder released its own lock");
+        assert!(
+            node.table.lock().unwrap().holder("k").is_none(),
+            "the released key is free"
+        );
     }
 
     /// A client of a [`SlowWire`] node, its session registered over a fast wire; then every

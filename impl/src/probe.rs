@@ -128,6 +128,13 @@ pub const PROBES: &[Probe] = &[
         true,
         "a session idle past the session timeout was dropped from the table",
     ),
+    // The path of a review defect of sessions (2026-12-06): a holder's release answered
+    // `SessionExpired` changed nothing and left its key held for the rest of the lease.
+    probe(
+        "release-under-new-session",
+        false,
+        "a release answered SessionExpired freed its lock when sent again under a new session",
+    ),
     // The window of the crash point `crash-after-snapshot-file` that lost a term (review,
     // 2026-12-06): an installed snapshot persisted with a term the segment did not hold yet.
     probe(
@@ -137,7 +144,7 @@ pub const PROBES: &[Probe] = &[
     ),
 ];
 
-static REACHED: [AtomicBool; 18] = [const { AtomicBool::new(false) }; 18];
+static REACHED: [AtomicBool; PROBES.len()] = [const { AtomicBool::new(false) }; PROBES.len()];
 
 /// Marks `name` reached in this process (what `probe!` calls).
 pub fn hit(name: &str) {
