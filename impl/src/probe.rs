@@ -135,9 +135,17 @@ pub const PROBES: &[Probe] = &[
         false,
         "storage wrote an installed snapshot whose persist also raised the term",
     ),
+    // The window of the orphan's Release lost with its term (review, 2026-12-06), where the
+    // core's contract check `Core::check_orphans_proposed` can catch the defect.
+    probe(
+        "orphan-release-lost-with-its-term",
+        false,
+        "a node led again while its table held an orphan whose Release it proposed in an \
+         earlier term and lost with it",
+    ),
 ];
 
-static REACHED: [AtomicBool; 18] = [const { AtomicBool::new(false) }; 18];
+static REACHED: [AtomicBool; 19] = [const { AtomicBool::new(false) }; 19];
 
 /// Marks `name` reached in this process (what `probe!` calls).
 pub fn hit(name: &str) {
