@@ -142,6 +142,14 @@ pub const PROBES: &[Probe] = &[
         false,
         "storage wrote an installed snapshot whose persist also raised the term",
     ),
+    // The window of the orphan's Release lost with its term (review, 2026-12-06), where the
+    // core's contract check `Core::check_orphans_proposed` can catch the defect.
+    probe(
+        "orphan-release-lost-with-its-term",
+        false,
+        "a node led again while its table held an orphan whose Release it proposed in an \
+         earlier term and lost with it",
+    ),
 ];
 
 static REACHED: [AtomicBool; PROBES.len()] = [const { AtomicBool::new(false) }; PROBES.len()];

@@ -62,6 +62,16 @@ pub(super) struct Core {
     refusals: HashMap<NodeId, u64>,
     /// Grants that found no request to go to ([`Core::lost_grant`]).
     lost_grants: u64,
+    /// Orphans whose Release this node proposed as leader, with the term of the first
+    /// proposal, kept while the applied table holds them: what the contract check
+    /// [`Core::check_orphans_proposed`] holds the core to. Bounded by the locks the table
+    /// holds (`locks_max`), as a witness is dropped once its lock is.
+    orphans_proposed: Vec<(Key, Token, Term)>,
+    /// Orphans that check found held by a leader with no Release of them in its log.
+    forgotten_orphans: u64,
+    /// The fault point `orphan-release-stall` fired: the core stalls this long before it
+    /// carries out the turn, so that the Release it proposed goes out late.
+    stall_ms: Option<u64>,
 }
 
 /// Local snapshots written off the core's thread (see [`Core::defer_snapshot`]).
@@ -139,6 +149,9 @@ impl Core {
             broken: None,
             refusals: HashMap::new(),
             lost_grants: 0,
+            orphans_proposed: Vec::new(),
+            forgotten_orphans: 0,
+            stall_ms: None,
         }
     }
 
@@ -271,6 +284,7 @@ impl Core {
                 output.extend(self.persisted());
             }
             self.release_orphans(&mut output);
+            self.check_orphans_proposed();
             let mut batch = usize::from(first.is_some());
             if let Some(event) = first {
                 self.handle(event, &mut output);
@@ -284,6 +298,13 @@ impl Core {
             }
             if let Some(reason) = self.broken.take() {
                 return Err(ServerError::Core { reason });
+            }
+            if let Some(ms) = self.stall_ms.take() {
+                warn!(
+                    stall_ms = ms,
+                    "fault point: the core stalls before carrying out a turn"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             }
             let started = Instant::now();
             self.carry_out(output)?;
@@ -324,6 +345,82 @@ impl Core {
         self.lost_grants += 1;
         if crate::sys::simulated() {
             self.broken.get_or_insert(reason);
+        }
+    }
+
+    /// Records an orphan whose Release this leader is about to propose, the witness of
+    /// [`Core::check_orphans_proposed`]; the term of the first proposal is kept.
+    fn note_orphan_proposed(&mut self, key: &Key, token: Token) {
+        let status = self.node.status();
+        if status.role != Role::Leader {
+            return;
+        }
+        let known = (self.orphans_proposed.iter()).any(|(k, t, _)| k == key && *t == token);
+        if !known {
+            self.orphans_proposed
+                .push((key.clone(), token, status.term));
+        }
+        if crate::buggify!("orphan-release-stall") {
+            // Long enough for the followers to elect another leader (an election timeout,
+            // then the pre-vote and the vote), which may not have the Release.
+            let config = self.node.config();
+            let low = config.election_timeout_max_ms + 2 * config.heartbeat_ms;
+            self.stall_ms = Some(crate::buggify::between(low, 3 * low));
+        }
+    }
+
+    /// A contract check, run once a turn's orphans were proposed ([`Core::release_orphans`]):
+    /// a leader whose applied table holds a grant this node once proposed to release as an
+    /// orphan has a Release of it in its log (or an Expire). Nothing else frees that key
+    /// before its lease runs out: its client left, and only this node knows the grant is an
+    /// orphan. A Release proposed in an earlier term may have been replaced by the next
+    /// leader's log, so a leader must propose it again (the review defect of an orphan's Release lost with its
+    /// term: it was forgotten, and the key held by nobody until its lease ran out). The
+    /// Release cannot have left the log while the key is held: a committed entry is applied,
+    /// and this one frees the key. Under the simulator the core stops with it, so that node
+    /// health names it; outside, an error line.
+    fn check_orphans_proposed(&mut self) {
+        let table = self.node.table();
+        (self.orphans_proposed)
+            .retain(|(key, token, _)| table.holder(key).is_some_and(|h| h.token == *token));
+        let status = self.node.status();
+        if status.role != Role::Leader {
+            return;
+        }
+        let log = self.node.log();
+        let mut forgotten = Vec::new();
+        for (key, token, term) in &self.orphans_proposed {
+            let release = Command::Release {
+                key: key.clone(),
+                token: *token,
+            };
+            let releases = || (log.iter()).filter(|e| e.proposal.command == release);
+            if *term < status.term && !releases().any(|e| e.term == *term) {
+                // The window of that defect: the first Release is gone, the lock is not.
+                crate::probe!("orphan-release-lost-with-its-term");
+            }
+            // An Expire of it frees the key as well (its lease already ran out).
+            let expire = Command::Expire {
+                key: key.clone(),
+                token: *token,
+            };
+            let expires = (log.iter()).any(|e| e.proposal.command == expire);
+            if releases().next().is_none() && !expires {
+                forgotten.push((key.clone(), *token, *term));
+            }
+        }
+        for (key, token, term) in forgotten {
+            let reason = format!(
+                "leader of term {} holds orphaned token {token} of key {key:?}, whose Release \
+                 it proposed in term {term}, with no Release of it in its log (forgotten: \
+                 held by nobody until its lease runs out)",
+                status.term
+            );
+            error!(key = %key, token, "{reason}");
+            self.forgotten_orphans += 1;
+            if crate::sys::simulated() {
+                self.broken.get_or_insert(reason);
+            }
         }
     }
 
@@ -675,6 +772,7 @@ impl Core {
         if self.node.config().bugs.contains(Bug::SkipPhantomRelease) {
             return;
         }
+        self.note_orphan_proposed(&key, token);
         if self.node.status().role != Role::Leader {
             if self
                 .node
@@ -931,10 +1029,42 @@ mod tests {
         let mut output = Output::default();
         core.release_orphans(&mut output);
 
-        // Check: node 1 proposes the release again.
+        // Check: node 1 proposes the release again, which the contract check sees.
         assert!(
             proposes_release(&output),
             "the release of orphaned token 2 was lost with term 1 and never proposed again: {output:?}"
         );
+        core.check_orphans_proposed();
+        assert_eq!(
+            core.forgotten_orphans, 0,
+            "a correct core forgets no orphan"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_orphan_check_names_a_leader_that_holds_an_orphan_with_no_release_in_its_log() {
+        // The contract check `Core::check_orphans_proposed` (the defect of the test above,
+        // found by `locksmith sim` through it): it must be able to fail. Init: node 1 leads
+        // term 1 and proposed the Release of orphaned token 2 at index 3.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut core = leader_with_grant_of_token_2(dir.path());
+        let orphan = Event::Orphaned {
+            key: "k".to_owned(),
+            token: 2,
+        };
+        core.handle(orphan, &mut Output::default());
+        core.check_orphans_proposed();
+        assert_eq!(core.forgotten_orphans, 0, "the Release is in its log");
+
+        // Act: node 2's log of term 2 replaces entry 3, and node 1 leads term 3; the check
+        // runs before the turn's orphans are proposed, as if the core had forgotten them.
+        let noop = crate::raft::test_support::entry(2, 3, Command::Noop);
+        let append = crate::raft::test_support::append(2, 2, (1, 2), vec![noop], 2);
+        core.step(append);
+        crate::raft::test_support::win_election(&mut core.node, 3, 3);
+        core.check_orphans_proposed();
+
+        // Check: the leader holds token 2 with no Release of it in its log.
+        assert_eq!(core.forgotten_orphans, 1, "the forgotten orphan is named");
     }
 }
