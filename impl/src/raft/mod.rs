@@ -285,6 +285,10 @@ pub struct Node {
     progress: BTreeMap<NodeId, Progress>,
     /// Leader only: the index of this term's Noop.
     noop_index: Index,
+    /// Snapshots this node received whole and refused to install, because they did not
+    /// decode to a table consistent with their last index (`snapshot::decode`). A buggy or
+    /// foreign peer sends such a snapshot; an honest leader never does.
+    snapshots_refused: u64,
     /// Leader only: (local clock, committed clock of the applied table) when it became
     /// leader. It stamps a registration with the committed clock then plus the time elapsed
     /// on its own clock since (`Proposal::time_ms`): committed time goes on from where the
@@ -356,6 +360,7 @@ impl Node {
             votes: BTreeMap::new(),
             progress: BTreeMap::new(),
             noop_index: 0,
+            snapshots_refused: 0,
             clock_base_ms: (now_ms, 0),
             timers: timers::Timers::default(),
             hard_state: durable.hard_state,
@@ -401,6 +406,12 @@ impl Node {
         #[cfg(debug_assertions)]
         self.check_invariants();
         std::mem::take(&mut self.out)
+    }
+
+    /// How many whole snapshots this node refused to install (see the field): under the
+    /// simulator, where every peer is this code, the driver takes one for a defect.
+    pub fn snapshots_refused(&self) -> u64 {
+        self.snapshots_refused
     }
 
     /// What the node reports about itself.

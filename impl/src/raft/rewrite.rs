@@ -257,6 +257,7 @@ impl Node {
                 .map(|(k, v)| (r.node(*k), rewrite_progress(r, v)))
                 .collect(),
             noop_index: self.noop_index,
+            snapshots_refused: self.snapshots_refused,
             clock_base_ms: self.clock_base_ms,
             timers: self
                 .timers
@@ -428,6 +429,7 @@ impl HashParts for Node {
             votes,
             progress,
             noop_index,
+            snapshots_refused,
             clock_base_ms,
             timers,
             hard_state,
@@ -503,7 +505,7 @@ impl HashParts for Node {
         hash_sorted_renamed(progress.keys().copied(), node, ids, |old, h| {
             progress[&old].hash(h)
         });
-        (noop_index, clock_base_ms, timers).hash(free);
+        (noop_index, snapshots_refused, clock_base_ms, timers).hash(free);
         hard_state.hash_parts(node, free, ids);
         (pending, waiters, expired).hash(free);
     }

@@ -249,7 +249,10 @@ impl Node {
                 self.install_snapshot(snapshot);
                 self.send_after_persist(from, answer(held, true));
             }
-            None => self.send_now(from, answer(0, false)),
+            None => {
+                self.snapshots_refused += 1;
+                self.send_now(from, answer(0, false));
+            }
         }
     }
 
@@ -360,6 +363,7 @@ mod tests {
             assert!(follower.snapshot().is_none(), "installed {forged}");
             assert!(out.persist.as_ref().is_none_or(|p| p.snapshot.is_none()));
             assert_eq!(follower.status().commit_index, 0);
+            assert_eq!(follower.snapshots_refused(), 1, "the driver is told");
         }
     }
 
@@ -421,5 +425,10 @@ mod tests {
         assert_eq!(follower.snapshot(), Some(&snapshot));
         assert_eq!(follower.status().commit_index, snapshot.last_index);
         assert_eq!(follower.table().locks(), snapshot.table.locks());
+        assert_eq!(
+            follower.snapshots_refused(),
+            0,
+            "an honest snapshot is taken"
+        );
     }
 }
