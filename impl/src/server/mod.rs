@@ -585,3 +585,41 @@ where
         .new_codec();
     serde_transport::new(Framed::new(stream, codec), Bincode::default())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+
+    use super::{AdminConfig, ServerConfig};
+    use crate::raft::Config;
+
+    #[test]
+    fn an_admin_endpoint_with_an_empty_secret_is_refused() {
+        // rpc.rs, "Ports by role": every admin call must carry the node's secret. The
+        // `lockd` binary builds its `AdminConfig` with an empty secret and fills it from
+        // the data dir afterwards; a driver that skipped that step (or read an empty value)
+        // validated, and `same_secret("", "")` then let any local caller set the clock.
+        let addr: SocketAddr = "127.0.0.1:7000".parse().expect("address");
+        let peers = BTreeMap::from([(1, addr)]);
+        let mut config = ServerConfig::new(
+            Config::new(1, vec![1]),
+            peers,
+            "127.0.0.1:7100".parse().expect("address"),
+            "/nonexistent".into(),
+        );
+        config.admin = Some(AdminConfig::new(
+            "127.0.0.1:7301".parse().expect("address"),
+            String::new(),
+        ));
+
+        let result = config.validate();
+
+        assert!(result.is_err(), "an empty admin secret validated");
+        config.admin = Some(AdminConfig::new(
+            "127.0.0.1:7301".parse().expect("address"),
+            "s3cret".to_string(),
+        ));
+        assert!(config.validate().is_ok(), "{:?}", config.validate());
+    }
+}
