@@ -296,7 +296,8 @@ impl ServerConfig {
     }
 
     /// Checks what the core would only assert: the node is a member, every member has an
-    /// address, and the clock rate is in range.
+    /// address, and the clock rate is in range; and that an admin endpoint binds loopback
+    /// with a secret of 1 to 256 bytes.
     pub fn validate(&self) -> Result<(), ServerError> {
         let id = self.raft.id;
         let invalid = |reason: String| Err(ServerError::Config { reason });
@@ -321,6 +322,16 @@ impl ServerConfig {
             return invalid(format!(
                 "admin address {}: the admin endpoint binds loopback only",
                 admin.listen
+            ));
+        }
+        if let Some(admin) = &self.admin
+            && !(1..=admin::ADMIN_SECRET_LEN_MAX).contains(&admin.secret.len())
+        {
+            // An empty secret would admit every caller: `same_secret("", "")` holds.
+            return invalid(format!(
+                "admin secret of {} bytes: need 1 to {}",
+                admin.secret.len(),
+                admin::ADMIN_SECRET_LEN_MAX
             ));
         }
         if !clock_rate_in_range(self.clock_rate) {
