@@ -27,7 +27,7 @@ const ADMIN_CONNECTIONS_MAX: usize = 16;
 const ADMIN_SECRET_BYTES: usize = 16;
 
 /// The longest admin secret accepted from the file, in bytes.
-const ADMIN_SECRET_LEN_MAX: usize = 256;
+pub(super) const ADMIN_SECRET_LEN_MAX: usize = 256;
 
 #[derive(Clone)]
 struct AdminServer {

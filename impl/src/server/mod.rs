@@ -296,7 +296,8 @@ impl ServerConfig {
     }
 
     /// Checks what the core would only assert: the node is a member, every member has an
-    /// address, and the clock rate is in range.
+    /// address, and the clock rate is in range; and that an admin endpoint binds loopback
+    /// with a secret of 1 to 256 bytes.
     pub fn validate(&self) -> Result<(), ServerError> {
         let id = self.raft.id;
         let invalid = |reason: String| Err(ServerError::Config { reason });
@@ -321,6 +322,16 @@ impl ServerConfig {
             return invalid(format!(
                 "admin address {}: the admin endpoint binds loopback only",
                 admin.listen
+            ));
+        }
+        if let Some(admin) = &self.admin
+            && !(1..=admin::ADMIN_SECRET_LEN_MAX).contains(&admin.secret.len())
+        {
+            // An empty secret would admit every caller: `same_secret("", "")` holds.
+            return invalid(format!(
+                "admin secret of {} bytes: need 1 to {}",
+                admin.secret.len(),
+                admin::ADMIN_SECRET_LEN_MAX
             ));
         }
         if !clock_rate_in_range(self.clock_rate) {
@@ -584,4 +595,42 @@ where
         .max_frame_length(FRAME_LEN_MAX)
         .new_codec();
     serde_transport::new(Framed::new(stream, codec), Bincode::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+
+    use super::{AdminConfig, ServerConfig};
+    use crate::raft::Config;
+
+    #[test]
+    fn an_admin_endpoint_with_an_empty_secret_is_refused() {
+        // rpc.rs, "Ports by role": every admin call must carry the node's secret. The
+        // `lockd` binary builds its `AdminConfig` with an empty secret and fills it from
+        // the data dir afterwards; a driver that skipped that step (or read an empty value)
+        // validated, and `same_secret("", "")` then let any local caller set the clock.
+        let addr: SocketAddr = "127.0.0.1:7000".parse().expect("address");
+        let peers = BTreeMap::from([(1, addr)]);
+        let mut config = ServerConfig::new(
+            Config::new(1, vec![1]),
+            peers,
+            "127.0.0.1:7100".parse().expect("address"),
+            "/nonexistent".into(),
+        );
+        config.admin = Some(AdminConfig::new(
+            "127.0.0.1:7301".parse().expect("address"),
+            String::new(),
+        ));
+
+        let result = config.validate();
+
+        assert!(result.is_err(), "an empty admin secret validated");
+        config.admin = Some(AdminConfig::new(
+            "127.0.0.1:7301".parse().expect("address"),
+            "s3cret".to_string(),
+        ));
+        assert!(config.validate().is_ok(), "{:?}", config.validate());
+    }
 }
