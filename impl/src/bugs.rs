@@ -129,11 +129,17 @@ pub enum Bug {
     /// nobody, for the whole lease. Caught by liveness rule P, which judges lockd's
     /// departures without a witness (`LivenessOptions::cancelled_grants_released`).
     CancelNotOrphaned,
+    /// `snapshot-refused`: a follower's check of a received snapshot is one off
+    /// (`last_token < last_index` where `<=` is meant), so it refuses every honest snapshot
+    /// whose last entry is a grant and stays behind until the leader compacts again. No
+    /// history shows it. Caught by the core's contract check under the simulator
+    /// (`Core::snapshot_refused`) and by the trace replay (a refused snapshot departs).
+    SnapshotRefused,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 23] = [
+    pub const ALL: [Bug; 24] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -157,6 +163,7 @@ impl Bug {
         Bug::CommitOldTerm,
         Bug::FollowerCommitPastSent,
         Bug::CancelNotOrphaned,
+        Bug::SnapshotRefused,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -185,6 +192,7 @@ impl Bug {
             Bug::CommitOldTerm => "commit-old-term",
             Bug::FollowerCommitPastSent => "follower-commit-past-sent",
             Bug::CancelNotOrphaned => "cancel-not-orphaned",
+            Bug::SnapshotRefused => "snapshot-refused",
         }
     }
 

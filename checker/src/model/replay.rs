@@ -481,6 +481,7 @@ fn step(
         Fault::Malformed(format!("node {id} steps before its configuration line"))
     })?;
     let last_before = node.status().last_log_index;
+    let refused_before = node.snapshots_refused();
     let before = node.status();
     let quorum_due = check_quorum_due(node, input);
     // An Expire may apply in the step that appends it, and its lease is then no longer
@@ -507,6 +508,19 @@ fn step(
             .unwrap_or_default();
         format!("node {id}: the core panicked on {input:?}: {why}")
     })?;
+    // Every node of a run is this code, so every snapshot it sends is honest: one that a
+    // follower refuses (`snapshot::decode`) is a defect of the one or the other, which no
+    // history shows (the follower only stays behind until the next compaction).
+    if node.snapshots_refused() > refused_before {
+        let from = match input {
+            Input::Message { from, .. } => format!("from node {from}"),
+            _ => "from no peer".to_owned(),
+        };
+        return Err(Fault::Departs(format!(
+            "node {id} refused a whole snapshot {from}: it did not decode to a table \
+             consistent with its last index, and every peer of the run is honest"
+        )));
+    }
     if let Some(recorded) = recorded {
         let replayed = OutputDigest::from(&out);
         if replayed != *recorded {

@@ -180,12 +180,18 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
     }
     config.clock_rate = args.clock_rate;
     config.trace = args.trace;
+    // The secret is read (or made) once the data dir is locked. The flags are checked now,
+    // the admin address among them, with a stand-in secret; the server checks the real one
+    // when it starts (`ServerConfig::validate` refuses an empty secret).
+    let mut flags = config.clone();
     if let Some(listen) = args.admin_addr {
-        // The secret is read (or made) once the data dir is locked; validate checks the
-        // address now.
         config.admin = Some(lockd::server::AdminConfig::new(listen, String::new()));
+        flags.admin = Some(lockd::server::AdminConfig::new(
+            listen,
+            "read later".to_owned(),
+        ));
     }
-    config.validate().context("invalid flags")?;
+    flags.validate().context("invalid flags")?;
     Ok(config)
 }
 

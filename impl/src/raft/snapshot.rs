@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::log::SnapshotReceive;
 use super::{Index, Message, Node, NodeId, Persist, Role, Snapshot, SnapshotSend, Term};
+use crate::bugs::{Bug, BugSet};
 
 /// The largest encoded snapshot a follower accepts, in bytes: the same bound as a storage
 /// record (`storage::RECORD_BYTES_MAX`), which the snapshot must fit in anyway.
@@ -46,13 +47,18 @@ pub(super) fn encode(snapshot: &Snapshot) -> Vec<u8> {
 /// with a table applied exactly up to it, whose tokens lie within it (the token invariants
 /// of `invariants::check_node`): a table of a buggy or foreign peer that names a token past
 /// its last index would trip the token monotonicity assertion at a later Grant.
-fn decode(bytes: &[u8], last_index: Index, last_term: Term) -> Option<Snapshot> {
+fn decode(bytes: &[u8], last_index: Index, last_term: Term, bugs: BugSet) -> Option<Snapshot> {
     let snapshot: Snapshot = serde_json::from_slice(bytes).ok()?;
     let table = &snapshot.table;
+    // The mutant `snapshot-refused` is one off: it refuses a table whose last entry granted.
+    let token_bound = match bugs.contains(Bug::SnapshotRefused) {
+        true => last_index.saturating_sub(1),
+        false => last_index,
+    };
     let consistent = snapshot.last_index == last_index
         && snapshot.last_term == last_term
         && table.last_applied() == last_index
-        && table.last_token() <= last_index
+        && table.last_token() <= token_bound
         && table
             .locks()
             .values()
@@ -244,7 +250,7 @@ impl Node {
             .take()
             .map(|r| r.bytes)
             .unwrap_or_default();
-        match decode(&bytes, chunk.last_index, chunk.last_term) {
+        match decode(&bytes, chunk.last_index, chunk.last_term, self.config.bugs) {
             Some(snapshot) => {
                 self.install_snapshot(snapshot);
                 self.send_after_persist(from, answer(held, true));
