@@ -149,3 +149,36 @@ fn the_largest_numbers_check_without_overflow() {
     let check = check_csv(text).unwrap();
     assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
 }
+
+#[test]
+fn an_acquire_value_that_is_no_lease_is_unknown_never_a_false_alarm() {
+    // Two grants 10 000 s apart: with any lease a user may have meant (`5000.5` ms,
+    // `1000ms`), the first has long expired. Read as "no lease" (held until released),
+    // lease safety called it two holders: the history must be unknown, naming the row.
+    for value in [
+        "5000.5",
+        "1000ms",
+        "-5",
+        "5000 800 3",
+        "99999999999999999999",
+        "1000 nil",
+    ] {
+        let text = csv_text(&[
+            &format!("0,1,0,invoke,acquire,k,{value},,,"),
+            "1,2,0,ok,acquire,k,,1,n1,",
+            &format!("2,10000000000000,1,invoke,acquire,k,{value},,,"),
+            "3,10000000000001,1,ok,acquire,k,,2,n1,",
+        ]);
+        let check = check_csv(&text).unwrap();
+        let reason = crate::unknown_reason(&check);
+        assert!(
+            reason.contains(&format!("row 0: acquire value `{value}`")),
+            "{value}: {reason}"
+        );
+        assert_ne!(
+            crate::result_of(&check, history::CheckName::LeaseSafety),
+            Some(&Verdict::Invalid),
+            "{value}: {check:?}"
+        );
+    }
+}
