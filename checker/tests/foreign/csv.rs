@@ -184,3 +184,19 @@ fn an_acquire_value_that_is_no_lease_is_unknown_never_a_false_alarm() {
         );
     }
 }
+
+#[test]
+fn a_huge_wait_never_overflows_into_a_false_alarm() {
+    // `wait_ms * 1e6` past u64::MAX: it panicked in debug builds (liveness unknown, a panic
+    // on stderr) and wrapped to a deadline of 0.45 ms in release builds, where a waiter
+    // answered after 1 s broke "every waiter is answered by its deadline".
+    let wait_ms = u64::MAX / 1_000_000 + 1;
+    let text = csv_text(&[
+        &format!("0,1000,0,invoke,acquire,k,5000 {wait_ms},,,"),
+        "1,1000001000,0,ok,acquire,k,,1,n1,",
+        "2,1000002000,0,invoke,release,k,,1,,",
+        "3,1000003000,0,ok,release,k,,,,",
+    ]);
+    let check = check_csv(&text).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+}
