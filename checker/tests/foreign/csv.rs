@@ -200,3 +200,18 @@ fn a_huge_wait_never_overflows_into_a_false_alarm() {
     let check = check_csv(&text).unwrap();
     assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
 }
+
+#[test]
+fn a_byte_order_mark_is_read_like_no_mark() {
+    // Excel and PowerShell write UTF-8 with a BOM. It was read as part of the first
+    // column's name (`unknown column `\u{feff}index``, which looks like `index`).
+    let plain = two_holders_one_after_the_other("k1");
+    let mut marked = "\u{feff}".as_bytes().to_vec();
+    marked.extend_from_slice(plain.replace('\n', "\r\n").as_bytes());
+    let check = check_csv(&marked).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    // A bad row is still named by its line and column.
+    let bad = format!("\u{feff}{}", csv_text(&["0,10,0,begin,acquire,k,5000,,,"]));
+    let error = check_csv(bad).unwrap_err();
+    assert!(error.contains(":2:8: unknown type `begin`"), "{error}");
+}
