@@ -78,3 +78,16 @@ fn a_cut_off_line_is_an_error_naming_the_line() {
     let error = convert_and_check("porcupine-kv", kv).unwrap_err();
     assert!(error.contains("line 2: unexpected end of input"), "{error}");
 }
+
+#[test]
+fn an_ok_that_timed_out_is_an_error_naming_the_line() {
+    // `:timed-out` says there is no result; on an `:ok` read it became a read of nil, which
+    // after a completed write is a false alarm (and before one, a silent pass).
+    let log = "INFO  jepsen.util - 0\t:invoke\t:write\t1\n\
+               INFO  jepsen.util - 0\t:ok\t:write\t1\n\
+               INFO  jepsen.util - 1\t:invoke\t:read\tnil\n\
+               INFO  jepsen.util - 1\t:ok\t:read\t:timed-out\n";
+    let error = convert_and_check("porcupine-etcd", log).unwrap_err();
+    assert!(error.contains("line 4:"), "{error}");
+    assert!(error.contains(":timed-out"), "{error}");
+}
