@@ -73,7 +73,11 @@ fn parse_line(line: u64, text: &str, position: u64) -> Result<Op, ConvertError> 
     if !error_cell.is_empty() && matches!(op_type, OpType::Invoke | OpType::Ok) {
         // `:timed-out` says there is no result: an ok (or invoke) with it would read as a
         // value of nil.
-        return Err(bad("value", ":timed-out", "a value (:timed-out ends only :fail or :info)"));
+        return Err(bad(
+            "value",
+            ":timed-out",
+            "a value (:timed-out ends only :fail or :info)",
+        ));
     }
     if op_type == OpType::Fail && f == OpName::Cas && error_cell.is_empty() {
         // Porcupine's etcd reading of `:fail :cas`: the compare did not match.
