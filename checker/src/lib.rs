@@ -247,8 +247,12 @@ pub fn infer_model(history: &[Operation]) -> Result<ModelKind, CheckError> {
 }
 
 /// The signs in a history's lock ops of which schema wrote it: the first row of each.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Debug, Default)]
 struct LockSigns {
+    /// The first acquire whose value is neither empty nor a lease (`5000.5`, `1000ms`):
+    /// neither the lock model (which would read it as no lease, held until released) nor
+    /// Jepsen's mutex (which has no values) can read what its writer meant.
+    unreadable_lease: Option<CheckError>,
     /// A row of ours: a token, an acquire's lease value, or a lock error word of lockd's
     /// (`busy`, `not-holder`, `stale-token`), with what it shows.
     ours: Option<(u64, &'static str)>,
@@ -273,6 +277,12 @@ impl LockSigns {
         {
             self.ours.get_or_insert((op.invoke.index, "a lease value"));
         }
+        if self.unreadable_lease.is_none()
+            && op.f == OpName::Acquire
+            && let Err(error) = unreadable_lease(op)
+        {
+            self.unreadable_lease = Some(error);
+        }
         let Some(c) = completion.filter(|c| !c.error.as_str().is_empty()) else {
             return;
         };
@@ -292,6 +302,9 @@ impl LockSigns {
     }
 
     fn model(self) -> Result<ModelKind, CheckError> {
+        if let Some(error) = self.unreadable_lease {
+            return Err(error);
+        }
         match (self.ours, self.jepsen) {
             (Some((ours, sign)), Some(jepsen)) => Err(CheckError::bad(
                 ours.max(jepsen),
@@ -305,6 +318,23 @@ impl LockSigns {
             (None, _) => Ok(ModelKind::Mutex),
         }
     }
+}
+
+/// `Err` naming the row when an acquire's value is neither empty (no lease) nor a lease
+/// (`LEASE_MS`, `LEASE_MS WAIT_MS`): a check that read it as "no lease" would hold the key
+/// until released and could call a correct history invalid.
+fn unreadable_lease(op: &Operation) -> Result<(), CheckError> {
+    if op.f != OpName::Acquire {
+        return Ok(());
+    }
+    linear::lock_model::acquire_lease_ms(op.invoke.value.as_str())
+        .map(|_| ())
+        .map_err(|reason| CheckError::bad(op.invoke.index, reason))
+}
+
+/// The first acquire of `history` whose value is no lease ([`unreadable_lease`]).
+fn first_unreadable_lease(history: &[Operation]) -> Result<(), CheckError> {
+    history.iter().try_for_each(unreadable_lease)
 }
 
 /// Which algorithm decides linearizability of lock histories.
@@ -614,6 +644,7 @@ pub fn check_paired(paired: &history::pair::Paired, options: &Options) -> Check 
     let model = check.model;
     if options.model == ModelKind::Lock || model == Some(ModelKind::Lock) {
         let liveness = guarded(CheckName::Liveness, || {
+            first_unreadable_lease(&paired.operations)?;
             Ok(liveness::check_result(
                 paired,
                 &options.liveness,
@@ -712,6 +743,7 @@ fn has_tokens(history: &[Operation]) -> bool {
 fn check_lock_without_tokens(history: &[Operation], options: &Options) -> Check {
     const NAME: CheckName = CheckName::LeaseSafety;
     let lease = guarded(NAME, || {
+        first_unreadable_lease(history)?;
         Ok(lease_violations(lease::check_without_tokens_with(
             history,
             options.drift,
@@ -902,7 +934,10 @@ fn lease_result(
     if !leased_grant {
         return CheckResult::not_checked(NAME, "no granted acquire with a token and a lease");
     }
-    guarded(NAME, || Ok(lease_violations(violations())))
+    guarded(NAME, || {
+        first_unreadable_lease(history)?;
+        Ok(lease_violations(violations()))
+    })
 }
 
 /// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.

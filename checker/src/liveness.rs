@@ -799,7 +799,7 @@ impl Context<'_> {
                 if Self::left_at(waiter).is_some() {
                     continue;
                 }
-                let wait_end = waiter.call_ns().saturating_add(wait_ms * MS);
+                let wait_end = waiter.call_ns().saturating_add(wait_ms.saturating_mul(MS));
                 let deadline = wait_end.saturating_add(self.options.waiter_slack_ms * MS);
                 if !self.fault_free(waiter.call_ns(), deadline) {
                     report.waiters.not_evaluable += 1;

@@ -589,6 +589,7 @@ impl<R: Read> Reader<R> {
     }
 
     fn read_header(&mut self) -> Result<(), ParseError> {
+        self.skip_byte_order_mark()?;
         let Some(record) = self.read_record()? else {
             return Err(self.error(1, 1, ParseErrorKind::EmptyInput));
         };
@@ -610,6 +611,19 @@ impl<R: Read> Reader<R> {
         if let Some(&expected) = COLUMNS.get(record.fields.len()) {
             let kind = ParseErrorKind::MissingColumn { expected };
             return Err(self.error(record.end_line, record.end_column, kind));
+        }
+        Ok(())
+    }
+
+    /// Skips a UTF-8 byte order mark (`EF BB BF`) at the start of the input, which Excel
+    /// and PowerShell write; the header's first column then starts at column 1. Only a
+    /// whole mark in the first read is skipped: anything else goes on to the header's
+    /// checks as it is.
+    fn skip_byte_order_mark(&mut self) -> Result<(), ParseError> {
+        const MARK: [u8; 3] = [0xEF, 0xBB, 0xBF];
+        self.peek()?;
+        if self.buffer[self.start..self.end].starts_with(&MARK) {
+            self.start += MARK.len();
         }
         Ok(())
     }

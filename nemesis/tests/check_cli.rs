@@ -199,3 +199,215 @@ fn lock_ops_whose_signs_disagree_exit_2_naming_the_rows() {
         "{out}"
     );
 }
+
+/// A seeded fuzz of `locksmith check` and `locksmith convert`: valid histories of each
+/// format, mutated (truncated, a byte flipped, a line deleted, duplicated or two swapped),
+/// never panic, and every run ends in one of the documented outcomes: 0 with `: valid (`,
+/// 1 with `: invalid (`, or 2 with `: unknown (` or an error naming the file and line.
+/// `LOCKSMITH_FUZZ_SEED=N` replays one seed; a failure prints its seed.
+mod fuzz {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::path::Path;
+
+    use super::{case, check};
+    use checker::cli::run_convert;
+    use nemesis::check::CheckArgs;
+
+    /// Mutated inputs per base history.
+    const ROUNDS: u64 = 200;
+
+    /// splitmix64: a small seeded generator, so that a seed replays exactly.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    /// One random mutation of `bytes`, described for the failure message.
+    fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) -> String {
+        let mut lines: Vec<Vec<u8>> = bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+        let line = rng.below(lines.len());
+        let other = rng.below(lines.len());
+        let description = match rng.below(5) {
+            0 => {
+                let at = rng.below(bytes.len() + 1);
+                bytes.truncate(at);
+                return format!("truncate at byte {at}");
+            }
+            1 => {
+                let at = rng.below(bytes.len());
+                if let Some(byte) = bytes.get_mut(at) {
+                    *byte ^= 1 << rng.below(8);
+                }
+                return format!("flip a bit of byte {at}");
+            }
+            2 => {
+                lines.remove(line);
+                format!("delete line {}", line + 1)
+            }
+            3 => {
+                lines.insert(other, lines[line].clone());
+                format!("copy line {} before line {}", line + 1, other + 1)
+            }
+            _ => {
+                lines.swap(line, other);
+                format!("swap lines {} and {}", line + 1, other + 1)
+            }
+        };
+        *bytes = lines.join(&b'\n');
+        description
+    }
+
+    /// Checks `path` and asserts the documented outcome; `context` names the case.
+    fn assert_check_outcome(path: &Path, context: &str) {
+        let run = catch_unwind(AssertUnwindSafe(|| check(&CheckArgs::new(path.to_owned()))));
+        let Ok((code, out, err)) = run else {
+            panic!("{context}: check panicked");
+        };
+        let file = path.display().to_string();
+        let outcome_ok = match code {
+            0 => out.contains(": valid ("),
+            1 => out.contains(": invalid ("),
+            2 => out.contains(": unknown (") || err.starts_with(&format!("{file}:")),
+            _ => false,
+        };
+        assert!(
+            outcome_ok,
+            "{context}: exit {code}\nstdout: {out}\nstderr: {err}"
+        );
+        assert!(
+            !out.contains("panicked"),
+            "{context}: a check panicked\n{out}"
+        );
+    }
+
+    /// Converts `input` from `from` and checks the output; asserts the documented outcome.
+    fn assert_convert_outcome(from: &str, input: &Path, context: &str) {
+        let output = input.with_extension("out.csv");
+        let _ = std::fs::remove_file(&output);
+        let mut err = Vec::new();
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            run_convert(from, input, &output, &mut err)
+        }));
+        let Ok(code) = run else {
+            panic!("{context}: convert panicked");
+        };
+        let err = String::from_utf8_lossy(&err);
+        match code {
+            0 => assert_check_outcome(&output, context),
+            2 => assert!(
+                err.starts_with(&format!("{}:", input.display())),
+                "{context}: convert failed without naming the file and line: {err}"
+            ),
+            _ => panic!("{context}: convert exit {code}: {err}"),
+        }
+    }
+
+    fn base_seed() -> Option<u64> {
+        std::env::var("LOCKSMITH_FUZZ_SEED")
+            .ok()
+            .map(|s| s.parse().expect("LOCKSMITH_FUZZ_SEED is a number"))
+    }
+
+    /// Runs `one(seed, bytes)` on ROUNDS mutations of `base` (or only the seed asked for).
+    fn fuzz(name: &str, base: &[u8], mut one: impl FnMut(&str, &[u8])) {
+        let seeds: Vec<u64> = match base_seed() {
+            Some(seed) => vec![seed],
+            None => (1..=ROUNDS).collect(),
+        };
+        for seed in seeds {
+            let mut rng = Rng(seed);
+            let mut bytes = base.to_vec();
+            let mutations: Vec<String> = (0..1 + rng.below(3))
+                .map(|_| mutate(&mut rng, &mut bytes))
+                .collect();
+            let context = format!(
+                "{name} seed {seed} ({}; rerun: LOCKSMITH_FUZZ_SEED={seed} cargo test -p nemesis --test check_cli fuzz)",
+                mutations.join(", ")
+            );
+            one(&context, &bytes);
+        }
+    }
+
+    #[test]
+    fn mutated_csv_histories_end_in_a_documented_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        for base in [
+            "lock/valid/faults_between_holders.csv",
+            "lock/valid/info_acquire_amid_later_grants.csv",
+            "register/valid/cas_chain.csv",
+            "mutex/valid/release_by_another_process.csv",
+        ] {
+            let text = std::fs::read(case(base)).unwrap();
+            let path = dir.path().join("mutated.csv");
+            fuzz(base, &text, |context, bytes| {
+                std::fs::write(&path, bytes).unwrap();
+                assert_check_outcome(&path, context);
+            });
+        }
+    }
+
+    #[test]
+    fn mutated_foreign_histories_end_in_a_documented_outcome() {
+        let jepsen = "\
+{:index 0, :time 1000, :type :invoke, :process 0, :f :write, :value 1}
+{:index 1, :time 1500, :type :ok, :process 0, :f :write, :value 1}
+{:index 2, :time 1600, :type :info, :process :nemesis, :f :start-partition, :value [\"n1\" \"n2\"]}
+{:index 3, :time 2000, :type :invoke, :process 1, :f :cas, :value [1 2]}
+{:index 4, :time 2100, :type :invoke, :process 2, :f :write, :value 3}
+{:index 5, :time 2300, :type :info, :process 2, :f :write, :value 3, :error :timeout}
+{:index 6, :time 2500, :type :ok, :process 1, :f :cas, :value [1 2]}
+{:index 7, :time 2700, :type :invoke, :process 7, :f :read, :value nil}
+{:index 8, :time 2800, :type :ok, :process 7, :f :read, :value 3}
+";
+        let independent = "\
+[{:type :invoke, :process 0, :f :write, :value [1 5]}
+ {:type :ok, :process 0, :f :write, :value [1 5]}
+ {:type :invoke, :process 1, :f :cas, :value [1 [5 6]]}
+ {:type :invoke, :process 0, :f :read, :value [2 nil]}
+ {:type :ok, :process 0, :f :read, :value [2 nil]}
+ {:type :fail, :process 1, :f :cas, :value [1 [5 6]]}]
+";
+        let etcd = "\
+INFO  jepsen.util - 0\t:invoke\t:write\t1
+INFO  jepsen.util - 1\t:invoke\t:read\tnil
+INFO  jepsen.util - 0\t:ok\t:write\t1
+INFO  jepsen.util - 1\t:ok\t:read\t1
+INFO  jepsen.util - 2\t:invoke\t:cas\t[1 4]
+INFO  jepsen.util - 2\t:fail\t:cas\t[1 4]
+INFO  jepsen.util - 3\t:invoke\t:write\t2
+INFO  jepsen.util - 3\t:info\t:write\t:timed-out
+";
+        let kv = "\
+{:process 0, :type :invoke, :f :put, :key \"0\", :value \"x\"}
+{:process 1, :type :invoke, :f :get, :key \"0\", :value nil}
+{:process 0, :type :ok, :f :put, :key \"0\", :value \"x\"}
+{:process 1, :type :ok, :f :get, :key \"0\", :value \"x\"}
+{:process 0, :type :invoke, :f :append, :key \"1\", :value \"y\"}
+{:process 0, :type :ok, :f :append, :key \"1\", :value \"y\"}
+";
+        let dir = tempfile::tempdir().unwrap();
+        for (from, base) in [
+            ("jepsen-edn", jepsen),
+            ("jepsen-edn", independent),
+            ("porcupine-etcd", etcd),
+            ("porcupine-kv", kv),
+        ] {
+            let path = dir.path().join("mutated.txt");
+            fuzz(from, base.as_bytes(), |context, bytes| {
+                std::fs::write(&path, bytes).unwrap();
+                assert_convert_outcome(from, &path, context);
+            });
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! A reader for the subset of EDN that Jepsen and Porcupine histories use.
 //!
-//! Supported: maps `{}`, vectors `[]`, lists `()` and sets `#{}` (the last two read as
-//! vectors), keywords `:a/b`, strings with the escapes `\" \\ \n \t \r`, integers
+//! Supported: maps `{}` (a key twice is an error, as in Clojure), vectors `[]`, lists `()`
+//! and sets `#{}` (the last two read as vectors), keywords `:a/b`, strings with the escapes
+//! `\" \\ \n \t \r \b \f \uXXXX`, integers
 //! (optionally signed), `nil`, `true`, `false`, other symbols and non-integer numbers (kept
 //! as text), `;` comments, commas as whitespace, and `#tag` prefixes (Jepsen prints ops as
 //! `#jepsen.history.Op{...}`), which are dropped. Not supported, and reported as errors:
@@ -199,9 +200,15 @@ impl Parser<'_> {
                 if items.len() % 2 != 0 {
                     return Err(self.error("map with an odd number of forms"));
                 }
-                let mut entries = Vec::with_capacity(items.len() / 2);
+                let mut entries: Vec<(Value, Value)> = Vec::with_capacity(items.len() / 2);
                 let mut items = items.into_iter();
                 while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    // Clojure's reader refuses a key twice; either value may be the meant one.
+                    if entries.iter().any(|(seen, _)| *seen == k) {
+                        let key = Value::Vector(vec![k]).to_nested();
+                        let key = &key[1..key.len() - 1];
+                        return Err(self.error(format!("duplicate key `{key}` in a map")));
+                    }
                     entries.push((k, v));
                 }
                 Ok(Value::Map(entries))
@@ -276,6 +283,9 @@ impl Parser<'_> {
                     Some('n') => s.push('\n'),
                     Some('t') => s.push('\t'),
                     Some('r') => s.push('\r'),
+                    Some('b') => s.push('\u{8}'),
+                    Some('f') => s.push('\u{c}'),
+                    Some('u') => s.push(self.unicode_escape()?),
                     Some(other) => {
                         return Err(self.error(format!("unsupported escape `\\{other}`")));
                     }
@@ -284,6 +294,20 @@ impl Parser<'_> {
                 Some(c) => s.push(c),
             }
         }
+    }
+
+    /// The character of a `\uXXXX` escape, its `\u` already read: four hex digits.
+    fn unicode_escape(&mut self) -> Result<char, ConvertError> {
+        let mut code = 0u32;
+        for _ in 0..4 {
+            let digit = self.bump().and_then(|c| c.to_digit(16));
+            let Some(digit) = digit else {
+                return Err(self.error("`\\u` is not followed by four hex digits"));
+            };
+            code = code * 16 + digit;
+        }
+        char::from_u32(code)
+            .ok_or_else(|| self.error(format!("`\\u{code:04x}` is no character (a surrogate)")))
     }
 
     /// Reads the characters of a symbol, keyword name or number.

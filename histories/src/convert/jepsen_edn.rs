@@ -16,6 +16,19 @@
 //!
 //! Ops are renumbered 0, 1, 2, ... in file order.
 //!
+//! # `jepsen.independent` tuples
+//!
+//! Jepsen checks many keys at once by wrapping each value in a tuple, `[key value]`,
+//! which `history.edn` prints as a two-element vector: `:write [1 5]`, `:read [1 nil]`,
+//! `:cas [1 [5 7]]`. A file where some client op of `read`, `write`, `cas`, `acquire` or
+//! `release` has such a tuple as its value (and no `:key`) is read as independent: every
+//! such op must have one (a completion may also carry `nil`, and keeps its invoke's key),
+//! and it becomes the row `key` = the tuple's key, `value` = its value. Read as one
+//! register, the keys' values would mix, and a read of key 1 after a write to key 2 would
+//! be a false alarm. A file that mixes tuples and plain values is rejected, naming the first
+//! op that does not fit: no reading of its keys is safe. A cas is a tuple only when its
+//! value is `[key [old new]]`, since a plain cas is `[old new]`.
+//!
 //! # Jepsen's meaning is kept
 //!
 //! - **File order is real-time order.** knossos ignores `:time` (it may be absent, and in
@@ -37,11 +50,14 @@ use crate::vocab::OpName;
 
 /// Converts a Jepsen `history.edn` text: maps one after another, or one vector of maps.
 pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
+    let items = edn::parse_items(text)?;
+    let mut tuples = Tuples::of(&items);
     let mut rows = Vec::new();
     let mut times_increase = true;
-    for (line, value) in edn::parse_items(text)? {
+    for (line, value) in items {
         let position = rows.len() as u64;
-        let op = op_from_map(line, &value, position)?;
+        let mut op = op_from_map(line, &value, position)?;
+        tuples.unwrap(line, &value, &mut op)?;
         let has_time = matches!(value.get("time"), Some(Value::Int(_)));
         let previous = rows.last().map(|(_, op): &(u64, Op)| op.time_ns);
         times_increase &= has_time && previous.is_none_or(|p| p < op.time_ns);
@@ -53,6 +69,119 @@ pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
         }
     }
     finish(rows)
+}
+
+/// The ops whose `:value` may be a `jepsen.independent` tuple `[key value]`.
+const TUPLE_OPS: [OpName; 5] = [
+    OpName::Read,
+    OpName::Write,
+    OpName::Cas,
+    OpName::Acquire,
+    OpName::Release,
+];
+
+/// Whether a file's values are `jepsen.independent` tuples, and the keys of the ops open.
+struct Tuples {
+    /// The line of the first op with a tuple value; `None` when the file has none.
+    first_line: Option<u64>,
+    /// Each client process's open invoke's key.
+    open_keys: std::collections::HashMap<u64, String>,
+}
+
+impl Tuples {
+    fn of(items: &[(u64, Value)]) -> Tuples {
+        let first_line = items
+            .iter()
+            .find(|(_, map)| Self::applies(map) && Self::tuple(map).is_some())
+            .map(|(line, _)| *line);
+        Tuples {
+            first_line,
+            open_keys: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Whether a map is a client op that may carry a tuple: one of [`TUPLE_OPS`], no
+    /// `:key`, not the nemesis.
+    fn applies(map: &Value) -> bool {
+        let Some(f) = Self::f(map) else {
+            return false;
+        };
+        TUPLE_OPS.iter().any(|name| name == f)
+            && map.get("key").is_none()
+            && !matches!(map.get("process"), Some(Value::Keyword(_)))
+    }
+
+    /// The `:f` of an op map, as text.
+    fn f(map: &Value) -> Option<&str> {
+        match map.get("f") {
+            Some(Value::Keyword(f) | Value::Symbol(f) | Value::Str(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The key and value of a tuple `[key value]` (`[key [old new]]` for a cas).
+    fn tuple(map: &Value) -> Option<(&Value, &Value)> {
+        let Some(Value::Vector(parts)) = map.get("value") else {
+            return None;
+        };
+        let [key, value] = parts.as_slice() else {
+            return None;
+        };
+        let scalar_key = matches!(
+            key,
+            Value::Int(_) | Value::Str(_) | Value::Keyword(_) | Value::Symbol(_)
+        ) && !key.to_cell().is_empty();
+        let is_cas = Self::f(map) == Some(OpName::Cas.as_str());
+        let cas_shape = !is_cas || matches!(value, Value::Vector(pair) if pair.len() == 2);
+        (scalar_key && cas_shape).then_some((key, value))
+    }
+
+    /// In an independent file, moves the tuple's key into `op.key` and its value into
+    /// `op.value`; rejects an op of [`TUPLE_OPS`] without a tuple.
+    fn unwrap(&mut self, line: u64, map: &Value, op: &mut Op) -> Result<(), ConvertError> {
+        let Some(first_line) = self.first_line else {
+            return Ok(());
+        };
+        let Process::Client(process) = op.process else {
+            return Ok(());
+        };
+        if !Self::applies(map) {
+            return Ok(());
+        }
+        let raw = map.get("value").unwrap_or(&Value::Nil);
+        match (Self::tuple(map), raw) {
+            (Some((key, value)), _) => {
+                op.key = key.to_cell();
+                op.value = value.to_cell();
+            }
+            // A completion that dropped the tuple keeps its invoke's key.
+            (None, Value::Nil) if op.op_type != OpType::Invoke => {
+                op.key = self.open_keys.get(&process).cloned().unwrap_or_default();
+                op.value = String::new();
+            }
+            (None, raw) => {
+                let found = match raw {
+                    Value::Nil => "nil".to_owned(),
+                    raw => raw.to_cell(),
+                };
+                let reason = format!(
+                    ":value is `{found}`, expected a [key value] tuple of jepsen.independent, \
+                     as on line {first_line} (a file that mixes tuples and plain values has \
+                     no safe reading of its keys)"
+                );
+                return Err(ConvertError {
+                    line,
+                    kind: ConvertErrorKind::Syntax(reason),
+                });
+            }
+        }
+        if op.op_type == OpType::Invoke {
+            self.open_keys.insert(process, op.key.clone());
+        } else {
+            self.open_keys.remove(&process);
+        }
+        Ok(())
+    }
 }
 
 /// A Jepsen `:txn` value, `[[:read :x nil] [:write :y 2]]`, as one cell: `read x; write y

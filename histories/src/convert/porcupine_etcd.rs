@@ -9,7 +9,7 @@
 //! | `:invoke :write 3`, `:ok :write 3` | `write`, value `3` |
 //! | `:invoke :cas [1 2]`, `:ok :cas [1 2]` | `cas`, value `1 2` |
 //! | `:fail :cas [1 2]` | `cas` fail, value `1 2`, error `mismatch`: etcd's compare did not match, an observation of the register (see `histories/README.md`, "Failed cas and nil reads") |
-//! | `:info :write :timed-out`, `:fail :read :timed-out` | that type, empty value, error `timed-out` |
+//! | `:info :write :timed-out`, `:fail :read :timed-out` | that type, empty value, error `timed-out` (on `:invoke` or `:ok` it is an error: it would read as nil) |
 //!
 //! The files have no times: `time_ns` is the op's position in the file (0, 1, 2, ...).
 //! Blank lines are skipped.
@@ -70,6 +70,15 @@ fn parse_line(line: u64, text: &str, position: u64) -> Result<Op, ConvertError> 
     };
     let (value, mut error_cell) = parse_value(&value)
         .ok_or_else(|| bad("value", &value, "nil, an integer, [OLD NEW] or :timed-out"))?;
+    if !error_cell.is_empty() && matches!(op_type, OpType::Invoke | OpType::Ok) {
+        // `:timed-out` says there is no result: an ok (or invoke) with it would read as a
+        // value of nil.
+        return Err(bad(
+            "value",
+            ":timed-out",
+            "a value (:timed-out ends only :fail or :info)",
+        ));
+    }
     if op_type == OpType::Fail && f == OpName::Cas && error_cell.is_empty() {
         // Porcupine's etcd reading of `:fail :cas`: the compare did not match.
         error_cell = ErrorWord::Mismatch.to_string();

@@ -1,0 +1,93 @@
+//! Porcupine-style logs (`--from porcupine-etcd`, `--from porcupine-kv`) at their edges.
+
+use checker::Verdict;
+
+use crate::{convert_and_check, unknown_reason};
+
+#[test]
+fn an_empty_log_is_unknown_not_valid() {
+    // Nothing to check is never valid.
+    for from in ["porcupine-etcd", "porcupine-kv"] {
+        for text in ["", "\n\n", "\r\n"] {
+            let check = convert_and_check(from, text).unwrap();
+            let reason = unknown_reason(&check);
+            assert!(
+                reason.contains("nothing was checked"),
+                "{from} {text:?}: {reason}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_log_of_invokes_only_is_valid_like_porcupine_says() {
+    // Every op is open, so each may or may not have happened: any order works (Porcupine
+    // and knossos both say linearizable).
+    let etcd =
+        "INFO  jepsen.util - 0\t:invoke\t:read\tnil\nINFO  jepsen.util - 1\t:invoke\t:write\t3\n";
+    let check = convert_and_check("porcupine-etcd", etcd).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    let kv = "{:process 0, :type :invoke, :f :get, :key \"0\", :value nil}\n\
+              {:process 1, :type :invoke, :f :put, :key \"0\", :value \"x\"}\n";
+    let check = convert_and_check("porcupine-kv", kv).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+}
+
+#[test]
+fn missing_returns_still_constrain_the_completed_ops() {
+    // The write of 1 never returned; a later read of 2 nobody wrote is still invalid, and
+    // a read of 1 is valid (the open write may have happened).
+    let log = |read: &str| {
+        format!(
+            "INFO  jepsen.util - 0\t:invoke\t:write\t1\n\
+             INFO  jepsen.util - 1\t:invoke\t:read\tnil\n\
+             INFO  jepsen.util - 1\t:ok\t:read\t{read}\n"
+        )
+    };
+    let check = convert_and_check("porcupine-etcd", &log("1")).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    let check = convert_and_check("porcupine-etcd", &log("2")).unwrap();
+    assert_eq!(check.verdict, Verdict::Invalid, "{check:?}");
+}
+
+#[test]
+fn a_return_without_its_call_is_an_error_naming_the_line() {
+    let log = "INFO  jepsen.util - 0\t:invoke\t:write\t1\nINFO  jepsen.util - 3\t:ok\t:write\t1\n";
+    let error = convert_and_check("porcupine-etcd", log).unwrap_err();
+    assert!(
+        error.contains("line 2: `ok` by process 3 with no open invoke"),
+        "{error}"
+    );
+    let kv = "{:process 0, :type :ok, :f :get, :key \"0\", :value \"\"}\n";
+    let error = convert_and_check("porcupine-kv", kv).unwrap_err();
+    assert!(
+        error.contains("line 1: `ok` by process 0 with no open invoke"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_cut_off_line_is_an_error_naming_the_line() {
+    let log = "INFO  jepsen.util - 0\t:invoke\t:write\t1\nINFO  jepsen.util - 0\t:ok";
+    let error = convert_and_check("porcupine-etcd", log).unwrap_err();
+    assert!(
+        error.contains("line 2: expected PROCESS TYPE F VALUE"),
+        "{error}"
+    );
+    let kv = "{:process 0, :type :invoke, :f :get, :key \"0\", :value nil}\n{:process 0, :type :ok, :f :g";
+    let error = convert_and_check("porcupine-kv", kv).unwrap_err();
+    assert!(error.contains("line 2: unexpected end of input"), "{error}");
+}
+
+#[test]
+fn an_ok_that_timed_out_is_an_error_naming_the_line() {
+    // `:timed-out` says there is no result; on an `:ok` read it became a read of nil, which
+    // after a completed write is a false alarm (and before one, a silent pass).
+    let log = "INFO  jepsen.util - 0\t:invoke\t:write\t1\n\
+               INFO  jepsen.util - 0\t:ok\t:write\t1\n\
+               INFO  jepsen.util - 1\t:invoke\t:read\tnil\n\
+               INFO  jepsen.util - 1\t:ok\t:read\t:timed-out\n";
+    let error = convert_and_check("porcupine-etcd", log).unwrap_err();
+    assert!(error.contains("line 4:"), "{error}");
+    assert!(error.contains(":timed-out"), "{error}");
+}
