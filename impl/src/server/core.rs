@@ -420,21 +420,22 @@ impl Core {
         let log = self.node.log();
         let mut forgotten = Vec::new();
         for (key, token, term) in &self.orphans_proposed {
-            let release = Command::Release {
-                key: key.clone(),
-                token: *token,
+            // Compared in place: this runs every turn while an orphan is held, and copying
+            // its key into a command per entry was needless.
+            let of_it = |k: &Key, t: &Token| k == key && t == token;
+            let releases = || {
+                (log.iter()).filter(|e| {
+                    matches!(&e.proposal.command, Command::Release { key: k, token: t } if of_it(k, t))
+                })
             };
-            let releases = || (log.iter()).filter(|e| e.proposal.command == release);
             if *term < status.term && !releases().any(|e| e.term == *term) {
                 // The window of that defect: the first Release is gone, the lock is not.
                 crate::probe!("orphan-release-lost-with-its-term");
             }
             // An Expire of it frees the key as well (its lease already ran out).
-            let expire = Command::Expire {
-                key: key.clone(),
-                token: *token,
-            };
-            let expires = (log.iter()).any(|e| e.proposal.command == expire);
+            let expires = (log.iter()).any(|e| {
+                matches!(&e.proposal.command, Command::Expire { key: k, token: t } if of_it(k, t))
+            });
             if releases().next().is_none() && !expires {
                 forgotten.push((key.clone(), *token, *term));
             }
