@@ -13,8 +13,10 @@
 //! names a loopback address; every admin call must carry the secret that lockd keeps in
 //! `DATA_DIR/admin.secret` (made on first use, readable by its owner only).
 //!
-//! Logs go to stderr (`RUST_LOG` filters them; default `info`): one line per role change
-//! and error; `RUST_LOG=lockd=debug` adds one per applied entry and per turn. Exit status: 2 for bad flags (an id not among the peers, one
+//! Logs go to stderr (`RUST_LOG` filters them; default `info,tarpc=warn`): one line per role
+//! change and error; `RUST_LOG=lockd=debug` adds one per applied entry and per turn. tarpc's
+//! info-level span per request (a trace id and an RFC 3339 deadline formatted for each call)
+//! is off by default: under `locksmith bench` it was about a twentieth of the machine's CPU. Exit status: 2 for bad flags (an id not among the peers, one
 //! address given to two ids), 1 for a fatal error at run time (a data dir another process
 //! holds, a listener that cannot bind, a data dir that fails its checks or a failed write).
 //!
@@ -42,6 +44,10 @@ use lockd::server::{ServerConfig, ServerError};
 /// seeds went from 88 to 98 simulated s per CPU s with it (seeds 1..20, one job).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The log filter when `RUST_LOG` is unset (see the module's doc: tarpc's per-request spans
+/// are off).
+const LOG_FILTER_DEFAULT: &str = "info,tarpc=warn";
 
 /// One node of lockd, a Raft-replicated lock service with fencing tokens and leases.
 #[derive(Debug, Parser)]
@@ -244,7 +250,7 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -305,6 +311,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_filter_keeps_lockds_lines_and_drops_tarpcs_request_spans() {
+        let filter = tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT);
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let rpc = tracing::span!(target: "tarpc::server", tracing::Level::INFO, "RPC");
+            assert!(rpc.is_disabled(), "tarpc's per-request span is on by default");
+            let warned = tracing::span!(target: "tarpc::client", tracing::Level::WARN, "w");
+            assert!(!warned.is_disabled(), "tarpc's warnings are off by default");
+            let ours = tracing::span!(target: "lockd::server::core", tracing::Level::INFO, "x");
+            assert!(!ours.is_disabled(), "lockd's info lines are off by default");
+        });
+    }
 
     #[test]
     fn node_maps_parse_and_reject_bad_pairs() {
