@@ -182,7 +182,7 @@ mod basics {
     fn bad_flags_exit_2_with_a_clear_error() {
         // Issue 4: bad flags -> a clear error, exit 2.
         let dir = tempfile::tempdir().unwrap();
-        let cases: [(&[&str], &str); 4] = [
+        let cases: [(&[&str], &str); 5] = [
             (
                 &[
                     "--id",
@@ -219,6 +219,19 @@ mod basics {
                 ],
                 "clock rate",
             ),
+            (
+                &[
+                    "--id",
+                    "1",
+                    "--peers",
+                    "1=127.0.0.1:1",
+                    "--client-listen",
+                    "127.0.0.1:2",
+                    "--cluster",
+                    "orders, node 2",
+                ],
+                "cluster name",
+            ),
         ];
         for (args, needle) in cases {
             let output = std::process::Command::new(lockd())
@@ -231,6 +244,60 @@ mod basics {
             assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
             assert!(stderr.contains(needle), "{args:?}: {stderr}");
         }
+    }
+
+    #[test]
+    fn a_data_dir_started_under_another_cluster_name_is_refused_naming_both() {
+        // Issue 27, "Identity on disk": the data dir records the cluster and the node on the
+        // first start; a start of the same node id in another cluster is refused, exit 1.
+        struct Killed(std::process::Child);
+        impl Drop for Killed {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<u16> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let command = |cluster: &str| {
+            let mut command = std::process::Command::new(lockd());
+            command
+                .args(["--id", "1", "--peers", &format!("1=127.0.0.1:{}", ports[0])])
+                .args(["--client-listen", &format!("127.0.0.1:{}", ports[1])])
+                .args(["--cluster", cluster])
+                .arg("--data-dir")
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null());
+            command
+        };
+        let first = Killed(command("orders").spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(dir.path().join("identity")).is_ok_and(|t| t.ends_with('\n'))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the first lockd never claimed its dir"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(first);
+
+        let second = command("billing")
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("cluster orders, node 1") && stderr.contains("cluster billing, node 1"),
+            "{stderr}"
+        );
     }
 
     #[test]

@@ -65,6 +65,12 @@ struct Args {
     /// The data directory (created when missing).
     #[arg(long)]
     data_dir: PathBuf,
+    /// The cluster's name (ASCII letters, digits, `.`, `_`, `-`; at most 64), recorded in the
+    /// data dir on the first start: a later start under another name is refused, so that a
+    /// data dir of one cluster is never started in another whose node ids are the same.
+    /// Give each cluster its own, as etcd's `--initial-cluster-token`.
+    #[arg(long, default_value = lockd::server::CLUSTER_DEFAULT)]
+    cluster: String,
     /// Where this node dials some peers instead of their --peers address (a fault proxy per
     /// directed link): ID=ADDR,...
     #[arg(long, value_parser = parse_node_map)]
@@ -185,6 +191,7 @@ fn server_config(args: Args) -> anyhow::Result<ServerConfig> {
         config.dial.extend(dial.0);
     }
     config.clock_rate = args.clock_rate;
+    config.cluster = args.cluster;
     config.trace = args.trace;
     // The secret is read (or made) once the data dir is locked. The flags are checked now,
     // the admin address among them, with a stand-in secret; the server checks the real one
@@ -321,7 +328,10 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             let rpc = tracing::span!(target: "tarpc::server", tracing::Level::INFO, "RPC");
-            assert!(rpc.is_disabled(), "tarpc's per-request span is on by default");
+            assert!(
+                rpc.is_disabled(),
+                "tarpc's per-request span is on by default"
+            );
             let warned = tracing::span!(target: "tarpc::client", tracing::Level::WARN, "w");
             assert!(!warned.is_disabled(), "tarpc's warnings are off by default");
             let ours = tracing::span!(target: "lockd::server::core", tracing::Level::INFO, "x");

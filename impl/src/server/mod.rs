@@ -120,6 +120,12 @@ pub const SNAPSHOT_CHUNK_BYTES_MAX: u64 = (FRAME_LEN_MAX as u64) / 8;
 /// On a clean exit, how long to wait for the core's hand-over and then for the peer links to
 /// send it.
 pub const EXIT_FLUSH_MS: u64 = 50;
+/// The cluster name of a node started without one (`--cluster`), like etcd's
+/// `--initial-cluster-token` default: clusters that share a data dir's node and member ids
+/// tell each other apart only when each is started with its own name.
+pub const CLUSTER_DEFAULT: &str = "lockd";
+/// The longest cluster name; its characters are ASCII letters, digits, `.`, `_` and `-`.
+pub const CLUSTER_NAME_LEN_MAX: usize = 64;
 /// Steps of `Input::Persisted` chained after one output (each may persist again).
 const PERSIST_CHAIN_MAX: usize = 8;
 
@@ -140,6 +146,9 @@ pub struct ServerConfig {
     pub client_listen: SocketAddr,
     /// The data directory (term, vote, log).
     pub data_dir: PathBuf,
+    /// The cluster's name, recorded in the data dir on the first start and checked on
+    /// every later one ([`CLUSTER_DEFAULT`] unless set).
+    pub cluster: String,
     /// The initial rate of this node's clock relative to real time.
     pub clock_rate: f64,
     /// Harness-only: a gate that stops the core while closed (the simulator's pause).
@@ -285,6 +294,7 @@ impl ServerConfig {
             peers,
             client_listen,
             data_dir,
+            cluster: CLUSTER_DEFAULT.to_owned(),
             clock_rate: 1.0,
             pause_gate: None,
             link_faults: None,
@@ -296,8 +306,9 @@ impl ServerConfig {
     }
 
     /// Checks what the core would only assert: the node is a member, every member has an
-    /// address, and the clock rate is in range; and that an admin endpoint binds loopback
-    /// with a secret of 1 to 256 bytes.
+    /// address, and the clock rate is in range; that an admin endpoint binds loopback
+    /// with a secret of 1 to 256 bytes; and that the cluster name is one
+    /// ([`CLUSTER_NAME_LEN_MAX`]).
     pub fn validate(&self) -> Result<(), ServerError> {
         let id = self.raft.id;
         let invalid = |reason: String| Err(ServerError::Config { reason });
@@ -332,6 +343,16 @@ impl ServerConfig {
                 "admin secret of {} bytes: need 1 to {}",
                 admin.secret.len(),
                 admin::ADMIN_SECRET_LEN_MAX
+            ));
+        }
+        let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if !(1..=CLUSTER_NAME_LEN_MAX).contains(&self.cluster.len())
+            || !self.cluster.chars().all(name_char)
+        {
+            return invalid(format!(
+                "cluster name {:?}: need 1 to {CLUSTER_NAME_LEN_MAX} ASCII letters, digits, \
+                 '.', '_' or '-'",
+                self.cluster
             ));
         }
         if !clock_rate_in_range(self.clock_rate) {
@@ -451,8 +472,6 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
     config.validate()?;
     let id = config.raft.id;
     let peer_addr = config.peers[&id];
-    let peer_listener = bind(peer_addr).await?;
-    let client_listener = bind(config.client_listen).await?;
     let sync = if config.raft.bugs.contains(Bug::NoFsync) {
         SyncMode::UserBuffer
     } else {
@@ -467,7 +486,11 @@ pub async fn run(config: ServerConfig) -> Result<(), ServerError> {
         options.segment_ahead_bytes = SIM_SEGMENT_AHEAD_BYTES;
     }
     let (mut data_dir, durable) = DataDir::open_with(&config.data_dir, options)?;
-    data_dir.claim(id, &config.raft.members)?;
+    data_dir.claim(&config.cluster, id, &config.raft.members)?;
+    // The data dir is checked first: a dir of another node or cluster is refused whatever
+    // the state of the ports.
+    let peer_listener = bind(peer_addr).await?;
+    let client_listener = bind(config.client_listen).await?;
     if !data_dir.recovered().is_clean() {
         warn!(recovered = ?data_dir.recovered(), "the data dir was repaired on open");
     }
@@ -604,6 +627,28 @@ mod tests {
 
     use super::{AdminConfig, ServerConfig};
     use crate::raft::Config;
+
+    #[test]
+    fn a_cluster_name_outside_its_bounds_is_refused() {
+        let addr: SocketAddr = "127.0.0.1:7000".parse().expect("address");
+        let mut config = ServerConfig::new(
+            Config::new(1, vec![1]),
+            BTreeMap::from([(1, addr)]),
+            "127.0.0.1:7100".parse().expect("address"),
+            "/nonexistent".into(),
+        );
+        assert!(
+            config.validate().is_ok(),
+            "the default name: {:?}",
+            config.validate()
+        );
+        for bad in ["", "a b", "a,node 2", "x\ny", &"a".repeat(65)] {
+            config.cluster = bad.to_owned();
+            assert!(config.validate().is_err(), "cluster name {bad:?} validated");
+        }
+        config.cluster = "orders-eu.2_b".to_owned();
+        assert!(config.validate().is_ok(), "{:?}", config.validate());
+    }
 
     #[test]
     fn an_admin_endpoint_with_an_empty_secret_is_refused() {

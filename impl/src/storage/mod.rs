@@ -470,33 +470,49 @@ impl DataDir {
         &self.durable
     }
 
-    /// Claims the data dir for node `node` of the cluster of `members`: the first start
-    /// writes both into `identity`, every later start must match it. A data dir started
-    /// under another `--id` kept the other node's term and vote, so it could vote twice in
-    /// one term (review finding, issue 27); it is refused with both identities named.
-    pub fn claim(&mut self, node: u64, members: &[u64]) -> Result<(), StorageError> {
-        self.check_identity(node, members)?;
+    /// Claims the data dir for node `node` of the cluster named `cluster` (its token, see
+    /// [`crate::server::CLUSTER_DEFAULT`]) with `members`: the first start writes all three
+    /// into `identity`, every later start must match it. A data dir started under another
+    /// `--id` kept the other node's term and vote, so it could vote twice in one term
+    /// (review finding, issue 27); one started in another cluster with the same ids brought
+    /// that cluster's log and term into this one. Both are refused with both identities
+    /// named. An identity written before clusters were named (`node N, members M`) is
+    /// taken when node and members match, and rewritten with the cluster.
+    pub fn claim(&mut self, cluster: &str, node: u64, members: &[u64]) -> Result<(), StorageError> {
+        self.check_identity(cluster, node, members)?;
         self.node = Some(node);
         Ok(())
     }
 
-    fn check_identity(&self, node: u64, members: &[u64]) -> Result<(), StorageError> {
+    fn check_identity(
+        &self,
+        cluster: &str,
+        node: u64,
+        members: &[u64],
+    ) -> Result<(), StorageError> {
         let mut members = members.to_vec();
         members.sort_unstable();
         let list: Vec<String> = members.iter().map(u64::to_string).collect();
-        let ours = format!("node {node}, members {}", list.join(","));
+        let unnamed = format!("node {node}, members {}", list.join(","));
+        let ours = format!("cluster {cluster}, {unnamed}");
         let path = self.path.join(IDENTITY_FILE);
-        if !exists(&path)? {
+        let write = || {
             let text = format!("{ours}\n");
-            return write_file_atomic(
+            write_file_atomic(
                 &self.path,
                 IDENTITY_FILE,
                 text.as_bytes(),
                 self.options.sync,
-            );
+            )
+        };
+        if !exists(&path)? {
+            return write();
         }
         let found = fs::read(&path).map_err(io_error(&path, "read"))?;
         let found = String::from_utf8_lossy(&found);
+        if found.trim_end() == unnamed {
+            return write();
+        }
         if found.trim_end() != ours {
             let reason = format!(
                 "this data dir belongs to {:?}, and this is {ours:?}: refusing to start on it",
@@ -816,23 +832,73 @@ mod tests {
         // twice in term 3. The first start claims the dir; another id or cluster is refused.
         let tmp = tempfile::tempdir().expect("tempdir");
         let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
-        dir.claim(2, &[3, 1, 2])
+        dir.claim("a", 2, &[3, 1, 2])
             .expect("the first start claims the dir");
         drop(dir);
         let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
-        dir.claim(2, &[1, 2, 3])
+        dir.claim("a", 2, &[1, 2, 3])
             .expect("the same node and members, in any order");
-        let err = dir.claim(3, &[1, 2, 3]).expect_err("another node id");
+        let err = dir.claim("a", 3, &[1, 2, 3]).expect_err("another node id");
         let text = err.to_string();
         assert!(
-            text.contains("node 2, members 1,2,3") && text.contains("node 3, members 1,2,3"),
+            text.contains("cluster a, node 2, members 1,2,3")
+                && text.contains("cluster a, node 3, members 1,2,3"),
             "both identities named: {text}"
         );
-        let err = dir.claim(2, &[1, 2, 3, 4, 5]).expect_err("another cluster");
+        let err = dir
+            .claim("a", 2, &[1, 2, 3, 4, 5])
+            .expect_err("other members");
         assert!(matches!(err, StorageError::Identity { .. }), "{err}");
         drop(dir);
         let (_, durable) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("still opens");
         assert_eq!(durable, Durable::default(), "a refusal writes nothing");
+    }
+
+    #[test]
+    fn a_data_dir_of_another_cluster_with_the_same_ids_is_refused_naming_both() {
+        // Issue 27, "Identity on disk": the data dir records the cluster id and the node id.
+        // Two clusters whose members are both 1, 2 and 3 (each started with its own
+        // `--cluster`): a node of one restarted on the other's data dir brought that
+        // cluster's term, vote and log into this one, and node and members alone matched.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        dir.claim("orders", 2, &[1, 2, 3])
+            .expect("the first start claims the dir");
+        drop(dir);
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("reopen");
+
+        let err = dir
+            .claim("billing", 2, &[1, 2, 3])
+            .expect_err("another cluster");
+
+        let text = err.to_string();
+        assert!(
+            text.contains("cluster orders, node 2") && text.contains("cluster billing, node 2"),
+            "both identities named: {text}"
+        );
+        dir.claim("orders", 2, &[1, 2, 3])
+            .expect("its own cluster still starts");
+    }
+
+    #[test]
+    fn an_identity_from_before_cluster_names_is_taken_when_node_and_members_match() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut dir, _) = DataDir::open(tmp.path(), SyncMode::Fsync).expect("open");
+        std::fs::write(tmp.path().join(IDENTITY_FILE), "node 2, members 1,2,3\n").expect("write");
+
+        dir.claim("orders", 2, &[1, 2, 3])
+            .expect("an unnamed identity of the same node");
+
+        let text = std::fs::read_to_string(tmp.path().join(IDENTITY_FILE)).expect("read");
+        assert_eq!(
+            text, "cluster orders, node 2, members 1,2,3\n",
+            "rewritten with the cluster"
+        );
+        dir.claim("billing", 2, &[1, 2, 3])
+            .expect_err("from now on the cluster counts");
+        std::fs::write(tmp.path().join(IDENTITY_FILE), "node 3, members 1,2,3\n").expect("write");
+        dir.claim("orders", 2, &[1, 2, 3])
+            .expect_err("an unnamed identity of another node");
     }
 
     /// A small seeded generator (splitmix64), so that a failing seed replays exactly.
