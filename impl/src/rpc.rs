@@ -25,13 +25,16 @@ use crate::raft::{Message, NodeId, Response, Status};
 /// The longest frame either service accepts, in bytes (tarpc's length-delimited codec).
 pub const FRAME_LEN_MAX: usize = 16 << 20;
 
-/// The Raft transport: one-way messages (a response is its own message, sent back on the
-/// receiver's own link), batched per call.
+/// The Raft transport: batches of messages, each call's reply carrying messages back.
 #[tarpc::service]
 pub trait Peer {
-    /// Delivers `msgs`, in order, from node `from`. The unit reply only tells the sender that
-    /// the receiver queued them; it promises nothing else.
-    async fn deliver(from: NodeId, msgs: Vec<Message>);
+    /// Delivers `msgs`, in order, from node `from`. The reply holds the messages the receiver
+    /// made for `from` in the turn that stepped them and that had to wait for that turn's
+    /// persist (an AppendEntries' or a vote's answer): the caller takes them as messages
+    /// from the receiver, so that an answer needs no call of its own. Empty when there were
+    /// none, or when the receiver's turn took longer than `PEER_REPLY_WAIT_MS` (its answers
+    /// then go out on its own link). Messages are still one-way: a reply promises nothing.
+    async fn deliver(from: NodeId, msgs: Vec<Message>) -> Vec<Message>;
 }
 
 /// The client API of a node.

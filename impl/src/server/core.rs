@@ -338,6 +338,7 @@ impl Core {
             }
             let started = Instant::now();
             self.carry_out(output)?;
+            self.links.close_replies();
             for reply in self.exiting.drain(..) {
                 let _ = reply.send(());
             }
@@ -469,7 +470,10 @@ impl Core {
     /// queries about the driver itself at once.
     fn handle(&mut self, event: Event, output: &mut Output) {
         match event {
-            Event::Peer { from, msgs } => {
+            Event::Peer { from, msgs, reply } => {
+                if let Some(reply) = reply {
+                    self.links.open_reply(from, reply);
+                }
                 for msg in msgs {
                     if let Some(why) = self.node.refusal(from, &msg) {
                         self.refused(from, why);
@@ -640,7 +644,7 @@ impl Core {
             }
         }
         for envelope in send_after_persist {
-            self.links.send(envelope);
+            self.links.send_after_persist(envelope);
         }
         // One line per applied entry at debug (`RUST_LOG=lockd=debug`): at info it cost the
         // core a formatted line and a write(2) per entry before the answers went out, about a
@@ -883,7 +887,8 @@ mod tests {
         let config = ServerConfig::new(raft.clone(), peers, unreachable, dir.to_path_buf());
         let (storage, durable) =
             DataDir::open(dir, crate::storage::SyncMode::Fsync).expect("a fresh data dir");
-        let links = super::super::peers::start_peer_links(&config);
+        let (events, _) = mpsc::channel(1);
+        let links = super::super::peers::start_peer_links(&config, &events);
         Core::new(raft, durable, storage, links, 1.0)
     }
 

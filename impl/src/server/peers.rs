@@ -1,6 +1,7 @@
 //! Peer links: one sender task per peer with a bounded, lossy queue (Raft tolerates
-//! loss), reconnecting with backoff, one `deliver` call at a time per link; and the `Peer`
-//! service that queues each incoming batch for the core, in order.
+//! loss), reconnecting with backoff, one `deliver` call at a time per link, whose reply
+//! brings the peer's answers back to this node's core; and the `Peer` service that queues
+//! each incoming batch for the core, in order, and replies with the core's answers to it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use futures::prelude::*;
 use tarpc::context;
 use tarpc::server::{BaseChannel, Channel};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use super::{
@@ -23,24 +24,78 @@ use crate::raft::{Envelope, Message, NodeId};
 use crate::rpc::{Peer, PeerClient};
 use crate::sys::net::{TcpListener, TcpStream};
 
-/// The outgoing queues of this node's peer links.
+/// The outgoing queues of this node's peer links, and the replies of the `deliver` calls
+/// that wait for this turn.
 #[derive(Debug)]
 pub(super) struct PeerLinks {
     id: NodeId,
     queues: BTreeMap<NodeId, mpsc::Sender<Message>>,
     dropped: u64,
+    /// Per peer, the reply of its `deliver` call stepped in this turn, with the messages
+    /// for it so far; closed at the end of the turn ([`PeerLinks::close_replies`]).
+    replies: BTreeMap<NodeId, (oneshot::Sender<Vec<Message>>, Vec<Message>)>,
 }
 
 impl PeerLinks {
     /// Queues `envelope` on its link; drops it (a lossy network) when the queue is full.
     pub(super) fn send(&mut self, envelope: Envelope) {
         debug_assert_eq!(envelope.source, self.id, "the core sends as itself");
+        if self.stale_copy(&envelope) {
+            self.enqueue(envelope.target, envelope.msg);
+        }
+    }
+
+    /// Sends `envelope`, which waited for this turn's persist: on the reply of its target's
+    /// `deliver` call stepped in this turn when there is one, else as [`PeerLinks::send`].
+    pub(super) fn send_after_persist(&mut self, envelope: Envelope) {
+        debug_assert_eq!(envelope.source, self.id, "the core sends as itself");
+        if !self.stale_copy(&envelope) {
+            return;
+        }
+        match self.replies.get_mut(&envelope.target) {
+            Some((_, msgs)) => msgs.push(envelope.msg),
+            None => self.enqueue(envelope.target, envelope.msg),
+        }
+    }
+
+    /// `from`'s `deliver` call waits for this turn's answers on `reply`; an earlier call of
+    /// the same peer in this turn gets what was gathered for it so far.
+    pub(super) fn open_reply(&mut self, from: NodeId, reply: oneshot::Sender<Vec<Message>>) {
+        if let Some(earlier) = self.replies.insert(from, (reply, Vec::new())) {
+            self.close_reply(from, earlier);
+        }
+    }
+
+    /// Ends the turn: every waiting call gets its messages (coalesced as a link's batch),
+    /// and those whose call stopped waiting go out on the link instead.
+    pub(super) fn close_replies(&mut self) {
+        for (peer, reply) in std::mem::take(&mut self.replies) {
+            self.close_reply(peer, reply);
+        }
+    }
+
+    fn close_reply(
+        &mut self,
+        peer: NodeId,
+        (reply, mut msgs): (oneshot::Sender<Vec<Message>>, Vec<Message>),
+    ) {
+        coalesce_appends(&mut msgs);
+        if let Err(msgs) = reply.send(msgs) {
+            for msg in msgs {
+                self.enqueue(peer, msg);
+            }
+        }
+    }
+
+    /// The fault point `peer-stale-copy` (a copy of the message arrives again much later);
+    /// `false` when the message goes nowhere (its target is no peer).
+    fn stale_copy(&self, envelope: &Envelope) -> bool {
         let Some(queue) = self.queues.get(&envelope.target) else {
             warn!(
                 target = envelope.target,
                 "a message to a node that is not a peer; dropped"
             );
-            return;
+            return false;
         };
         if crate::buggify!("peer-stale-copy") {
             let (queue, msg) = (queue.clone(), envelope.msg.clone());
@@ -50,11 +105,18 @@ impl PeerLinks {
                 let _ = queue.try_send(msg);
             });
         }
-        if queue.try_send(envelope.msg).is_err() {
+        true
+    }
+
+    fn enqueue(&mut self, target: NodeId, msg: Message) {
+        let Some(queue) = self.queues.get(&target) else {
+            return;
+        };
+        if queue.try_send(msg).is_err() {
             self.dropped += 1;
             if self.dropped.is_power_of_two() {
                 warn!(
-                    target = envelope.target,
+                    target,
                     dropped = self.dropped,
                     bound = PEER_QUEUE_LEN,
                     "peer queue full; messages dropped"
@@ -64,7 +126,7 @@ impl PeerLinks {
     }
 }
 
-pub(super) fn start_peer_links(config: &ServerConfig) -> PeerLinks {
+pub(super) fn start_peer_links(config: &ServerConfig, events: &mpsc::Sender<Event>) -> PeerLinks {
     let id = config.raft.id;
     let mut queues = BTreeMap::new();
     for &peer in config.raft.members.iter().filter(|m| **m != id) {
@@ -74,30 +136,58 @@ pub(super) fn start_peer_links(config: &ServerConfig) -> PeerLinks {
             .copied()
             .unwrap_or(config.peers[&peer]);
         let (tx, rx) = mpsc::channel(PEER_QUEUE_LEN);
-        let disturber = config.link_faults.clone().map(|gate| Disturber {
-            gate,
-            rng: crate::rng::mix(config.raft.seed ^ crate::rng::mix(peer)),
-            held: Vec::new(),
-            sent: None,
-        });
-        tokio::spawn(peer_link(id, peer, addr, rx, disturber));
+        let disturber = |salt: u64| {
+            config.link_faults.clone().map(|gate| Disturber {
+                gate,
+                rng: crate::rng::mix(config.raft.seed ^ crate::rng::mix(peer) ^ salt),
+                held: Vec::new(),
+                sent: None,
+            })
+        };
+        // Replies get faults of their own (the same rates), so that answers riding on them
+        // are dropped, reordered and duplicated as the link's own batches are.
+        let disturbers = (disturber(0), disturber(REPLY_FAULTS_SALT));
+        let link = Link {
+            id,
+            peer,
+            addr,
+            events: events.clone(),
+        };
+        tokio::spawn(peer_link(link, rx, disturbers));
         queues.insert(peer, tx);
     }
     PeerLinks {
         id,
         queues,
         dropped: 0,
+        replies: BTreeMap::new(),
     }
+}
+
+/// Sets the generator of a link's reply faults apart from its batches' (see
+/// [`start_peer_links`]).
+const REPLY_FAULTS_SALT: u64 = 0x7265_706c_7921;
+
+/// What a link task knows: who it sends as, to whom and where, and where the replies go.
+struct Link {
+    id: NodeId,
+    peer: NodeId,
+    addr: SocketAddr,
+    events: mpsc::Sender<Event>,
 }
 
 /// Sends what `queue` yields to `peer` at `addr`, one `deliver` call at a time.
 async fn peer_link(
-    id: NodeId,
-    peer: NodeId,
-    addr: SocketAddr,
+    link: Link,
     mut queue: mpsc::Receiver<Message>,
-    mut disturber: Option<Disturber>,
+    (mut disturber, mut reply_disturber): (Option<Disturber>, Option<Disturber>),
 ) {
+    let Link {
+        id,
+        peer,
+        addr,
+        events,
+    } = link;
     let mut client: Option<PeerClient> = None;
     let mut backoff_ms = PEER_BACKOFF_MIN_MS;
     let mut strikes = 0;
@@ -138,7 +228,23 @@ async fn peer_link(
         };
         let deadline = Duration::from_millis(PEER_RPC_DEADLINE_MS);
         match call_within(deadline, |ctx| link.deliver(ctx, id, batch)).await {
-            Ok(()) => strikes = 0,
+            Ok(mut reply) => {
+                strikes = 0;
+                if let Some(disturber) = &mut reply_disturber {
+                    disturber.disturb(&mut reply);
+                }
+                let reply = sane(peer, reply);
+                if !reply.is_empty() {
+                    let event = Event::Peer {
+                        from: peer,
+                        msgs: reply,
+                        reply: None,
+                    };
+                    if events.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            }
             Err(tarpc::client::RpcError::DeadlineExceeded) => {
                 strikes += 1;
                 if strikes >= PEER_DEADLINE_STRIKES_MAX {
@@ -318,54 +424,82 @@ async fn connect_peer(addr: SocketAddr) -> io::Result<PeerClient> {
     Ok(PeerClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
 }
 
-/// The `Peer` service: queues each batch for the core, in order.
+/// The `Peer` service: queues each batch for the core, in order, and replies with the
+/// core's answers to it (within `reply_wait`; zero: at once, with none).
 #[derive(Clone)]
-struct PeerServer {
+pub(super) struct PeerServer {
     id: NodeId,
     members: Arc<Vec<NodeId>>,
     events: mpsc::Sender<Event>,
+    reply_wait: Duration,
+}
+
+impl PeerServer {
+    pub(super) fn new(id: NodeId, config: &ServerConfig, events: mpsc::Sender<Event>) -> Self {
+        PeerServer {
+            id,
+            members: Arc::new(config.raft.members.clone()),
+            events,
+            reply_wait: Duration::from_millis(config.peer_reply_wait_ms),
+        }
+    }
 }
 
 impl Peer for PeerServer {
-    async fn deliver(self, _: context::Context, from: NodeId, msgs: Vec<Message>) {
+    async fn deliver(self, _: context::Context, from: NodeId, msgs: Vec<Message>) -> Vec<Message> {
         if from == self.id || !self.members.contains(&from) {
             warn!(
                 from,
                 "peer messages from a node that is not a peer; ignored"
             );
-            return;
+            return Vec::new();
         }
-        let before = msgs.len();
-        let msgs: Vec<Message> = msgs
-            .into_iter()
-            .filter(|msg| msg.term() <= PEER_TERM_MAX)
-            .collect();
-        if msgs.len() < before {
-            warn!(
+        let msgs = sane(from, msgs);
+        if msgs.is_empty() {
+            return Vec::new();
+        }
+        if self.reply_wait.is_zero() {
+            let event = Event::Peer {
                 from,
-                dropped = before - msgs.len(),
-                bound = PEER_TERM_MAX,
-                "peer messages with an absurd term; ignored"
-            );
+                msgs,
+                reply: None,
+            };
+            let _ = self.events.send(event).await;
+            return Vec::new();
         }
-        if !msgs.is_empty() {
-            let _ = self.events.send(Event::Peer { from, msgs }).await;
+        let (reply, answers) = oneshot::channel();
+        let event = Event::Peer {
+            from,
+            msgs,
+            reply: Some(reply),
+        };
+        if self.events.send(event).await.is_err() {
+            return Vec::new();
+        }
+        match tokio::time::timeout(self.reply_wait, answers).await {
+            Ok(Ok(answers)) => answers,
+            // The turn took longer (or the core stopped): its answers go out on its link.
+            Ok(Err(_)) | Err(_) => Vec::new(),
         }
     }
 }
 
-pub(super) async fn serve_peers(
-    listener: TcpListener,
-    id: NodeId,
-    members: Vec<NodeId>,
-    events: mpsc::Sender<Event>,
-    connections_max: usize,
-) {
-    let server = PeerServer {
-        id,
-        members: Arc::new(members),
-        events,
-    };
+/// `msgs` from `from` without those whose term is past [`PEER_TERM_MAX`] (logged).
+fn sane(from: NodeId, mut msgs: Vec<Message>) -> Vec<Message> {
+    let before = msgs.len();
+    msgs.retain(|msg| msg.term() <= PEER_TERM_MAX);
+    if msgs.len() < before {
+        warn!(
+            from,
+            dropped = before - msgs.len(),
+            bound = PEER_TERM_MAX,
+            "peer messages with an absurd term; ignored"
+        );
+    }
+    msgs
+}
+
+pub(super) async fn serve_peers(listener: TcpListener, server: PeerServer, connections_max: usize) {
     // The connections served, oldest first. At the bound the oldest is closed, not the new
     // one: a connection whose end never reached this node (its FIN lost in a partition, or
     // its peer's host gone) is otherwise served for ever, since this side never writes on an
@@ -471,6 +605,98 @@ mod tests {
         append(2, 5, 0, commit)
     }
 
+    /// Node 1's links to 2 and 3, with their queues' receiving ends.
+    fn links_of_node_1() -> (PeerLinks, BTreeMap<NodeId, mpsc::Receiver<Message>>) {
+        let (mut queues, mut receivers) = (BTreeMap::new(), BTreeMap::new());
+        for peer in [2, 3] {
+            let (tx, rx) = mpsc::channel(16);
+            queues.insert(peer, tx);
+            receivers.insert(peer, rx);
+        }
+        let links = PeerLinks {
+            id: 1,
+            queues,
+            dropped: 0,
+            replies: BTreeMap::new(),
+        };
+        (links, receivers)
+    }
+
+    fn to(target: NodeId, msg: Message) -> Envelope {
+        Envelope {
+            source: 1,
+            target,
+            msg,
+        }
+    }
+
+    #[test]
+    fn answers_after_the_persist_ride_on_the_waiting_call_and_the_rest_on_the_links() {
+        let (mut links, mut queues) = links_of_node_1();
+        let (reply, mut answers) = oneshot::channel();
+        links.open_reply(2, reply);
+
+        links.send(to(2, heartbeat(1)));
+        links.send_after_persist(to(2, heartbeat(2)));
+        links.send_after_persist(to(3, heartbeat(3)));
+        assert!(
+            answers.try_recv().is_err(),
+            "the reply waits for the end of the turn"
+        );
+        links.close_replies();
+
+        assert_eq!(answers.try_recv().expect("closed"), vec![heartbeat(2)]);
+        assert_eq!(
+            queues.get_mut(&2).unwrap().try_recv().ok(),
+            Some(heartbeat(1))
+        );
+        assert!(
+            queues.get_mut(&2).unwrap().try_recv().is_err(),
+            "nothing else to 2"
+        );
+        assert_eq!(
+            queues.get_mut(&3).unwrap().try_recv().ok(),
+            Some(heartbeat(3))
+        );
+    }
+
+    #[test]
+    fn answers_for_a_call_that_stopped_waiting_go_out_on_the_link() {
+        let (mut links, mut queues) = links_of_node_1();
+        let (reply, answers) = oneshot::channel();
+        links.open_reply(2, reply);
+        links.send_after_persist(to(2, heartbeat(4)));
+        drop(answers);
+
+        links.close_replies();
+
+        assert_eq!(
+            queues.get_mut(&2).unwrap().try_recv().ok(),
+            Some(heartbeat(4))
+        );
+    }
+
+    #[test]
+    fn a_second_call_of_the_same_peer_in_a_turn_closes_the_first() {
+        let (mut links, _queues) = links_of_node_1();
+        let (first, mut first_answers) = oneshot::channel();
+        let (second, mut second_answers) = oneshot::channel();
+        links.open_reply(2, first);
+        links.send_after_persist(to(2, heartbeat(5)));
+        links.open_reply(2, second);
+        links.send_after_persist(to(2, heartbeat(6)));
+        links.close_replies();
+
+        assert_eq!(
+            first_answers.try_recv().expect("closed"),
+            vec![heartbeat(5)]
+        );
+        assert_eq!(
+            second_answers.try_recv().expect("closed"),
+            vec![heartbeat(6)]
+        );
+    }
+
     #[tokio::test]
     async fn a_peer_is_heard_after_its_earlier_connections_vanished_without_closing() {
         // Review (peer transport, a message to a node that restarted): a peer link drops its
@@ -492,11 +718,16 @@ mod tests {
         let listener = TcpListener::bind(any).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (events, mut received) = mpsc::channel(16);
+        let server = PeerServer {
+            id: 1,
+            members: Arc::new(vec![1, 2, 3]),
+            events,
+            // Nothing steps the events here: the calls reply at once, as without replies.
+            reply_wait: Duration::ZERO,
+        };
         tokio::spawn(serve_peers(
             listener,
-            1,
-            vec![1, 2, 3],
-            events,
+            server,
             crate::server::PEER_CONNECTIONS_MAX,
         ));
         let within = Duration::from_millis(2_000);

@@ -257,7 +257,7 @@ impl WorldDraws {
         format!(
             "# simulator draws\nmax_latency_ms {}\nsnapshot_threshold {}\ntorn_writes {}\n\
              keys_per_session_max {}\nuncommitted_entries_max {}\nsession_timeout_ms {}\n\
-             append_entries_max {}\nfault_points {points}\n",
+             append_entries_max {}\npeer_reply_wait_ms {}\nfault_points {points}\n",
             self.max_latency_ms,
             self.snapshot_threshold,
             self.torn_writes,
@@ -265,6 +265,7 @@ impl WorldDraws {
             or_default(self.bounds.uncommitted_entries_max.map(|v| v as u64)),
             or_default(self.bounds.session_timeout_ms),
             or_default(self.bounds.append_entries_max.map(|v| v as u64)),
+            or_default(self.bounds.peer_reply_wait_ms),
         )
     }
 }
@@ -301,12 +302,17 @@ pub(crate) fn sim_bounds(options: &TestOptions) -> crate::systems::lockd::SimBou
     let peer_connections_max = bounds_rng
         .chance(1, 3)
         .then(|| (options.nodes.saturating_sub(1) + bounds_rng.range(1, 4)) as usize);
+    // Last again. Half the seeds without answers on the peer calls' replies (the world
+    // before them, whose deeper pipeline finds some mutants more often); the other half
+    // run the default.
+    let peer_reply_wait_ms = bounds_rng.chance(1, 2).then_some(0);
     crate::systems::lockd::SimBounds {
         keys_per_session_max,
         uncommitted_entries_max,
         session_timeout_ms,
         append_entries_max,
         peer_connections_max,
+        peer_reply_wait_ms,
     }
 }
 

@@ -474,6 +474,9 @@ impl Lockd {
                     if let Some(max) = bounds.peer_connections_max {
                         config.peer_connections_max = max;
                     }
+                    if let Some(ms) = bounds.peer_reply_wait_ms {
+                        config.peer_reply_wait_ms = ms;
+                    }
                     let ms = || turmoil::sim_elapsed().unwrap_or_default().as_millis();
                     let run = std::panic::AssertUnwindSafe(lockd::server::run(config));
                     match run.catch_unwind().await {
@@ -509,4 +512,8 @@ pub struct SimBounds {
     /// `server::ServerConfig::peer_connections_max`: a few more than the peers, so that
     /// peer connections whose end never arrived (a partition that lost the close) reach it.
     pub peer_connections_max: Option<usize>,
+    /// `server::ServerConfig::peer_reply_wait_ms`: 0 on half the seeds, where every answer
+    /// of a node goes out on its own link (a call per answer) instead of on the reply of
+    /// the call that brought what it answers.
+    pub peer_reply_wait_ms: Option<u64>,
 }
