@@ -1500,6 +1500,118 @@ mod tests {
         );
     }
 
+    /// A node that answers each release with the next entry of `releases` (`None`: the
+    /// release is applied and its answer lost, so none ever comes), registers sessions 1, 2,
+    /// ... in turn, and records the session of every release it gets.
+    #[derive(Clone)]
+    struct ScriptedReleases {
+        releases: Arc<Mutex<Vec<Option<Response>>>>,
+        sessions: Arc<AtomicU64>,
+        seen: Arc<Mutex<Vec<SessionId>>>,
+    }
+
+    impl crate::rpc::LockService for ScriptedReleases {
+        async fn acquire(
+            self,
+            _: context::Context,
+            _key: Key,
+            _lease_ms: u64,
+            _wait_ms: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::NotLeader { leader: None }
+        }
+
+        async fn release(
+            self,
+            _: context::Context,
+            _key: Key,
+            _token: Token,
+            origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(origin.map_or(0, |o| o.session));
+            let next = self.releases.lock().unwrap().remove(0);
+            match next {
+                Some(answer) => answer,
+                None => futures::future::pending().await,
+            }
+        }
+
+        async fn abandon(
+            self,
+            _: context::Context,
+            _key: Key,
+            _request: u64,
+            _origin: Option<Origin>,
+            _timeout_ms: u64,
+        ) -> Response {
+            Response::NotHolder
+        }
+
+        async fn register_session(
+            self,
+            _: context::Context,
+            _label: u64,
+            _timeout_ms: u64,
+        ) -> Response {
+            let session = self.sessions.fetch_add(1, Ordering::SeqCst) + 1;
+            Response::Registered { session }
+        }
+
+        async fn status(self, _: context::Context) -> NodeStatus {
+            futures::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_not_holder_under_a_new_session_after_a_lost_answer_is_unknown() {
+        // client.rs "Sessions" and `release_traced` (issue 24): a release answered
+        // `SessionExpired` is sent once more under a new session, and only `Released` is
+        // taken from that retry. Here the first attempt was applied (the lock is free) and
+        // its answer lost; the session was then evicted, so the retry under it is answered
+        // `SessionExpired`, and the one under the new session `NotHolder`, truthfully: the
+        // op's own first attempt freed the key. Taking that `NotHolder` as the op's answer
+        // reported a definite failure (history `fail`) for a release that took effect; no
+        // test and no simulated seed saw the hand-made mistake.
+        let node = ScriptedReleases {
+            releases: Arc::new(Mutex::new(vec![
+                None,
+                Some(Response::SessionExpired),
+                Some(Response::NotHolder),
+            ])),
+            sessions: Arc::new(AtomicU64::new(0)),
+            seen: Arc::new(Mutex::new(Vec::new())),
+        };
+        let addr = serve_fake!(node.clone());
+        let options = ClientOptions {
+            attempt_timeout_ms: 100,
+            backoff_min_ms: 1,
+            backoff_max_ms: 1,
+            ..ClientOptions::default()
+        };
+        let client = Client::with_options(vec![addr], 1, options);
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answered = client.release_traced("k", 7, deadline).await;
+
+        assert!(
+            matches!(&answered.result, Err(ClientError::SessionExpired(1))),
+            "the op may have taken effect, so its outcome is unknown: {:?}",
+            answered.result
+        );
+        assert!(!answered.result.unwrap_err().is_definite());
+        assert_eq!(
+            *node.seen.lock().unwrap(),
+            vec![1, 1, 2],
+            "two attempts under session 1, then one under the new session 2"
+        );
+    }
+
     /// A client of a [`SlowWire`] node, its session registered over a fast wire; then every
     /// request spends 200 ms on the wire.
     async fn slow_wire_client() -> (SlowWire, Client) {

@@ -27,6 +27,7 @@ fn the_simulator_replays_each_seed_and_tells_seeds_apart() {
     different_seeds_give_different_runs();
     slow_and_flaky_links_are_applied_undone_and_survived();
     a_simulated_run_replays_through_the_model();
+    a_refused_snapshot_departs_in_the_replay();
 }
 
 fn the_same_seed_gives_a_byte_identical_history_with_faults_on() {
@@ -244,6 +245,37 @@ fn a_simulated_run_replays_through_the_model() {
     assert!(
         stdout.contains("lost what it had reported durable"),
         "seed 4, no-fsync: {stdout}"
+    );
+}
+
+/// `--bug snapshot-refused` (issue 24): a follower refuses an honest snapshot and its core
+/// stops on the broken contract (`Core::snapshot_refused`, node health). The core used to
+/// stop before writing the trace lines of that last turn, so the replay never saw the
+/// refusing step and called the run valid (fixed seed 32 for 5 s: "15927 steps of 5
+/// node(s) replayed, every one allowed"); the core now writes them as it stops, and the
+/// replay departs at the refusal. The same holds for `locksmith sim --bug snapshot-refused
+/// --seeds 17` (swarm, 30 s), `ci/sim-mutants.sh`'s seed.
+fn a_refused_snapshot_departs_in_the_replay() {
+    let root = tempfile::tempdir().expect("a temporary folder");
+    let mut case = SimCase::new(32);
+    case.options.time_s = 5;
+    case.options.bug = Some("snapshot-refused".to_owned());
+    case.trace_root = Some(root.path().to_path_buf());
+    let result = run_case(&case);
+    let replay = (result.results.checks.iter())
+        .flat_map(|c| c.results.iter())
+        .find(|r| r.name == history::CheckName::TraceReplay)
+        .expect("traces are on, so the verdict replays them");
+    let explanation = replay.explanation.clone().unwrap_or_default();
+    assert_eq!(
+        replay.verdict,
+        checker::Verdict::Invalid,
+        "seed 32, snapshot-refused: {explanation} (rerun: {})",
+        case.rerun_command()
+    );
+    assert!(
+        explanation.contains("refused a whole snapshot"),
+        "seed 32, snapshot-refused: {explanation}"
     );
 }
 

@@ -269,8 +269,48 @@ impl Core {
         }
     }
 
+    /// Runs the core's turns until it stops, then writes what it traced and did not write
+    /// yet ([`Core::flush_on_stop`]).
     pub(super) async fn run(
         mut self,
+        events: mpsc::Receiver<Event>,
+        gate: Option<PauseGate>,
+    ) -> Result<(), ServerError> {
+        let stopped = self.turns(events, gate).await;
+        self.flush_on_stop(stopped)
+    }
+
+    /// Writes the traced lines the core has not written when it stops, and returns why it
+    /// stopped. A turn's lines are written just before its output is carried out, so a stop
+    /// between its steps and its output (a broken contract: `Event::ContractBroken`,
+    /// [`Core::snapshot_refused`], [`Core::lost_grant`], ...) left the breaking step out of
+    /// the trace, and the replay never saw it. A write error here is logged, and the reason
+    /// the core stopped is what it returns; a trace that already failed to write is not
+    /// written again (a retry after a partial write would repeat its first bytes). A crash
+    /// point never gets here: the core freezes until the simulator crashes its host, as a
+    /// process would die, and nothing was traced after the last write anyway.
+    fn flush_on_stop(&mut self, stopped: Result<(), ServerError>) -> Result<(), ServerError> {
+        if matches!(stopped, Err(ServerError::Trace { .. })) {
+            return stopped;
+        }
+        match (stopped, self.flush_trace()) {
+            (Ok(()), flushed) => flushed,
+            (Err(reason), Ok(())) => Err(reason),
+            (Err(reason), Err(flush)) => {
+                error!(
+                    error = %flush,
+                    stopped = %reason,
+                    "the trace's last lines could not be written as the core stopped"
+                );
+                Err(reason)
+            }
+        }
+    }
+
+    /// The core's turns: each steps the node with a tick and the events that came in, then
+    /// carries out the merged output. Returns when the events end or the core stops.
+    async fn turns(
+        &mut self,
         mut events: mpsc::Receiver<Event>,
         mut gate: Option<PauseGate>,
     ) -> Result<(), ServerError> {
@@ -1102,5 +1142,79 @@ mod tests {
 
         // Check: the leader holds token 2 with no Release of it in its log.
         assert_eq!(core.forgotten_orphans, 1, "the forgotten orphan is named");
+    }
+
+    /// Runs `core` on one batch: an acquire (request 7) and then a broken contract. Returns
+    /// why the core stopped.
+    async fn run_into_a_broken_contract(core: Core) -> ServerError {
+        let (events, events_rx) = mpsc::channel(4);
+        let (reply, _answer) = oneshot::channel();
+        let request = ClientRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: None,
+        };
+        let id = RequestId(7);
+        events
+            .try_send(Event::Request { id, request, reply })
+            .unwrap();
+        let reason = "a test breaks the contract".to_owned();
+        events.try_send(Event::ContractBroken { reason }).unwrap();
+        core.run(events_rx, None)
+            .await
+            .expect_err("a broken contract stops the core")
+    }
+
+    /// Whether `lines` hold the step of request 7.
+    fn steps_request_7(lines: &[crate::trace::TraceLine]) -> bool {
+        lines.iter().any(|line| {
+            matches!(
+                line,
+                crate::trace::TraceLine::Step {
+                    input: Input::Request {
+                        id: RequestId(7),
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+    }
+
+    #[tokio::test]
+    async fn a_core_that_stops_on_a_broken_contract_has_traced_the_turn_that_broke_it() {
+        // The trace's doc on `Trace` (issue 24): the trace holds every input whose effects
+        // another node or a client could have seen. A core that stopped on a broken
+        // contract (`Event::ContractBroken`, `Core::snapshot_refused`) returned between the
+        // turn's steps and the write of its lines, so the replay (`locksmith model replay`,
+        // the simulator's replay in memory) never saw the step that broke it.
+        // Init: two cores of node 1 tracing, one into memory, one into a file.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let memory = MemoryTrace::new();
+        let raft = || Config::new(1, vec![1, 2, 3]);
+        let in_memory =
+            core_with(&dir.path().join("memory"), raft()).with_memory_trace(memory.clone());
+        let path = dir.path().join("n1.trace.jsonl");
+        let in_file = (core_with(&dir.path().join("file"), raft()).with_trace(&path))
+            .expect("the trace file opens");
+
+        // Act: each steps an acquire and breaks a contract in the same turn.
+        let stopped = [
+            run_into_a_broken_contract(in_memory).await,
+            run_into_a_broken_contract(in_file).await,
+        ];
+
+        // Check: each stopped with the contract's reason, and its trace holds the step.
+        for reason in &stopped {
+            assert!(
+                matches!(reason, ServerError::Core { reason } if reason == "a test breaks the contract"),
+                "{reason}"
+            );
+        }
+        assert!(steps_request_7(&memory.take()), "in memory");
+        let file = std::io::BufReader::new(File::open(&path).expect("the trace file"));
+        let lines = crate::trace::read_trace(file).expect("the trace reads back");
+        assert!(steps_request_7(&lines), "in the file: {lines:?}");
     }
 }
