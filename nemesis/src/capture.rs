@@ -77,14 +77,46 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// From now on a panic prints one line, `PREFIX: panic at FILE:LINE: MESSAGE`, not a
 /// backtrace: for a process where panics are expected and reported elsewhere (a simulated
-/// seed, whose nodes' panics are part of its verdict).
+/// seed, whose nodes' panics are part of its verdict). Panics are kept for [`take_panics`]
+/// as after [`record_panics`].
 pub fn one_line_panics(prefix: String) {
-    std::panic::set_hook(Box::new(move |info| {
-        let location = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        let message = panic_message(info.payload());
-        eprintln!("{prefix}: panic{location}: {message}");
-    }));
+    record_panics();
+    *PANIC_PREFIX.lock().unwrap_or_else(|e| e.into_inner()) = Some(prefix);
+}
+
+/// From now on each panic is also kept, per thread, for [`take_panics`] (the hook that was
+/// in place reports it as before, unless [`one_line_panics`] replaced that by one line). A
+/// simulated seed runs on a thread of its own, and a panic in a task that lockd or tarpc
+/// spawned (a peer link, a connection) ends only that task, silently, with the node up.
+pub fn record_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let location = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            let message = panic_message(info.payload());
+            let line = format!("panic{location}: {message}");
+            let prefix = PANIC_PREFIX.lock().map(|p| p.clone()).unwrap_or_default();
+            match prefix {
+                Some(prefix) => eprintln!("{prefix}: {line}"),
+                None => previous(info),
+            }
+            PANICS.with(|panics| panics.borrow_mut().push(line));
+        }));
+    });
+}
+
+static PANIC_PREFIX: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+thread_local! {
+    static PANICS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The panics of this thread since the last call, as `panic at FILE:LINE: MESSAGE` (kept
+/// once [`record_panics`] or [`one_line_panics`] ran).
+pub fn take_panics() -> Vec<String> {
+    PANICS.with(|panics| std::mem::take(&mut *panics.borrow_mut()))
 }

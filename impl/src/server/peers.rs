@@ -230,7 +230,9 @@ async fn peer_link(
         match call_within(deadline, |ctx| link.deliver(ctx, id, batch)).await {
             Ok(mut reply) => {
                 strikes = 0;
-                if let Some(disturber) = &mut reply_disturber {
+                if let Some(disturber) = &mut reply_disturber
+                    && !reply.is_empty()
+                {
                     disturber.disturb(&mut reply);
                 }
                 let reply = sane(peer, reply);
@@ -285,6 +287,10 @@ impl Disturber {
     fn disturb(&mut self, batch: &mut Vec<Message>) {
         let faults = self.gate.current();
         batch.append(&mut self.held);
+        if batch.is_empty() {
+            // Nothing to disturb (an empty reply): `below(0)` would divide by zero.
+            return;
+        }
         if !faults.any() {
             self.sent = None;
             return;
@@ -767,6 +773,29 @@ mod tests {
             assert_eq!(batch, vec![heartbeat(commit), heartbeat(commit + 100)]);
         }
         assert_eq!(d.rng, 7, "a clean link draws nothing from its generator");
+    }
+
+    #[test]
+    fn an_empty_batch_on_a_flaky_link_stays_empty_and_the_link_lives() {
+        // Found by `locksmith sim` (clean seed 5, after peer replies came in): a reply
+        // with no answers went through the reply disturber, whose duplicate fault drew an
+        // index below 0 and divided by zero. The link task panicked, unseen (a spawned task),
+        // and the node never sent to that peer again: after the final heal no client was
+        // served (liveness).
+        let faults = LinkFaults {
+            drop_percent: 0,
+            reorder_percent: 100,
+            duplicate_percent: 100,
+        };
+        let (_switch, mut d) = disturber(faults, 5);
+        let mut batch = Vec::new();
+
+        d.disturb(&mut batch);
+
+        assert!(batch.is_empty(), "nothing to send: {batch:?}");
+        let mut next = vec![heartbeat(1)];
+        d.disturb(&mut next);
+        assert!(!next.is_empty(), "the link goes on sending");
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl CaseResult {
 /// from one simulation to the next on the same thread (two seeds run one after the other on
 /// one thread gave another history than each alone), and a fresh thread replays exactly.
 pub fn run_case(case: &SimCase) -> CaseResult {
+    crate::capture::record_panics();
     let started = std::time::Instant::now();
     let simulated = std::thread::scope(|scope| {
         std::thread::Builder::new()
@@ -173,9 +174,15 @@ pub fn run_case(case: &SimCase) -> CaseResult {
                 let clock = || turmoil::sim_elapsed().unwrap_or_default();
                 let (env, default) = ("LOCKSMITH_SIM_LOG", SIM_LOG_DEFAULT);
                 let run = |logs| simulate(case, logs);
+                let _ = crate::capture::take_panics();
                 let (simulated, logs) =
                     crate::capture::capturing(case.logs, env, default, clock, run);
-                Simulated { logs, ..simulated }
+                let panics = crate::capture::take_panics();
+                Simulated {
+                    logs,
+                    panics,
+                    ..simulated
+                }
             })
             .ok()
             .and_then(|h| h.join().ok())
@@ -200,6 +207,10 @@ struct Simulated {
     sim_ms: u64,
     /// Each node's trace, when traces are on.
     traces: Option<BTreeMap<NodeId, lockd::trace::MemoryTrace>>,
+    /// Panics on the simulation's thread ([`crate::capture::take_panics`]): of a node's
+    /// host (also a stop of that node), of a task a node spawned (which ends that task
+    /// only, silently), or of the harness. Each is a defect: node health names it.
+    panics: Vec<String>,
 }
 
 impl Simulated {
@@ -319,9 +330,14 @@ pub(crate) fn sim_bounds(options: &TestOptions) -> crate::systems::lockd::SimBou
 /// Checks a simulated run through the one pipeline, node health and traces included.
 fn judge(case: &SimCase, simulated: Simulated, wall: Duration) -> CaseResult {
     let options = &case.options;
-    let execution = simulated
+    let mut execution = simulated
         .execution
         .unwrap_or_else(|| Execution::unfinished(options));
+    // A panicked task of a node that went on running (a peer link that died with the node
+    // up, seen before only as clients unserved after the final heal) is named like a node
+    // that stopped on its own.
+    let panics = simulated.panics.iter();
+    (execution.exited).extend(panics.map(|p| format!("a task on the simulation's thread: {p}")));
     let error = (simulated.error)
         .or_else(|| (simulated.ops.is_empty()).then(|| "the harness recorded nothing".into()));
     // The nodes' traces, from memory, through the model.
@@ -495,5 +511,6 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         logs: None,
         sim_ms,
         traces,
+        panics: Vec::new(),
     }
 }
