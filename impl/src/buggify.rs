@@ -112,13 +112,21 @@ pub const POINTS: &[Point] = &[
         "the node crashes after sending what needs nothing durable and before its persist (a \
          crash between a send and the save of the same turn); the simulator restarts it",
     ),
-    // Last, so that every earlier point keeps the seeds that enable it.
+    // Last but one, so that every earlier point keeps the seeds that enable it.
     point(
         "orphan-release-stall",
         1,
         "a leader stalls, for one to three election timeouts, after proposing the Release of \
          an orphaned grant and before sending it, so that another leader may replace the \
          entry and the stalled node may lead again while the lock is held",
+    ),
+    // Last, for the same reason (added with the review of leases and hand-over).
+    point(
+        "crash-after-clean-exit",
+        4_000,
+        "a leader exits cleanly at the end of a turn, as on SIGTERM: it hands leadership over \
+         (TimeoutNow, the most up-to-date follower campaigning at once), answers its pending \
+         requests, and is gone; the simulator restarts it",
     ),
 ];
 

@@ -495,6 +495,17 @@ impl LockTable {
         self.sessions.by_id.get(&session).map_or(0, |s| s.held)
     }
 
+    /// The token a Grant `command` of `origin` applied now would be answered with from the
+    /// dedupe table (a retry of a request already granted), if any: what the retry's
+    /// client gets, although its own entry takes nothing.
+    pub fn replayed_grant(&self, origin: Origin, command: &Command) -> Option<Token> {
+        let session = self.sessions.by_id.get(&origin.session)?;
+        match session.answered.as_ref()?.replay(origin, command)? {
+            Outcome::Granted { token } => Some(token),
+            _ => None,
+        }
+    }
+
     /// The held lock of `key`, if any.
     pub fn holder(&self, key: &str) -> Option<&Held> {
         self.locks.get(key)

@@ -150,6 +150,13 @@ pub const PROBES: &[Probe] = &[
         "a node led again while its table held an orphan whose Release it proposed in an \
          earlier term and lost with it",
     ),
+    // The clean exit's hand-over (review of leases and hand-over, 2026-12-06), reached by
+    // the crash point `crash-after-clean-exit` only.
+    probe(
+        "leader-exited-cleanly",
+        false,
+        "a leader exited cleanly (TimeoutNow to its followers) and its process was gone",
+    ),
 ];
 
 static REACHED: [AtomicBool; PROBES.len()] = [const { AtomicBool::new(false) }; PROBES.len()];

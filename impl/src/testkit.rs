@@ -386,6 +386,12 @@ impl Cluster {
         self.step(id, Input::Campaign);
     }
 
+    /// Node `id` exits cleanly (`Input::Exit`: a leader hands over with TimeoutNow and
+    /// steps down); the node stays up, as the process does until its messages are out.
+    pub fn exit(&mut self, id: NodeId) {
+        self.step(id, Input::Exit);
+    }
+
     /// Proposes a raw entry at node `id` (dropped unless it leads).
     pub fn propose(&mut self, id: NodeId, proposal: Proposal) {
         self.step(id, Input::Propose(proposal));

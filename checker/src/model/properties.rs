@@ -249,14 +249,19 @@ pub fn gone_released(node: &Node, gone: &BTreeSet<(Term, Origin)>) -> Result<(),
         if !proposed_here || !gone.contains(&(status.term, origin)) {
             continue;
         }
-        // A retry of the same request still pending: its Grant, answered from the dedupe
-        // table with this token when it applies, is when the Release is due (found by the
-        // simulator's fault points: a client cut its connection on a retry of a request
-        // already granted).
+        // A retry of the same request still pending that the dedupe table will not answer
+        // with this token (a late attempt, refused when it applies) owes nothing here. One
+        // that it will answer with this token owes the Release at once, behind its Grant:
+        // this used to be excused until the retry applied (a false alarm of the simulator's
+        // fault points, a client that cut its connection on a retry of a request already
+        // granted, when the Release was proposed only then), and a leader that stepped down
+        // or handed over in that window left the key held by nobody for the whole lease,
+        // which nothing judged (the review of leases and hand-over, 2026-12-06).
         let retry_pending = node.log().iter().any(|e| {
             e.index > status.last_applied
                 && e.proposal.origin == Some(origin)
                 && matches!(e.proposal.command, Command::Grant { .. })
+                && node.table().replayed_grant(origin, &e.proposal.command) != Some(held.token)
         });
         if retry_pending {
             continue;

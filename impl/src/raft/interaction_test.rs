@@ -31,6 +31,7 @@ impl Harness {
         let result = match case.command.as_str() {
             "add-nodes" => self.add_nodes(case),
             "campaign" => self.campaign(case),
+            "exit" => self.exit(case),
             "tick" => self.tick(case),
             "propose" => self.propose(case),
             "request" => self.request(case),
@@ -123,6 +124,13 @@ impl Harness {
     fn campaign(&mut self, case: &TestCase) -> Result<String, String> {
         let id = node_arg(case, 0)?;
         self.cluster()?.campaign(id);
+        self.trace()
+    }
+
+    /// `exit 1`: node 1 exits cleanly (a leader sends TimeoutNow and steps down).
+    fn exit(&mut self, case: &TestCase) -> Result<String, String> {
+        let id = node_arg(case, 0)?;
+        self.cluster()?.exit(id);
         self.trace()
     }
 
@@ -417,6 +425,8 @@ const SCRIPTS: &[&str] = &[
     "check_quorum_one_way",
     "pre_vote_higher_term_shorter_log",
     "phantom_release",
+    "phantom_release_of_a_retry",
+    "leader_exit_hand_over",
     "waiters",
     "waiter_after_deduped_retry",
     "waiter_retry_after_busy",
@@ -452,6 +462,8 @@ scripts!(
     check_quorum_one_way,
     pre_vote_higher_term_shorter_log,
     phantom_release,
+    phantom_release_of_a_retry,
+    leader_exit_hand_over,
     waiters,
     waiter_after_deduped_retry,
     waiter_retry_after_busy,

@@ -291,14 +291,37 @@ impl Node {
         // The Release goes into the log right behind its Grant, so that whichever leader
         // commits the Grant commits the Release too: proposed only when the Grant applied,
         // it was lost with a leader deposed before then. The token is the Grant's index; a
-        // Grant that is refused, or answered from the dedupe table with an older token,
-        // holds nothing under it, and the Release finds nothing (`release_phantom` then
-        // releases the older token when the entry applies).
-        let key = match self.log.entry(index).map(|e| &e.proposal.command) {
-            Some(Command::Grant { key, .. }) => key.clone(),
-            _ => return,
+        // Grant that is refused holds nothing under it, and the Release finds nothing.
+        let Some(entry) = self.log.entry(index) else {
+            return;
         };
-        self.append_proposal(Proposal::system(Command::Release { key, token: index }));
+        let (command, origin) = (entry.proposal.command.clone(), entry.proposal.origin);
+        let Command::Grant { key, .. } = &command else {
+            return;
+        };
+        let mut tokens = vec![index];
+        // A retry of a request already granted is answered from the dedupe table with its
+        // first attempt's token and takes nothing under its own index: that token is what
+        // its client gets, so it is released behind the retry too, for the same reason. It
+        // was proposed only when the retry applied (`release_phantom`), and lost with a
+        // leader that stepped down or handed over first: the key stayed held by nobody for
+        // the whole lease (the review of leases and hand-over, 2026-12-06). The first
+        // attempt is either applied (the table answers it) or still ahead in the log.
+        if let Some(origin) = origin {
+            tokens.extend(self.table.replayed_grant(origin, &command));
+            let from = self.table.last_applied() + 1;
+            let earlier = (from..index).filter(|at| {
+                self.log.entry(*at).is_some_and(|e| {
+                    e.proposal.origin == Some(origin) && e.proposal.command == command
+                })
+            });
+            tokens.extend(earlier);
+        }
+        let key = key.clone();
+        for token in tokens {
+            let key = key.clone();
+            self.append_proposal(Proposal::system(Command::Release { key, token }));
+        }
     }
 
     /// Answers the client whose proposal `entry` is, from the applied `outcome`.
@@ -333,7 +356,8 @@ impl Node {
     }
 
     /// Releases the lock granted to a client that left (no origin: the system's own entry),
-    /// unless `handle_client_gone` proposed it already (a grant under the entry's own index).
+    /// unless `handle_client_gone` proposed it already behind the Grant (its own index, or
+    /// the token the dedupe table answers a retry with).
     fn release_phantom(&mut self, entry: &Entry, outcome: &Outcome) {
         if let (Outcome::Granted { token }, Command::Grant { key, .. }) =
             (outcome, &entry.proposal.command)
@@ -343,7 +367,13 @@ impl Node {
                 key: key.clone(),
                 token: *token,
             };
-            self.append_proposal(Proposal::system(command));
+            let from = entry.index + 1;
+            let proposed = from <= self.log.last_index()
+                && (self.log.entries_from(from, usize::MAX).iter())
+                    .any(|e| e.proposal.command == command);
+            if !proposed {
+                self.append_proposal(Proposal::system(command));
+            }
         }
     }
 

@@ -369,6 +369,7 @@ impl Core {
             if let Some(reason) = self.broken.take() {
                 return Err(ServerError::Core { reason });
             }
+            let exits = self.clean_exit_point(&mut output);
             if let Some(ms) = self.stall_ms.take() {
                 warn!(
                     stall_ms = ms,
@@ -381,6 +382,11 @@ impl Core {
             self.links.close_replies();
             for reply in self.exiting.drain(..) {
                 let _ = reply.send(());
+            }
+            if exits {
+                // The process is gone once its hand-over is out (the simulator crashes the
+                // host at its next apply and starts it again, as a supervisor would).
+                self.crashed = true;
             }
             if crate::sys::simulated() && !matches!(self.trace, Some(Trace::Memory { .. })) {
                 // Under simulation the core's invariants run after every turn, also in a
@@ -397,6 +403,27 @@ impl Core {
             );
             self.log_role_change();
         }
+    }
+
+    /// The crash point `crash-after-clean-exit`: a leader stops cleanly, as on SIGTERM
+    /// (`hand_over_on_terminate`): it steps `Input::Exit` (TimeoutNow to its followers, the
+    /// most up-to-date one campaigning at once, and its pending requests answered), the turn
+    /// is carried out, and then the process is gone. No other tool exits a node cleanly: the
+    /// kill family and every other crash point stop a node as SIGKILL does, so the
+    /// hand-over, the successor's immediate campaign and a leader's answers as it leaves
+    /// were reached by unit tests only. Returns whether the node exits after this turn.
+    fn clean_exit_point(&mut self, output: &mut Output) -> bool {
+        if self.node.status().role != Role::Leader {
+            return false;
+        }
+        let id = self.node.config().id;
+        if !crate::buggify::crash_point("crash-after-clean-exit", id) {
+            return false;
+        }
+        info!("crash point: a clean exit, handing leadership over");
+        crate::probe!("leader-exited-cleanly");
+        output.extend(self.step(Input::Exit));
+        true
     }
 
     /// A contract check: the node granted request `id`, which the core no longer holds. A
