@@ -288,7 +288,7 @@ impl Disturber {
         let faults = self.gate.current();
         batch.append(&mut self.held);
         if batch.is_empty() {
-            // Nothing to disturb (an empty reply): `below(0)` would divide by zero.
+            // Nothing to disturb (an empty reply): a duplicate would index an empty batch.
             return;
         }
         if !faults.any() {
@@ -779,7 +779,7 @@ mod tests {
     fn an_empty_batch_on_a_flaky_link_stays_empty_and_the_link_lives() {
         // Found by `locksmith sim` (clean seed 5, after peer replies came in): a reply
         // with no answers went through the reply disturber, whose duplicate fault drew an
-        // index below 0 and divided by zero. The link task panicked, unseen (a spawned task),
+        // index of an empty batch (index out of bounds). The link task panicked, unseen (a spawned task),
         // and the node never sent to that peer again: after the final heal no client was
         // served (liveness).
         let faults = LinkFaults {
