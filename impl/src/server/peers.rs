@@ -778,10 +778,10 @@ mod tests {
     #[test]
     fn an_empty_batch_on_a_flaky_link_stays_empty_and_the_link_lives() {
         // Found by `locksmith sim` (clean seed 5, after peer replies came in): a reply
-        // with no answers went through the reply disturber, whose duplicate fault drew an
-        // index of an empty batch (index out of bounds). The link task panicked, unseen (a spawned task),
-        // and the node never sent to that peer again: after the final heal no client was
-        // served (liveness).
+        // with no answers went through the reply disturber, whose duplicate fault indexed
+        // the empty batch (index out of bounds). The link task panicked, unseen (a spawned
+        // task), and the node never sent to that peer again: after the final heal no client
+        // was served (liveness).
         let faults = LinkFaults {
             drop_percent: 0,
             reorder_percent: 100,
