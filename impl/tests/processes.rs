@@ -258,17 +258,12 @@ mod basics {
             }
         }
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<u16> = (0..2)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect::<Vec<_>>()
-            .iter()
-            .map(|l| l.local_addr().unwrap().port())
-            .collect();
+        let addrs = cluster::free_addrs(2);
         let command = |cluster: &str| {
             let mut command = std::process::Command::new(lockd());
             command
-                .args(["--id", "1", "--peers", &format!("1=127.0.0.1:{}", ports[0])])
-                .args(["--client-listen", &format!("127.0.0.1:{}", ports[1])])
+                .args(["--id", "1", "--peers", &format!("1={}", addrs[0])])
+                .args(["--client-listen", &addrs[1].to_string()])
                 .args(["--cluster", cluster])
                 .arg("--data-dir")
                 .arg(dir.path())
