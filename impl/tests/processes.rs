@@ -282,13 +282,27 @@ mod basics {
         }
         drop(first);
 
-        let second = command("billing")
-            .stderr(std::process::Stdio::piped())
-            .output()
-            .unwrap();
+        // Spawned under the guard and waited for with a deadline: a lockd that took the dir
+        // would serve for ever, and the test must fail, not hang.
+        let logs = tempfile::tempdir().unwrap();
+        let log = logs.path().join("second.stderr");
+        let mut second = command("billing");
+        second.stderr(std::fs::File::create(&log).unwrap());
+        let mut second = Killed(second.spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = second.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lockd started on another cluster's dir"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
 
-        let stderr = String::from_utf8_lossy(&second.stderr);
-        assert_eq!(second.status.code(), Some(1), "{stderr}");
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
         assert!(
             stderr.contains("cluster orders, node 1") && stderr.contains("cluster billing, node 1"),
             "{stderr}"
