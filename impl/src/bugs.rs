@@ -135,11 +135,19 @@ pub enum Bug {
     /// history shows it. Caught by the core's contract check under the simulator
     /// (`Core::snapshot_refused`) and by the trace replay (a refused snapshot departs).
     SnapshotRefused,
+    /// `link-panics-on-empty-reply`: a peer link applies its link faults to an empty reply
+    /// too, and a duplicate fault then indexes the empty batch: the link task panics, tokio
+    /// ends that task alone, and the node stays up without a link to that peer (the defect
+    /// the simulator found in the peer replies' first version, 2026-12-06). Only under the
+    /// simulator's flaky links. Caught by node health, which names every panic of a seed's
+    /// thread (`nemesis::capture::record_panics`); before that check only liveness saw it,
+    /// on some seeds.
+    LinkPanicsOnEmptyReply,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 24] = [
+    pub const ALL: [Bug; 25] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -164,6 +172,7 @@ impl Bug {
         Bug::FollowerCommitPastSent,
         Bug::CancelNotOrphaned,
         Bug::SnapshotRefused,
+        Bug::LinkPanicsOnEmptyReply,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -193,6 +202,7 @@ impl Bug {
             Bug::FollowerCommitPastSent => "follower-commit-past-sent",
             Bug::CancelNotOrphaned => "cancel-not-orphaned",
             Bug::SnapshotRefused => "snapshot-refused",
+            Bug::LinkPanicsOnEmptyReply => "link-panics-on-empty-reply",
         }
     }
 

@@ -20,6 +20,7 @@ use super::{
     PEER_CONNECT_TIMEOUT_MS, PEER_DEADLINE_STRIKES_MAX, PEER_QUEUE_LEN, PEER_RPC_DEADLINE_MS,
     PEER_TERM_MAX, ServerConfig, transport,
 };
+use crate::bugs::Bug;
 use crate::raft::{Envelope, Message, NodeId};
 use crate::rpc::{Peer, PeerClient};
 use crate::sys::net::{TcpListener, TcpStream};
@@ -142,6 +143,7 @@ pub(super) fn start_peer_links(config: &ServerConfig, events: &mpsc::Sender<Even
                 rng: crate::rng::mix(config.raft.seed ^ crate::rng::mix(peer) ^ salt),
                 held: Vec::new(),
                 sent: None,
+                empty_too: config.raft.bugs.contains(Bug::LinkPanicsOnEmptyReply),
             })
         };
         // Replies get faults of their own (the same rates), so that answers riding on them
@@ -231,7 +233,7 @@ async fn peer_link(
             Ok(mut reply) => {
                 strikes = 0;
                 if let Some(disturber) = &mut reply_disturber
-                    && !reply.is_empty()
+                    && (!reply.is_empty() || disturber.empty_too)
                 {
                     disturber.disturb(&mut reply);
                 }
@@ -271,6 +273,8 @@ struct Disturber {
     held: Vec<Message>,
     /// A message sent before, for a late duplicate.
     sent: Option<Message>,
+    /// The mutant `link-panics-on-empty-reply` (`crate::bugs`): empty batches are disturbed.
+    empty_too: bool,
 }
 
 impl Disturber {
@@ -287,7 +291,7 @@ impl Disturber {
     fn disturb(&mut self, batch: &mut Vec<Message>) {
         let faults = self.gate.current();
         batch.append(&mut self.held);
-        if batch.is_empty() {
+        if batch.is_empty() && !self.empty_too {
             // Nothing to disturb (an empty reply): a duplicate would index an empty batch.
             return;
         }
@@ -603,6 +607,7 @@ mod tests {
             rng: seed,
             held: Vec::new(),
             sent: None,
+            empty_too: false,
         };
         (switch, disturber)
     }
