@@ -16,9 +16,12 @@
 //! Logs go to stderr (`RUST_LOG` filters them; default `info,tarpc=warn`): one line per role
 //! change and error; `RUST_LOG=lockd=debug` adds one per applied entry and per turn. tarpc's
 //! info-level span per request (a trace id and an RFC 3339 deadline formatted for each call)
-//! is off by default: under `locksmith bench` it was about a twentieth of the machine's CPU. Exit status: 2 for bad flags (an id not among the peers, one
-//! address given to two ids), 1 for a fatal error at run time (a data dir another process
-//! holds, a listener that cannot bind, a data dir that fails its checks or a failed write).
+//! is off by default: under `locksmith bench` it was about 4 % of the samples.
+//!
+//! Exit status: 2 for bad flags (an id not among the peers, one address given to two ids), 1
+//! for a fatal error at run time (a data dir another process
+//! holds, a listener that cannot bind, a data dir that fails its checks or a failed write),
+//! 101 when any thread or task of the node panicked (it stops rather than run on without it).
 //!
 //! Before it binds any port, lockd takes an exclusive `flock(2)` on `DATA_DIR/lock` and
 //! holds it until it exits: two processes writing one Raft log would break every guarantee,
@@ -249,6 +252,25 @@ fn main() -> ExitCode {
     run_from(std::env::args_os())
 }
 
+/// Exit status of a node that stopped because some thread or task panicked.
+const EXIT_PANICKED: i32 = 101;
+
+/// A panic anywhere in the node stops the process (fail-stop, exit 101), after the panic's
+/// own report. tokio ends a panicked task alone: a peer link or a connection task that
+/// panicked left the node up and half deaf, silently (the simulator found one, 2026-12-06,
+/// and names every panic of a seed since). A stopped node is what Raft tolerates, what a
+/// supervisor restarts, and what the harness's node health reports; the data dir recovers
+/// as after a crash.
+fn stop_on_any_panic(id: NodeId) {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!(node = id, "a thread or task panicked; stopping the node");
+        eprintln!("lockd: node {id}: a thread or task panicked; stopping the node (exit 101)");
+        std::process::exit(EXIT_PANICKED);
+    }));
+}
+
 /// Runs one node with `args` (the first is the program name). `locksmith node ARGS` compiles
 /// this file in too and calls this, so the harness can run lockd from its own binary.
 pub fn run_from<I, T>(args: I) -> ExitCode
@@ -265,6 +287,7 @@ where
         .init();
     let args = Args::parse_from(args);
     let id = args.id;
+    stop_on_any_panic(id);
     let data_dir = args.data_dir.clone();
     let mut config = match server_config(args) {
         Ok(config) => config,
@@ -318,6 +341,55 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_that_panics_stops_the_whole_node_with_101() {
+        // Runs the ignored test below in a child process of this test binary: the hook ends
+        // the process, which a test cannot do in its own.
+        let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "tests::child_a_tokio_task_panics",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("LOCKD_PANIC_CHILD", "1")
+            .output()
+            .expect("run the child");
+
+        let stderr = String::from_utf8_lossy(&child.stderr);
+        assert_eq!(child.status.code(), Some(EXIT_PANICKED), "{stderr}");
+        assert!(
+            stderr.contains("a link task panicked"),
+            "the panic's own report: {stderr}"
+        );
+        assert!(
+            stderr.contains("lockd: node 1: a thread or task panicked; stopping the node"),
+            "the hook stopped it (a failed child test exits 101 too): {stderr}"
+        );
+    }
+
+    #[test]
+    #[ignore = "the child of a_task_that_panics_stops_the_whole_node_with_101"]
+    fn child_a_tokio_task_panics() {
+        assert!(
+            std::env::var_os("LOCKD_PANIC_CHILD").is_some(),
+            "run by its parent test"
+        );
+        stop_on_any_panic(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let task = tokio::spawn(async { panic!("a link task panicked") });
+            let _ = task.await;
+            // Without the hook tokio ends the task alone and the node runs on.
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        });
+        unreachable!("the process went on after a task panicked");
+    }
 
     #[test]
     fn the_default_filter_keeps_lockds_lines_and_drops_tarpcs_request_spans() {
