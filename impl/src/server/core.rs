@@ -946,6 +946,16 @@ mod tests {
     use crate::server::ServerConfig;
     use std::collections::BTreeMap;
 
+    /// An acquire of `k` for a minute, no wait, no origin.
+    fn acquire_k() -> ClientRequest {
+        ClientRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: None,
+        }
+    }
+
     /// A core of node 1 of 3 whose peers are unreachable, on a fresh data dir.
     fn core_with(dir: &Path, raft: Config) -> Core {
         let unreachable: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
@@ -998,12 +1008,7 @@ mod tests {
         raft.bugs = bugs;
         let mut core = core_with(dir.path(), raft);
         let (reply, mut answer) = oneshot::channel();
-        let request = ClientRequest::Acquire {
-            key: "k".to_owned(),
-            lease_ms: 60_000,
-            wait_ms: 0,
-            origin: None,
-        };
+        let request = acquire_k();
         let id = RequestId(7);
         let mut output = Output::default();
         core.handle(Event::Request { id, request, reply }, &mut output);
@@ -1176,12 +1181,7 @@ mod tests {
     async fn run_into_a_broken_contract(core: Core) -> ServerError {
         let (events, events_rx) = mpsc::channel(4);
         let (reply, _answer) = oneshot::channel();
-        let request = ClientRequest::Acquire {
-            key: "k".to_owned(),
-            lease_ms: 60_000,
-            wait_ms: 0,
-            origin: None,
-        };
+        let request = acquire_k();
         let id = RequestId(7);
         events
             .try_send(Event::Request { id, request, reply })
