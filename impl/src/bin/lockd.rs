@@ -346,13 +346,12 @@ mod tests {
     fn a_task_that_panics_stops_the_whole_node_with_101() {
         // Runs the ignored test below in a child process of this test binary: the hook ends
         // the process, which a test cannot do in its own.
+        // `lockd::tests::...` here, `locksmith::commands::node::lockd_bin::tests::...` where
+        // `locksmith node` compiles this file in: the test's name without the crate.
+        let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+        let child_test = format!("{module}::child_a_tokio_task_panics");
         let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "tests::child_a_tokio_task_panics",
-                "--ignored",
-                "--nocapture",
-            ])
+            .args(["--exact", &child_test, "--ignored", "--nocapture"])
             .env("LOCKD_PANIC_CHILD", "1")
             .output()
             .expect("run the child");
