@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A clean clone builds once: incremental caches would only add gigabytes to the disk (a CI
+# run's linker once died with SIGBUS on a full disk). Say how much room there is, for the log.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+echo "== disk free where the build goes"
+df -h . || true
+
 echo "== ci/install.sh (iptables for the kernel net backend; what else the tests need)"
 # What the tests need beyond cargo (chromium, etcd): idempotent, installs only what is missing.
 if [ -f ci/install.sh ]; then
