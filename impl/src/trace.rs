@@ -153,10 +153,15 @@ impl MemoryTrace {
         MemoryTrace::default()
     }
 
-    /// Appends `lines` (a turn's, in order).
+    /// Appends `lines` (a turn's, in order), leaving `lines` empty with its capacity: the
+    /// next turn's lines go into the same buffer, and each turn is kept in one allocation of
+    /// its size (taking the buffer made every turn grow a new one line by line, 1.3 % of a
+    /// simulated seed's CPU, perf, seeds 1..40).
     pub fn append(&self, lines: &mut Vec<TraceLine>) {
         if !lines.is_empty() {
-            self.lock().push(std::mem::take(lines));
+            let mut turn = Vec::with_capacity(lines.len());
+            turn.append(lines);
+            self.lock().push(turn);
         }
     }
 

@@ -47,6 +47,7 @@ fn run_child(run: &SimRun, quiet: bool) -> Result<i32, String> {
     };
     let mut case = run.template.with_seed(seed);
     case.logs = !quiet;
+    case.exits_after = true;
     // Traces on by default: into a folder of this child's, gone when it ends (the store of
     // a failing seed keeps a copy).
     let traces = tempfile::tempdir().map_err(|e| format!("a folder for traces: {e}"))?;
