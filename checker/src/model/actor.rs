@@ -59,7 +59,7 @@ use std::sync::Arc;
 
 use lockd::bugs::{Bug, BugSet};
 use lockd::lock::{Command, LockTable, Origin, Outcome, SessionId, Token};
-use lockd::raft::invariants::{self, Ledger};
+use lockd::raft::invariants::{self, Ledger, StepBefore};
 use lockd::raft::{
     ClientRequest, Committed, Config, Durable, Envelope, Index, Input, Message, Node, NodeId,
     Output, REBASED_NOW_MS, RequestId, Response, Role, Snapshot, Term, Timer, TimerCmd,
@@ -157,6 +157,10 @@ pub struct Ghost {
     /// an entry of an older term, or a follower committed past what its leader said and
     /// sent).
     pub broken_commit: Option<String>,
+    /// The first step that broke a receiver rule of Raft's Figure 2
+    /// (`invariants::step_rules`: a vote or an acknowledgement the rules do not allow, a term
+    /// gone back, a vote changed, a leader's log cut).
+    pub broken_rule: Option<String>,
     /// Clients that left (`ClientGone`) while this node led `term` and before their lock was
     /// applied here: (term, client origin). Such a lock must get a Release. (The trace replay
     /// forgets a client that comes back with a retry of the same request, which a real
@@ -694,6 +698,7 @@ fn step_server(
     super::replay::with_recording(|w| {
         let _ = w.step(id, &input, Some(&first));
     });
+    let rule = invariants::step_rules(&StepBefore::of(&server.node), &node, &input, &first).err();
     let split = driver.save_later && first.persist.is_some();
     let output = if split {
         if let Some(persist) = first.persist.take() {
@@ -709,6 +714,7 @@ fn step_server(
     let broken = invariants::commit_rules(&server.node.status(), &node, &input).err();
     let mut next = server.moved_to(node, durable);
     next.ghost.broken_commit = next.ghost.broken_commit.or(broken);
+    next.ghost.broken_rule = next.ghost.broken_rule.take().or(rule);
     if split {
         start_save(driver.bugs, &mut next, server, output, fired, o);
     } else {

@@ -34,6 +34,9 @@ pub const EXPIRE_DUE: &str = "an Expire is proposed only for a lease that ran ou
 /// The commit rules of one step (`invariants::commit_rules`; the model and the trace replay
 /// check every step).
 pub const COMMIT_RULES: &str = "a leader commits by counting only entries of its own term, a follower no further than its leader said and sent";
+/// The receiver rules of Raft's Figure 2 on one step (`invariants::step_rules`; the model and
+/// the trace replay check every step).
+pub const STEP_RULES: &str = "a node votes, pre-votes and acknowledges only as Raft's receiver rules allow, keeps its term and vote, and as leader only appends";
 /// Tokens strictly increase in log order and in the real-time order of acquires.
 pub const TOKENS_INCREASE: &str = "fencing tokens strictly increase";
 /// No two clients hold one key, counting only locks no applied entry has removed.
@@ -92,6 +95,9 @@ pub fn all(cfg: &ModelConfig) -> Vec<Property<LockdModel>> {
         }),
         Property::always(COMMIT_RULES, |_, s| {
             live_servers(s).all(|server| server.ghost.broken_commit.is_none())
+        }),
+        Property::always(STEP_RULES, |_, s| {
+            live_servers(s).all(|server| server.ghost.broken_rule.is_none())
         }),
         Property::always(LINEARIZABLE, |_, s: &LockdState| {
             s.history.linear.is_consistent()
@@ -323,6 +329,7 @@ pub fn violations(state: &LockdState) -> Vec<(&'static str, String)> {
             (LEASE_NOT_EARLY, &ghost.early_lease),
             (EXPIRE_DUE, &ghost.undue_expire),
             (COMMIT_RULES, &ghost.broken_commit),
+            (STEP_RULES, &ghost.broken_rule),
         ] {
             if let Some(v) = v {
                 push(name, Err(format!("node {n}: {v}")));

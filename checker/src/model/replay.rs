@@ -521,6 +521,7 @@ fn step(
             .collect(),
         _ => Vec::new(),
     };
+    let rules_before = invariants::StepBefore::of(node);
     let out = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let out = node.step(input.clone());
         node.check_invariants();
@@ -583,6 +584,8 @@ fn step(
     record_applied(ledger, added, node, &out)?;
     invariants::commit_rules(&before, node, input)
         .map_err(|why| format!("{} violated: {why}", properties::COMMIT_RULES))?;
+    invariants::step_rules(&rules_before, node, input, &out)
+        .map_err(|why| format!("{} violated: {why}", properties::STEP_RULES))?;
     check_quorum_heard(heard, node, &before, input, quorum_due)?;
     let shadow = (shadows.entry(id)).or_insert_with(|| node.table().clone());
     // Across nodes by digest (one per applied index is kept); against the shadow below
