@@ -463,9 +463,6 @@ fn loads_what_was_reported(r: &Replayed, id: NodeId, loaded: &Durable) -> Result
     }
     let covered = loaded.snapshot.as_ref().map_or(0, |s| s.last_index);
     for entry in &reported.entries {
-        if entry.index > was.commit {
-            break;
-        }
         if entry.index <= covered {
             continue;
         }

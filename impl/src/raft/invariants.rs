@@ -419,8 +419,8 @@ impl StepBefore {
 /// a vote or pre-vote is granted only to a candidate that asked in the voter's term (a
 /// later one for a pre-vote) with a log at least as up to date as the voter's (§5.4.1); a
 /// successful AppendEntries answer acknowledges no more than the message carried, and the
-/// log then holds what it
-/// acknowledged, its previous entry included; a leader only appends to its log in its term.
+/// log then holds what it acknowledged, its previous entry included; a leader only appends
+/// to its log in its term.
 /// A node that breaks one of them shows it here at the step, where the cross-node
 /// properties see it only if the mistake goes on to break Election Safety, Leader
 /// Completeness or State Machine Safety.
@@ -783,17 +783,9 @@ mod tests {
         use crate::raft::test_support::node;
         use crate::raft::{Config, Durable, Entry, Envelope, HardState};
 
+        /// Entry `index` of `term`, a Noop.
         fn entry(index: Index, term: Term) -> Entry {
-            let proposal = Proposal {
-                origin: None,
-                command: crate::lock::Command::Noop,
-                time_ms: 0,
-            };
-            Entry {
-                term,
-                index,
-                proposal,
-            }
+            crate::raft::test_support::entry(term, index, crate::lock::Command::Noop)
         }
 
         /// Node 3 of {1, 2, 3} in term 3, no vote, its log (1, term 1), (2, term 3).
