@@ -400,3 +400,35 @@ fn a_failing_seed_without_trace_gets_its_message_diagram() {
         "seed 5: a diagram with lanes"
     );
 }
+
+/// Issue 24, a false alarm of the harness found by 10,000 swarm seeds: on swarm seed 7416
+/// the fault point `orphan-release-stall` stalled leader n1's core for 1,199 ms and then the
+/// next leader n3's for 745 ms. The stalls never reached the history, so liveness rule W
+/// ("every waiter is answered by its deadline") judged three acquires of k0 whose window
+/// they spanned, and the seed was invalid with a clean lockd. A stalled core is a paused
+/// node, so the simulator now records each stall as the nemesis's pause and resume of that
+/// node. The probe `core-stalled` shows that the seed still reaches a stall (a change to
+/// what the simulation draws can move it: then pin a seed that does).
+#[test]
+fn a_stalled_core_is_a_fault_in_the_history_and_excuses_its_waiters() {
+    let store = tempfile::tempdir().expect("a temporary folder");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"))
+        .args(["sim", "--seeds", "7416", "--no-shrink", "--store"])
+        .arg(store.path())
+        .output()
+        .expect("locksmith runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stalled = (stdout.lines().chain(stderr.lines()))
+        .find(|l| l.trim_start().starts_with("core-stalled "))
+        .unwrap_or_default();
+    assert!(
+        stalled.contains("first seed 7416"),
+        "seed 7416 reaches a core stall (probe line {stalled:?}):\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "seed 7416 is valid with its stalls in the history:\n{stdout}\n{stderr}"
+    );
+}
