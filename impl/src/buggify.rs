@@ -140,6 +140,35 @@ thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
     static CRASHES: RefCell<Vec<(u64, &'static str)>> = const { RefCell::new(Vec::new()) };
     static ANNOUNCED: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+    static STALLS: RefCell<Vec<Stall>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A node whose core a fault point stalls: no input is carried out meanwhile, so to its
+/// peers and clients the node is paused. The simulator records it in the history as the
+/// nemesis's pause and resume of that node ([`take_stalls`]): the liveness rules excuse what
+/// a fault held up, and a stall they did not see once made a clean seed invalid (seed 7416).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// The stalled node.
+    pub node: u64,
+    /// The fault point.
+    pub point: &'static str,
+    /// How long, in ms, from the moment it is announced.
+    pub ms: u64,
+}
+
+/// Announces that node `node` stalls for `ms` from now at the fault point `point` (called as
+/// the stall begins).
+pub fn announce_stall(point: &'static str, node: u64, ms: u64) {
+    if crate::sys::simulated() {
+        crate::probe!("core-stalled");
+        STALLS.with(|s| s.borrow_mut().push(Stall { node, point, ms }));
+    }
+}
+
+/// The stalls announced since the last call.
+pub fn take_stalls() -> Vec<Stall> {
+    STALLS.with(|s| std::mem::take(&mut *s.borrow_mut()))
 }
 
 /// The client-side points whose firing the simulator records in the history (the fault
@@ -203,6 +232,7 @@ pub fn configure(seed: Option<u64>) -> Vec<&'static str> {
     STATE.with(|cell| *cell.borrow_mut() = state);
     CRASHES.with(|c| c.borrow_mut().clear());
     ANNOUNCED.with(|a| a.borrow_mut().clear());
+    STALLS.with(|s| s.borrow_mut().clear());
     names
 }
 

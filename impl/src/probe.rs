@@ -157,6 +157,13 @@ pub const PROBES: &[Probe] = &[
         false,
         "a leader exited cleanly (TimeoutNow to its followers) and its process was gone",
     ),
+    // Where a fault point stalls a leader's core (`orphan-release-stall`), which the
+    // simulator records as a pause of that node: unrecorded, it made a clean seed invalid.
+    probe(
+        "core-stalled",
+        false,
+        "a fault point stalled a node's core, recorded in the history as a pause",
+    ),
 ];
 
 static REACHED: [AtomicBool; PROBES.len()] = [const { AtomicBool::new(false) }; PROBES.len()];

@@ -371,6 +371,8 @@ impl Core {
             }
             let exits = self.clean_exit_point(&mut output);
             if let Some(ms) = self.stall_ms.take() {
+                let id = self.node.config().id;
+                crate::buggify::announce_stall("orphan-release-stall", id, ms);
                 warn!(
                     stall_ms = ms,
                     "fault point: the core stalls before carrying out a turn"

@@ -217,20 +217,44 @@ impl Control {
 }
 
 /// Records the crash points' kills and restarts in the history as the nemesis's (the
-/// checks judge a crash point's crash like a planned one), polling every millisecond.
+/// checks judge a crash point's crash like a planned one), and a fault point's stall of a
+/// node's core as its pause and resume (`lockd::buggify::take_stalls`), polling every
+/// millisecond.
 pub async fn record_crash_points(
     control: Control,
     recorder: Arc<crate::harness::recorder::Recorder>,
 ) {
+    use crate::faults::Verb;
+    // Stalls under way: when each ends, the node and the point.
+    let mut stalls: Vec<(tokio::time::Instant, NodeId, &'static str)> = Vec::new();
     loop {
         for (verb, id, point) in control.take_crash_notes() {
             recorder.nemesis(verb, &format!("n{id} ({point})"), "");
         }
+        let now = tokio::time::Instant::now();
+        for stall in lockd::buggify::take_stalls() {
+            let what = format!("n{} ({})", stall.node, stall.point);
+            recorder.nemesis(Verb::Pause, &what, "");
+            stalls.push((
+                now + Duration::from_millis(stall.ms),
+                stall.node,
+                stall.point,
+            ));
+        }
+        // The resume once the stall is over (a stall the nemesis cut short, by a kill,
+        // still ends here: a pause longer than it was only excuses more).
+        stalls.retain(|&(end, node, point)| {
+            let over = end <= now;
+            if over {
+                recorder.nemesis(Verb::Resume, &format!("n{node} ({point})"), "");
+            }
+            !over
+        });
         // A client's lost answer or cut connection, as a fault of its own instant.
         for point in lockd::buggify::take_announced() {
             let what = format!("clients ({point})");
-            recorder.nemesis(crate::faults::Verb::ClientFault, &what, "");
-            recorder.nemesis(crate::faults::Verb::ClientFaultEnd, &what, "");
+            recorder.nemesis(Verb::ClientFault, &what, "");
+            recorder.nemesis(Verb::ClientFaultEnd, &what, "");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
