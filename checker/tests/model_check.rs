@@ -801,6 +801,79 @@ mod trace_validation {
     }
 
     #[test]
+    fn a_step_repeated_or_lost_inside_a_trace_is_malformed_and_a_restart_may_count_from_zero() {
+        // A tracer that writes a turn twice (its buffer appended and not emptied) or loses
+        // one would replay a run that never happened: the replay names the first such line
+        // instead of judging it (before, a repeated turn was stepped again, and a simulated
+        // seed whose tracer repeated every turn ran until its wall-clock bound).
+        let trace = clean_trace();
+        let steps: Vec<usize> = (trace.iter().enumerate())
+            .filter(|(_, l)| matches!(l, TraceLine::Step { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        assert!(steps.len() >= 4, "seed 7: {} steps", steps.len());
+        // The third step of its node, written again right after itself.
+        let at = steps[2];
+        let (node, seq) = match &trace[at] {
+            TraceLine::Step { node, seq, .. } => (*node, *seq),
+            _ => unreachable!("a step"),
+        };
+        let mut repeated = trace.clone();
+        repeated.insert(at + 1, trace[at].clone());
+        let departure = replay(&repeated).departure.expect("a repeated step");
+        assert!(departure.malformed, "{departure:?}");
+        assert_eq!((departure.node, departure.seq), (node, seq));
+        assert!(
+            departure.reason.contains("an earlier step repeats"),
+            "{departure:?}"
+        );
+        // A step that sent nothing lost (one that sent is caught sooner, at the receipt no
+        // recorded step sent): its node's next step comes early.
+        let sends_nothing = |l: &TraceLine| {
+            matches!(l, TraceLine::Step { output, .. }
+                if output.as_ref().is_none_or(|o| o.sent.is_empty()))
+        };
+        let step_of =
+            |l: &TraceLine, of: NodeId| matches!(l, TraceLine::Step { node, .. } if *node == of);
+        let gone = (steps.iter().copied())
+            .find(|&i| {
+                let of = line_node(&trace[i]);
+                sends_nothing(&trace[i]) && trace[i + 1..].iter().any(|l| step_of(l, of))
+            })
+            .expect("seed 7: a step that sends nothing, with a later step of its node");
+        let mut lost = trace.clone();
+        lost.remove(gone);
+        let departure = replay(&lost).departure.expect("a lost step");
+        assert!(departure.malformed, "{departure:?}");
+        assert_eq!(departure.node, line_node(&trace[gone]), "{departure:?}");
+        assert!(
+            departure.reason.contains("steps are missing"),
+            "{departure:?}"
+        );
+        // A process's writer counts from 0 after its start (the lockd server's; the model's
+        // one writer goes on counting): renumbered from 0 after every restart line, the
+        // trace replays as before.
+        let mut next: std::collections::BTreeMap<NodeId, u64> = Default::default();
+        let renumbered: Vec<TraceLine> = (trace.iter().cloned())
+            .map(|mut line| {
+                match &mut line {
+                    TraceLine::Restart { node, .. } => {
+                        next.insert(*node, 0);
+                    }
+                    TraceLine::Step { node, seq, .. } => {
+                        let n = next.entry(*node).or_insert(*seq);
+                        *seq = *n;
+                        *n += 1;
+                    }
+                    TraceLine::Config { .. } => {}
+                }
+                line
+            })
+            .collect();
+        assert_eq!(replay(&renumbered).departure, None);
+    }
+
+    #[test]
     fn a_trace_with_no_step_or_without_a_member_is_unknown_not_allowed() {
         // Nothing to check is no verdict.
         let empty = replay(&[]);

@@ -12,7 +12,9 @@
 //! {"node":1,"restart":{...Durable...},"now_ms":5000}        Node::new after a crash
 //! ```
 //!
-//! `seq` counts the node's steps from 0 (a restart does not reset it). The lines of all nodes
+//! `seq` counts the node's steps from 0, and from 0 again after each start of its process
+//! (its configuration and restart lines); replay takes a gap or a repeat for a malformed
+//! trace. The lines of all nodes
 //! may be interleaved in any order that keeps each node's own lines in order (one file
 //! written by a simulator, or one per node concatenated). `output` is a digest of the step's
 //! [`Output`] ([`OutputDigest`]): what was sent, applied and answered, which replay compares.

@@ -149,6 +149,35 @@ struct Replayed<'a> {
 /// Sent messages by (source, target, message), borrowed from the trace's outputs.
 type Sent<'a> = HashSet<(NodeId, NodeId, &'a Message), FastBuildHasher>;
 
+/// Whether step `seq` of `node` is the one its trace owes next (`next_seq`, advanced): one
+/// more than its last step, or, after a start of the node (its configuration or restart
+/// line), also 0 (a new process's writer counts from 0; the model's one writer goes on
+/// counting). A line repeated or lost inside a process's trace (a tracer that wrote a turn
+/// twice, a write that failed and was not retried) would replay a run that never happened,
+/// with every check judging it, so the trace is malformed at the first such line. A step
+/// before the node's configuration is left to [`step`], which names that.
+fn in_sequence(
+    next_seq: &mut BTreeMap<NodeId, (u64, bool)>,
+    node: NodeId,
+    seq: u64,
+) -> Result<(), Fault> {
+    let Some((next, started)) = next_seq.get_mut(&node) else {
+        return Ok(());
+    };
+    if seq != *next && !(*started && seq == 0) {
+        let why = if seq < *next {
+            "an earlier step repeats"
+        } else {
+            "steps are missing"
+        };
+        return Err(Fault::Malformed(format!(
+            "node {node}'s step {seq} comes where its step {next} was due: {why} in its trace"
+        )));
+    }
+    (*next, *started) = (seq + 1, false);
+    Ok(())
+}
+
 /// Why a step failed: the run departs, or the trace is malformed.
 enum Fault {
     Departs(String),
@@ -240,6 +269,8 @@ pub fn replay_each<'a>(lines: impl Iterator<Item = &'a TraceLine> + Clone) -> Re
         ..ReplayReport::default()
     };
     let (mut count, mut last) = (0, None);
+    // Each node's next step number, and whether a restart came since its last step.
+    let mut next_seq: BTreeMap<NodeId, (u64, bool)> = BTreeMap::new();
     for (i, line) in lines.enumerate() {
         (count, last) = (i + 1, Some(line));
         let moved_from = r
@@ -250,6 +281,7 @@ pub fn replay_each<'a>(lines: impl Iterator<Item = &'a TraceLine> + Clone) -> Re
             TraceLine::Config { node, config } => {
                 r.configs.insert(*node, config.clone());
                 let started = start(&mut r, *node, Durable::default(), 0);
+                next_seq.entry(*node).or_insert((0, true)).1 = true;
                 (*node, 0, started)
             }
             TraceLine::Restart {
@@ -261,6 +293,7 @@ pub fn replay_each<'a>(lines: impl Iterator<Item = &'a TraceLine> + Clone) -> Re
                     .and_then(|()| start(&mut r, *node, restart.clone(), *now_ms));
                 // What storage loaded is on disk: a later restart must load it again.
                 r.reported.insert(*node, Reported::of(restart));
+                next_seq.entry(*node).or_insert((0, true)).1 = true;
                 (*node, 0, started)
             }
             TraceLine::Step {
@@ -270,7 +303,8 @@ pub fn replay_each<'a>(lines: impl Iterator<Item = &'a TraceLine> + Clone) -> Re
                 output,
             } => {
                 report.steps += 1;
-                let stepped = was_sent(&r, *node, input, &unrecorded, &traced)
+                let stepped = in_sequence(&mut next_seq, *node, *seq)
+                    .and_then(|()| was_sent(&r, *node, input, &unrecorded, &traced))
                     .and_then(|()| step(&mut r, *node, input, output.as_ref()));
                 (*node, *seq, stepped)
             }
