@@ -765,6 +765,105 @@ mod tests {
         }
     }
 
+    /// A `Serve` that runs `inner` and then `meanwhile`, before its answer reaches the `Serve`
+    /// boundary: what the connection's task, on another worker thread of `lockd`'s
+    /// multi-threaded runtime, can do after a handler passed its last abort point.
+    struct Meanwhile<S, F> {
+        inner: S,
+        meanwhile: F,
+    }
+
+    impl<S, F> tarpc::server::Serve for Meanwhile<S, F>
+    where
+        S: tarpc::server::Serve,
+        F: FnOnce(),
+    {
+        type Req = S::Req;
+        type Resp = S::Resp;
+
+        async fn serve(
+            self,
+            ctx: context::Context,
+            req: Self::Req,
+        ) -> Result<Self::Resp, tarpc::ServerError> {
+            let response = self.inner.serve(ctx, req).await;
+            (self.meanwhile)();
+            response
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_read_as_the_handler_returns_its_grant_releases_it_as_an_orphan() {
+        // The deadline defect's server half (`CancelWatch`), on a multi-threaded runtime
+        // (`lockd` runs two workers). The handler took `Granted` from the core and returned
+        // (its `GoneGuard` disarmed); in that same poll, before the answer reached the
+        // `Serve` boundary where it is recorded, the connection's task on the other worker
+        // read the client's `Cancel`. `CancelWatch` found no answered grant and left it to
+        // the handler, which no longer looks; `BaseChannel` then drops the answer unwritten
+        // (the request is no longer tracked). Nobody releases the grant: its key stays held,
+        // known to nobody, for the whole lease.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (_close, closed) = watch::channel(false);
+        let answered = AnsweredGrants::default();
+        let checked = Checked {
+            closed: closed.clone(),
+            events: events.clone(),
+            answered: answered.clone(),
+        };
+        let server = LockServer {
+            deliver_to_closed: false,
+            events: events.clone(),
+            next_id: Arc::new(AtomicU64::new(1)),
+            closed,
+        };
+        let watch = std::sync::Mutex::new(CancelWatch::new((), events, answered));
+        let cancel = tarpc::ClientMessage::Cancel {
+            trace_context: Default::default(),
+            request_id: 1,
+        };
+        let other_worker = || watch.lock().unwrap().saw(&cancel);
+        let handler = checked.wrap(
+            1,
+            Meanwhile {
+                inner: server.serve(),
+                meanwhile: other_worker,
+            },
+        );
+        let acquire = crate::rpc::LockServiceRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: None,
+            timeout_ms: 10_000,
+        };
+        let core = async {
+            let Some(Event::Request { reply, .. }) = inbox.recv().await else {
+                panic!("the handler should forward the request to the core");
+            };
+            reply.send(Response::Granted { token: 7 }).unwrap();
+        };
+        let (response, ()) = tokio::join!(
+            tarpc::server::Serve::serve(handler, context::current(), acquire),
+            core
+        );
+        assert!(
+            matches!(
+                response,
+                Ok(crate::rpc::LockServiceResponse::Acquire(
+                    Response::Granted { token: 7 }
+                ))
+            ),
+            "the handler answered the grant: {response:?}"
+        );
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
+            other => panic!(
+                "the grant's call was cancelled and its answer is never written, yet nothing \
+                 releases it (expected it orphaned): {other:?}"
+            ),
+        }
+    }
+
     #[tokio::test]
     async fn a_grant_leaving_for_a_closed_connection_breaks_the_contract() {
         // The check outside the handler that makes the `grant-to-closed-connection` class
