@@ -83,28 +83,70 @@ const ANSWERED_GRANTS_REMEMBERED: usize = 2 * CLIENT_REQUESTS_PER_CONNECTION_MAX
 
 /// The grants a connection's handlers answered, newest last, by tarpc request id: filled at
 /// the `Serve` boundary ([`CheckedServe`]), where the handler's answer leaves it, before
-/// tarpc writes it or drops it; read by [`CancelWatch`].
+/// tarpc writes it or drops it; read by [`CancelWatch`]. Also the requests whose `Cancel`
+/// found no grant recorded: on `lockd`'s multi-threaded runtime the connection's task can
+/// read a `Cancel` after a handler passed its last abort point and before its grant reached
+/// the boundary; `BaseChannel` then drops that answer unwritten, so the grant, recorded
+/// after its `Cancel`, is an orphan (a review defect of 2026-12-06: nothing released it).
 #[derive(Clone, Default)]
-struct AnsweredGrants(Arc<std::sync::Mutex<std::collections::VecDeque<(u64, Key, Token)>>>);
+struct AnsweredGrants(Arc<std::sync::Mutex<AnsweredState>>);
+
+#[derive(Default)]
+struct AnsweredState {
+    /// Grants answered, newest last, at most [`ANSWERED_GRANTS_REMEMBERED`].
+    grants: std::collections::VecDeque<(u64, Key, Token)>,
+    /// Requests cancelled with no grant recorded, newest last, at most as many: most were
+    /// still being handled, and their handlers' [`GoneGuard`]s report them.
+    cancelled: std::collections::VecDeque<u64>,
+}
 
 impl AnsweredGrants {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, Key, Token)>> {
-        // Poisoned only if a task panicked holding it; the list is still valid.
+    fn lock(&self) -> std::sync::MutexGuard<'_, AnsweredState> {
+        // Poisoned only if a task panicked holding it; the lists are still valid.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn record(&self, request_id: u64, key: Key, token: Token) {
-        let mut grants = self.lock();
-        if grants.len() >= ANSWERED_GRANTS_REMEMBERED {
-            grants.pop_front();
+    /// Records a grant answered to request `request_id`; returns it as an orphan when that
+    /// request was cancelled already.
+    fn record(&self, request_id: u64, key: Key, token: Token) -> Option<(Key, Token)> {
+        let mut state = self.lock();
+        if let Some(at) = state.cancelled.iter().position(|id| *id == request_id) {
+            state.cancelled.remove(at);
+            return Some((key, token));
         }
-        grants.push_back((request_id, key, token));
+        if state.grants.len() >= ANSWERED_GRANTS_REMEMBERED {
+            state.grants.pop_front();
+        }
+        state.grants.push_back((request_id, key, token));
+        None
     }
 
-    fn take(&self, request_id: u64) -> Option<(Key, Token)> {
-        let mut grants = self.lock();
-        let at = grants.iter().position(|(id, ..)| *id == request_id)?;
-        grants.remove(at).map(|(_, key, token)| (key, token))
+    /// Request `request_id` was cancelled: returns its grant if one was recorded, and
+    /// otherwise remembers the cancellation for [`AnsweredGrants::record`].
+    fn cancel(&self, request_id: u64) -> Option<(Key, Token)> {
+        let mut state = self.lock();
+        if let Some(at) = state.grants.iter().position(|(id, ..)| *id == request_id) {
+            return state.grants.remove(at).map(|(_, key, token)| (key, token));
+        }
+        if state.cancelled.len() >= ANSWERED_GRANTS_REMEMBERED {
+            state.cancelled.pop_front();
+        }
+        state.cancelled.push_back(request_id);
+        None
+    }
+}
+
+/// Reports a grant nobody reads as [`Event::Orphaned`], never blocking: with the queue full,
+/// from a task of its own.
+fn report_orphan(events: &mpsc::Sender<Event>, key: Key, token: Token) {
+    let orphan = Event::Orphaned { key, token };
+    if let Err(mpsc::error::TrySendError::Full(orphan)) = events.try_send(orphan)
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        let events = events.clone();
+        runtime.spawn(async move {
+            let _ = events.send(orphan).await;
+        });
     }
 }
 
@@ -118,7 +160,8 @@ impl AnsweredGrants {
 /// "Phantom locks"). lockd's own client also sends an abandon for it (`client.rs`); this
 /// covers a caller that drops the call and never runs another op, and clients that are not
 /// ours. A `Cancel` that comes while the handler still runs is the handler's (its
-/// [`GoneGuard`]).
+/// [`GoneGuard`]), unless the handler had already passed its last abort point: its grant,
+/// recorded after the `Cancel`, is then reported by [`CheckedServe`] ([`AnsweredGrants`]).
 struct CancelWatch<T> {
     inner: T,
     events: mpsc::Sender<Event>,
@@ -142,7 +185,7 @@ impl<T> CancelWatch<T> {
         let tarpc::ClientMessage::Cancel { request_id, .. } = message else {
             return;
         };
-        let Some((key, token)) = self.answered.take(*request_id) else {
+        let Some((key, token)) = self.answered.cancel(*request_id) else {
             return;
         };
         crate::probe!("grant-cancelled-after-answer");
@@ -150,15 +193,7 @@ impl<T> CancelWatch<T> {
         if self.ignore_cancelled {
             return;
         }
-        let events = self.events.clone();
-        let orphan = Event::Orphaned { key, token };
-        if let Err(mpsc::error::TrySendError::Full(orphan)) = events.try_send(orphan)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move {
-                let _ = events.send(orphan).await;
-            });
-        }
+        report_orphan(&self.events, key, token);
     }
 }
 
@@ -477,7 +512,7 @@ impl Checked {
 }
 
 /// A `Serve` that runs `inner` for one request, [`Checked::check`]s its answer, and records
-/// a grant in it for [`CancelWatch`].
+/// a grant in it for [`CancelWatch`] (or reports it orphaned if its `Cancel` came first).
 #[derive(Clone)]
 struct CheckedServe<S> {
     inner: S,
@@ -511,8 +546,11 @@ where
                 Some(key),
                 crate::rpc::LockServiceResponse::Acquire(Response::Granted { token }),
             ) = (key, response)
+                && let Some((key, token)) =
+                    self.checked.answered.record(self.request_id, key, *token)
             {
-                self.checked.answered.record(self.request_id, key, *token);
+                debug!(key = %key, token, "a grant's call was cancelled as it was answered");
+                report_orphan(&self.checked.events, key, token);
             }
         }
         response
@@ -696,7 +734,7 @@ mod tests {
         watch.saw(&cancel(1));
         assert!(inbox.try_recv().is_err(), "a cancel is acted on once");
         assert_eq!(
-            answered.take(4),
+            answered.cancel(4),
             Some(("d".to_owned(), 8)),
             "4 was read: kept"
         );
