@@ -902,6 +902,77 @@ mod tests {
         }
     }
 
+    /// tarpc's `ClientMessage::Request` as bincode lays it out, with the deadline as sent: a
+    /// duration from now (tarpc's `absolute_to_relative_time`), which any client chooses.
+    #[derive(serde::Serialize)]
+    enum WireMessage {
+        Request(WireRequest),
+    }
+
+    #[derive(serde::Serialize)]
+    struct WireRequest {
+        context: WireContext,
+        id: u64,
+        message: crate::rpc::LockServiceRequest,
+    }
+
+    #[derive(serde::Serialize)]
+    struct WireContext {
+        deadline: Duration,
+        trace_context: tarpc::trace::Context,
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_deadline_is_past_the_last_instant_is_answered_without_a_panic() {
+        // Client input (issue 27 item 2: never a panic on it). tarpc reads a request's
+        // deadline as `Instant::now() + duration`, and that addition panics when the sum is
+        // past the last `Instant`: one frame from any client panicked the connection's task,
+        // and `lockd` stops the node on any task's panic (exit 101). Here the node's client
+        // port reads such a request, and its caller must get the core's answer.
+        let (events, mut inbox) = mpsc::channel(8);
+        let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_clients(listener, events, crate::bugs::BugSet::NONE));
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut client = transport::<_, tarpc::Response<crate::rpc::LockServiceResponse>, _>(
+            crate::sys::net::TcpStream::Tokio(stream),
+        );
+        let acquire = WireMessage::Request(WireRequest {
+            context: WireContext {
+                deadline: Duration::from_secs(u64::MAX),
+                trace_context: Default::default(),
+            },
+            id: 1,
+            message: crate::rpc::LockServiceRequest::Acquire {
+                key: "k".to_owned(),
+                lease_ms: 1_000,
+                wait_ms: 0,
+                origin: None,
+                timeout_ms: 10_000,
+            },
+        });
+        client.send(acquire).await.unwrap();
+        let core = tokio::time::timeout(Duration::from_secs(5), inbox.recv()).await;
+        let Ok(Some(Event::Request { reply, .. })) = core else {
+            panic!("the request never reached the core (its connection's task died reading it)");
+        };
+        reply.send(Response::Busy).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.next()).await;
+        assert!(
+            matches!(
+                &answer,
+                Ok(Some(Ok(tarpc::Response {
+                    request_id: 1,
+                    message: Ok(crate::rpc::LockServiceResponse::Acquire(Response::Busy)),
+                    ..
+                })))
+            ),
+            "the caller gets the core's answer: {answer:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_grant_leaving_for_a_closed_connection_breaks_the_contract() {
         // The check outside the handler that makes the `grant-to-closed-connection` class
