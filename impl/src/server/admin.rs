@@ -13,7 +13,7 @@ use tarpc::server::{BaseChannel, Channel};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::warn;
 
-use super::{Event, clock_rate_in_range, transport};
+use super::{Event, clock_rate_in_range, served_transport};
 use crate::rpc::{
     ADMIN_SECRET_FILE, Admin, AdminRefusal, CLOCK_JUMP_BACK_MS_MAX, CLOCK_JUMP_FORWARD_MS_MAX,
     ClockReading,
@@ -112,7 +112,7 @@ pub(super) async fn serve_admin(
         };
         let server = server.clone();
         tokio::spawn(async move {
-            BaseChannel::with_defaults(transport(stream))
+            BaseChannel::with_defaults(served_transport(stream))
                 .execute(server.serve())
                 .for_each(|request| async move {
                     tokio::spawn(request);

@@ -13,7 +13,7 @@ use tarpc::server::{BaseChannel, Channel};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
-use super::{CLIENT_CONNECTIONS_MAX, CLIENT_REQUESTS_PER_CONNECTION_MAX, Event, transport};
+use super::{CLIENT_CONNECTIONS_MAX, CLIENT_REQUESTS_PER_CONNECTION_MAX, Event, served_transport};
 use crate::lock::{Key, Origin, Token};
 use crate::raft::{ClientRequest, RequestId, Response};
 use crate::rpc::{LockService, NodeStatus};
@@ -622,7 +622,8 @@ pub(super) async fn serve_clients(
             );
             continue;
         };
-        let (transport, checked, server) = connection(transport(stream), &events, bugs, &next_id);
+        let transport = served_transport(stream);
+        let (transport, checked, server) = connection(transport, &events, bugs, &next_id);
         tokio::spawn(async move {
             BaseChannel::with_defaults(transport)
                 .max_concurrent_requests(CLIENT_REQUESTS_PER_CONNECTION_MAX)
@@ -936,9 +937,10 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(serve_clients(listener, events, crate::bugs::BugSet::NONE));
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let mut client = transport::<_, tarpc::Response<crate::rpc::LockServiceResponse>, _>(
-            crate::sys::net::TcpStream::Tokio(stream),
-        );
+        let mut client =
+            crate::server::transport::<_, tarpc::Response<crate::rpc::LockServiceResponse>, _>(
+                crate::sys::net::TcpStream::Tokio(stream),
+            );
         let acquire = WireMessage::Request(WireRequest {
             context: WireContext {
                 deadline: Duration::from_secs(u64::MAX),

@@ -119,6 +119,9 @@ pub const CLIENT_CONNECTIONS_MAX: usize = 1024;
 pub const PEER_CONNECTIONS_MAX: usize = 64;
 /// At most this many requests in flight on one client connection.
 pub const CLIENT_REQUESTS_PER_CONNECTION_MAX: usize = 256;
+/// A request's tarpc deadline is taken at most this far ahead ([`served_transport`]): no
+/// handler works on a request longer (the client port's longest is 600 s).
+pub const REQUEST_DEADLINE_AHEAD_MAX_MS: u64 = 3_600_000;
 /// Peer messages with a term above this are dropped: the core's own bound
 /// ([`crate::raft::TERM_MAX`]), checked at the peer port too so that they are logged there.
 pub const PEER_TERM_MAX: u64 = crate::raft::TERM_MAX;
@@ -647,6 +650,110 @@ where
     serde_transport::new(Framed::new(stream, codec), Bincode::default())
 }
 
+/// The transport of a port this node serves: [`transport`]'s frames, except that a request's
+/// deadline is read here, not by tarpc. tarpc reads it as `Instant::now() + duration`, with
+/// the duration the caller sent, and that addition panics past the last `Instant`: one frame
+/// from any caller panicked its connection's task, and `lockd` stops on any panic (a review
+/// defect of 2026-12-06). A deadline is taken at most [`REQUEST_DEADLINE_AHEAD_MAX_MS`] ahead.
+pub fn served_transport<S, Req, Resp>(
+    stream: S,
+) -> serde_transport::Transport<
+    S,
+    tarpc::ClientMessage<Req>,
+    tarpc::Response<Resp>,
+    Served<Req, Resp>,
+>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+    Req: for<'de> serde::Deserialize<'de>,
+    Resp: serde::Serialize,
+{
+    let codec = LengthDelimitedCodec::builder()
+        .max_frame_length(FRAME_LEN_MAX)
+        .new_codec();
+    serde_transport::new(Framed::new(stream, codec), Served(std::marker::PhantomData))
+}
+
+/// The codec of [`served_transport`]: bincode, with requests read through `WireMessage`.
+pub struct Served<Req, Resp>(std::marker::PhantomData<fn() -> (Req, Resp)>);
+
+/// `tarpc::ClientMessage` as bincode lays it out (the same fields in the same order), with the
+/// deadline as sent: a duration from now (tarpc's `absolute_to_relative_time`).
+#[derive(serde::Deserialize)]
+enum WireMessage<Req> {
+    Request {
+        deadline: std::time::Duration,
+        trace_context: tarpc::trace::Context,
+        id: u64,
+        message: Req,
+    },
+    Cancel {
+        trace_context: tarpc::trace::Context,
+        request_id: u64,
+    },
+}
+
+impl<Req> WireMessage<Req> {
+    /// The message as tarpc's server takes it, with the deadline bounded.
+    fn into_tarpc(self) -> tarpc::ClientMessage<Req> {
+        match self {
+            WireMessage::Request {
+                deadline,
+                trace_context,
+                id,
+                message,
+            } => {
+                let ahead_max = std::time::Duration::from_millis(REQUEST_DEADLINE_AHEAD_MAX_MS);
+                let mut context = tarpc::context::current();
+                context.deadline = std::time::Instant::now() + deadline.min(ahead_max);
+                context.trace_context = trace_context;
+                tarpc::ClientMessage::Request(tarpc::Request {
+                    context,
+                    id,
+                    message,
+                })
+            }
+            WireMessage::Cancel {
+                trace_context,
+                request_id,
+            } => tarpc::ClientMessage::Cancel {
+                trace_context,
+                request_id,
+            },
+        }
+    }
+}
+
+impl<Req, Resp> tarpc::tokio_serde::Deserializer<tarpc::ClientMessage<Req>> for Served<Req, Resp>
+where
+    Req: for<'de> serde::Deserialize<'de>,
+{
+    type Error = io::Error;
+
+    fn deserialize(
+        self: std::pin::Pin<&mut Self>,
+        source: &tarpc::tokio_util::bytes::BytesMut,
+    ) -> Result<tarpc::ClientMessage<Req>, io::Error> {
+        let bincode = std::pin::pin!(Bincode::<WireMessage<Req>, ()>::default());
+        Ok(bincode.deserialize(source)?.into_tarpc())
+    }
+}
+
+impl<Req, Resp> tarpc::tokio_serde::Serializer<tarpc::Response<Resp>> for Served<Req, Resp>
+where
+    Resp: serde::Serialize,
+{
+    type Error = io::Error;
+
+    fn serialize(
+        self: std::pin::Pin<&mut Self>,
+        item: &tarpc::Response<Resp>,
+    ) -> Result<tarpc::tokio_util::bytes::Bytes, io::Error> {
+        let bincode = std::pin::pin!(Bincode::<(), tarpc::Response<Resp>>::default());
+        bincode.serialize(item)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -654,6 +761,56 @@ mod tests {
 
     use super::{AdminConfig, ServerConfig};
     use crate::raft::Config;
+
+    #[tokio::test]
+    async fn the_served_transport_reads_what_tarpc_writes_with_the_deadline_kept() {
+        // `served_transport` reads tarpc's frames through a copy of their layout: a request
+        // and a cancel written by tarpc's own serializer come out whole, and a deadline
+        // within the bound is kept (to the millisecond the frame took).
+        use futures::{SinkExt, StreamExt};
+        use std::time::{Duration, Instant};
+        let (client_end, server_end) = tokio::io::duplex(4096);
+        let mut client = super::transport::<_, (), tarpc::ClientMessage<u64>>(client_end);
+        let mut server = super::served_transport::<_, u64, ()>(server_end);
+        let mut context = tarpc::context::current();
+        context.deadline = Instant::now() + Duration::from_secs(30);
+        context.trace_context.span_id = tarpc::trace::SpanId::from(5);
+        let request = tarpc::Request {
+            context,
+            id: 7,
+            message: 42,
+        };
+        client
+            .send(tarpc::ClientMessage::Request(request))
+            .await
+            .unwrap();
+        client
+            .send(tarpc::ClientMessage::Cancel {
+                trace_context: context.trace_context,
+                request_id: 7,
+            })
+            .await
+            .unwrap();
+        let Some(Ok(tarpc::ClientMessage::Request(read))) = server.next().await else {
+            panic!("expected the request");
+        };
+        assert_eq!((read.id, read.message), (7, 42));
+        assert_eq!(read.context.trace_context, context.trace_context);
+        let drift = read.context.deadline.duration_since(context.deadline)
+            + context.deadline.duration_since(read.context.deadline);
+        assert!(
+            drift < Duration::from_secs(1),
+            "deadline moved by {drift:?}"
+        );
+        let Some(Ok(tarpc::ClientMessage::Cancel {
+            trace_context,
+            request_id,
+        })) = server.next().await
+        else {
+            panic!("expected the cancel");
+        };
+        assert_eq!((trace_context, request_id), (context.trace_context, 7));
+    }
 
     #[test]
     fn a_cluster_name_outside_its_bounds_is_refused() {

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use super::{
     Event, LinkFaultsGate, PEER_BACKOFF_MAX_MS, PEER_BACKOFF_MIN_MS, PEER_BATCH_MESSAGES_MAX,
     PEER_CONNECT_TIMEOUT_MS, PEER_DEADLINE_STRIKES_MAX, PEER_QUEUE_LEN, PEER_RPC_DEADLINE_MS,
-    PEER_TERM_MAX, ServerConfig, transport,
+    PEER_TERM_MAX, ServerConfig, served_transport, transport,
 };
 use crate::bugs::Bug;
 use crate::raft::{Envelope, Message, NodeId};
@@ -538,7 +538,7 @@ pub(super) async fn serve_peers(listener: TcpListener, server: PeerServer, conne
         let server = server.clone();
         open.push_back(tokio::spawn(async move {
             // In order, one request at a time: keeps each link's TCP order into the core.
-            BaseChannel::with_defaults(transport(stream))
+            BaseChannel::with_defaults(served_transport(stream))
                 .execute(server.serve())
                 .for_each(|request| request)
                 .await;
