@@ -930,6 +930,20 @@ mod tests {
         // past the last `Instant`: one frame from any client panicked the connection's task,
         // and `lockd` stops the node on any task's panic (exit 101). Here the node's client
         // port reads such a request, and its caller must get the core's answer.
+        answered_through_the_client_port(Duration::from_secs(u64::MAX)).await;
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_deadline_is_years_ahead_is_answered_without_a_panic() {
+        // The same with a deadline that is a valid `Instant` but beyond the ~2.2 years of
+        // tarpc's deadline queue (tokio-util's `DelayQueue`), which panics "invalid deadline"
+        // on insert.
+        answered_through_the_client_port(Duration::from_secs(100_000_000)).await;
+    }
+
+    /// Sends an acquire with `deadline` to a client port, answers it `Busy` as the core, and
+    /// checks that the caller gets that answer.
+    async fn answered_through_the_client_port(deadline: Duration) {
         let (events, mut inbox) = mpsc::channel(8);
         let listener = TcpListener::bind("127.0.0.1:0".parse().unwrap())
             .await
@@ -943,7 +957,7 @@ mod tests {
             );
         let acquire = WireMessage::Request(WireRequest {
             context: WireContext {
-                deadline: Duration::from_secs(u64::MAX),
+                deadline,
                 trace_context: Default::default(),
             },
             id: 1,
