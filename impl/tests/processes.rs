@@ -924,6 +924,57 @@ mod transport {
             .await
             .unwrap();
     }
+
+    /// tarpc's `ClientMessage::Request` as bincode lays it out, with the deadline as sent (a
+    /// duration from now), which any caller chooses.
+    #[derive(serde::Serialize)]
+    enum WireMessage {
+        Request {
+            deadline: Duration,
+            trace_context: tarpc::trace::Context,
+            id: u64,
+            message: lockd::rpc::LockServiceRequest,
+        },
+    }
+
+    #[tokio::test]
+    async fn a_request_deadline_past_the_last_instant_stops_no_node() {
+        // Issue 27 item 2, the deadline tarpc reads: `Instant::now() + duration` panicked
+        // past the last `Instant` (and tarpc's deadline queue past ~2.2 years), in the
+        // connection's task, and lockd stops on any panic: one frame from any client stopped
+        // a node (review of request deadlines, 2026-12-06). Every node gets one such frame
+        // of each kind, and every node still answers.
+        let (cluster, client) = three_nodes().await;
+        for addr in cluster.client_addrs() {
+            for (id, deadline) in [
+                (1, Duration::from_secs(u64::MAX)),
+                (2, Duration::from_secs(100_000_000)),
+            ] {
+                let stream = TcpStream::connect(addr).await.unwrap();
+                let mut raw = lockd::server::transport::<_, (), WireMessage>(stream);
+                let status = WireMessage::Request {
+                    deadline,
+                    trace_context: Default::default(),
+                    id,
+                    message: lockd::rpc::LockServiceRequest::Status {},
+                };
+                futures::SinkExt::send(&mut raw, status).await.unwrap();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for (node, status) in client.status_all().await.into_iter().enumerate() {
+            assert!(
+                status.is_ok(),
+                "node {} stopped after a request's deadline: {status:?}\n{}",
+                node + 1,
+                cluster.log_tails(10)
+            );
+        }
+        client
+            .acquire("a", 1_000, 0, within_ms(3000))
+            .await
+            .unwrap();
+    }
 }
 
 mod hostile_peers {
