@@ -1099,3 +1099,266 @@ mod hostile_peers {
         }
     }
 }
+
+mod raw_frames {
+    //! A seeded fuzz of the frames a served port reads, built field by field: every number of
+    //! tarpc's envelope (the deadline as sent, the request id) and of the message drawn from
+    //! edge values, and a third of the frames then mutated byte by byte (bits flipped, words
+    //! overwritten, the body cut short), each frame on a connection of its own. The review
+    //! defect it stands for: tarpc read a request's deadline as `Instant::now() + duration`
+    //! and panicked on a large one, and lockd stops on any panic, so one frame from anyone
+    //! stopped a node; every tool drove the ports through well-formed tarpc clients only
+    //! (review of request deadlines, 2026-12-06). Byte mutations alone do not find it: bincode
+    //! writes integers as varints, and a flipped byte rarely makes a large one.
+    //! `LOCKSMITH_FUZZ_SEED=N` runs seed N only.
+    use super::*;
+    use futures::SinkExt;
+    use lockd::raft::Message;
+    use lockd::rpc::{LockServiceRequest, PeerRequest};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// tarpc's `ClientMessage` as bincode lays it out, with the deadline as sent: seconds and
+    /// nanoseconds from now, any pair a caller writes (nanos past a second included).
+    #[derive(serde::Serialize)]
+    enum WireMessage<M> {
+        Request {
+            deadline: (u64, u32),
+            trace_context: tarpc::trace::Context,
+            id: u64,
+            message: M,
+        },
+        Cancel {
+            trace_context: tarpc::trace::Context,
+            request_id: u64,
+        },
+    }
+
+    /// `message` as the bytes of one frame (the length prefix included), written through the
+    /// transport the ports read.
+    async fn frame<M: serde::Serialize + Unpin>(message: M) -> Vec<u8> {
+        let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+        let mut sink = lockd::server::transport::<_, (), M>(ours);
+        sink.send(message).await.expect("a frame is written");
+        drop(sink);
+        let mut bytes = Vec::new();
+        theirs.read_to_end(&mut bytes).await.expect("read back");
+        bytes
+    }
+
+    fn splitmix64(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number from the edges of its type and of lockd's bounds, or an ordinary one.
+    fn edge(rng: &mut u64) -> u64 {
+        const EDGES: [u64; 12] = [
+            0,
+            1,
+            2,
+            3,
+            1_000,
+            600_000,
+            100_000_000,
+            1 << 32,
+            lockd::raft::TERM_MAX,
+            lockd::raft::TERM_MAX + 1,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        let n = splitmix64(rng);
+        match n % 4 {
+            0 => splitmix64(rng),
+            _ => EDGES[(n / 4) as usize % EDGES.len()],
+        }
+    }
+
+    fn key(rng: &mut u64) -> String {
+        let len = match splitmix64(rng) % 4 {
+            0 => 0,
+            1 => 4096,
+            _ => 1 + splitmix64(rng) as usize % 8,
+        };
+        "k".repeat(len)
+    }
+
+    fn origin(rng: &mut u64) -> Option<lockd::lock::Origin> {
+        (splitmix64(rng) % 2 == 0).then(|| lockd::lock::Origin {
+            session: edge(rng),
+            request: edge(rng),
+        })
+    }
+
+    fn envelope<M>(rng: &mut u64, message: M) -> WireMessage<M> {
+        if splitmix64(rng) % 8 == 0 {
+            return WireMessage::Cancel {
+                trace_context: Default::default(),
+                request_id: edge(rng),
+            };
+        }
+        let nanos = match splitmix64(rng) % 3 {
+            0 => 0,
+            1 => 999_999_999,
+            _ => u32::MAX,
+        };
+        WireMessage::Request {
+            deadline: (edge(rng), nanos),
+            trace_context: Default::default(),
+            id: edge(rng),
+            message,
+        }
+    }
+
+    fn client_request(rng: &mut u64) -> WireMessage<LockServiceRequest> {
+        let message = match splitmix64(rng) % 5 {
+            0 => LockServiceRequest::Acquire {
+                key: key(rng),
+                lease_ms: edge(rng),
+                wait_ms: edge(rng),
+                origin: origin(rng),
+                timeout_ms: edge(rng),
+            },
+            1 => LockServiceRequest::Release {
+                key: key(rng),
+                token: edge(rng),
+                origin: origin(rng),
+                timeout_ms: edge(rng),
+            },
+            2 => LockServiceRequest::Abandon {
+                key: key(rng),
+                request: edge(rng),
+                origin: origin(rng),
+                timeout_ms: edge(rng),
+            },
+            3 => LockServiceRequest::RegisterSession {
+                label: edge(rng),
+                timeout_ms: edge(rng),
+            },
+            _ => LockServiceRequest::Status {},
+        };
+        envelope(rng, message)
+    }
+
+    /// A peer message with edge numbers, mostly from a node that is not a member (99), so
+    /// that whatever decodes is refused as such; a member's is judged by the core as any.
+    fn peer_request(rng: &mut u64) -> WireMessage<PeerRequest> {
+        let message = match splitmix64(rng) % 4 {
+            0 => Message::PreVote {
+                term: edge(rng),
+                last_log_index: edge(rng),
+                last_log_term: edge(rng),
+            },
+            1 => Message::AppendEntriesResponse {
+                term: edge(rng),
+                success: splitmix64(rng) % 2 == 0,
+                match_index: edge(rng),
+                reject_hint: edge(rng),
+            },
+            2 => Message::InstallSnapshotResponse {
+                term: edge(rng),
+                last_index: edge(rng),
+                received: edge(rng),
+                done: splitmix64(rng) % 2 == 0,
+            },
+            _ => Message::AppendEntries {
+                term: edge(rng),
+                prev_log_index: edge(rng),
+                prev_log_term: edge(rng),
+                entries: Vec::new(),
+                leader_commit: edge(rng),
+            },
+        };
+        let from = match splitmix64(rng) % 4 {
+            0 => edge(rng),
+            _ => 99,
+        };
+        let msgs = vec![message];
+        envelope(rng, PeerRequest::Deliver { from, msgs })
+    }
+
+    /// One mutation of `bytes` (a frame: 4 bytes of length, then the body), from `rng`.
+    fn mutate(mut bytes: Vec<u8>, rng: &mut u64) -> Vec<u8> {
+        const PREFIX: usize = 4;
+        let body = bytes.len() - PREFIX;
+        if body == 0 {
+            return bytes;
+        }
+        let at = |rng: &mut u64, width: usize| {
+            PREFIX + (splitmix64(rng) as usize) % (body.saturating_sub(width) + 1)
+        };
+        match splitmix64(rng) % 3 {
+            0 => {
+                for _ in 0..1 + splitmix64(rng) % 4 {
+                    let i = at(rng, 1);
+                    bytes[i] ^= 1 << (splitmix64(rng) % 8);
+                }
+            }
+            1 => {
+                let word = splitmix64(rng).to_le_bytes();
+                let i = at(rng, 8);
+                let end = (i + 8).min(bytes.len());
+                bytes[i..end].copy_from_slice(&word[..end - i]);
+            }
+            _ => {
+                let keep = (splitmix64(rng) as usize) % body;
+                bytes.truncate(PREFIX + keep);
+                let len = u32::try_from(keep).expect("a small frame");
+                bytes[..PREFIX].copy_from_slice(&len.to_be_bytes());
+            }
+        }
+        bytes
+    }
+
+    #[tokio::test]
+    async fn fuzzed_frames_on_the_client_and_peer_ports_stop_no_node() {
+        const FRAMES_PER_PORT: u64 = 60;
+        let seeds: Vec<u64> = match std::env::var("LOCKSMITH_FUZZ_SEED") {
+            Ok(seed) => vec![seed.parse().expect("LOCKSMITH_FUZZ_SEED is a number")],
+            Err(_) => vec![1],
+        };
+        let (mut cluster, client, _) = three_nodes_and_leader().await;
+        let mut sent = 0;
+        for seed in seeds {
+            let mut rng = seed;
+            let ports: Vec<(std::net::SocketAddr, bool)> = (cluster.specs.iter())
+                .flat_map(|spec| [(spec.client_addr, true), (spec.peer_addr, false)])
+                .collect();
+            for (addr, client_port) in ports {
+                for _ in 0..FRAMES_PER_PORT {
+                    let mut bytes = if client_port {
+                        frame(client_request(&mut rng)).await
+                    } else {
+                        frame(peer_request(&mut rng)).await
+                    };
+                    if splitmix64(&mut rng) % 3 == 0 {
+                        bytes = mutate(bytes, &mut rng);
+                    }
+                    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+                        break;
+                    };
+                    let _ = stream.write_all(&bytes).await;
+                    sent += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            for (index, process) in cluster.processes.iter_mut().enumerate() {
+                let process = process.as_mut().expect("started");
+                assert!(
+                    process.try_wait().is_none(),
+                    "seed {seed}: node {} stopped on a fuzzed frame (rerun: \
+                     LOCKSMITH_FUZZ_SEED={seed}):\n{}",
+                    index + 1,
+                    cluster.log_tails(20)
+                );
+            }
+        }
+        assert!(sent >= 3 * 2 * FRAMES_PER_PORT, "{sent} frames sent");
+        let token = client
+            .acquire("after-fuzz", 1_000, 0, within_ms(10_000))
+            .await;
+        assert!(token.is_ok(), "{token:?}\n{}", cluster.log_tails(20));
+    }
+}
