@@ -990,6 +990,33 @@ async fn with_backstop<T>(
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_deadline_years_ahead_gives_tarpc_one_it_can_queue() {
+        // Review of request deadlines (2026-12-06): a caller's deadline went into tarpc's
+        // context as it was, and tarpc's deadline queue panics past about 2.2 years, in the
+        // connection's task: the op was then reported `Unknown` after every attempt, where
+        // the node would have refused it. The context's deadline is bounded as the node
+        // bounds what it reads (`server::REQUEST_DEADLINE_AHEAD_MAX_MS`).
+        let years = Duration::from_secs(10 * 365 * 24 * 3600);
+        let ctx = context_until(Instant::now() + years);
+        let bound = Duration::from_millis(crate::server::REQUEST_DEADLINE_AHEAD_MAX_MS)
+            + TARPC_DEADLINE_SLACK
+            + Duration::from_secs(1);
+        let ahead = ctx
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        assert!(ahead <= bound, "tarpc's deadline is {ahead:?} ahead");
+        // An ordinary deadline is kept, with the slack.
+        let ctx = context_until(Instant::now() + Duration::from_secs(5));
+        let ahead = ctx
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        assert!(
+            ahead > Duration::from_secs(5) && ahead <= Duration::from_secs(6),
+            "{ahead:?}"
+        );
+    }
+
     fn closed_ports(count: usize) -> Vec<SocketAddr> {
         let listeners: Vec<std::net::TcpListener> = (0..count)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
