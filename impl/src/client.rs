@@ -967,7 +967,10 @@ pub async fn admin_set_clock(
 /// the context carries the *remaining* time (plus a little: [`with_backstop`] ends the call
 /// at the deadline itself, on tokio's clock, which is the simulator's when simulated).
 fn context_until(deadline: Instant) -> context::Context {
-    let remaining = deadline.saturating_duration_since(Instant::now());
+    // Bounded as the node bounds what it reads: tarpc's deadline queue panics past about
+    // 2.2 years, in the connection's task (review of request deadlines, 2026-12-06).
+    let ahead_max = Duration::from_millis(crate::server::REQUEST_DEADLINE_AHEAD_MAX_MS);
+    let remaining = (deadline.saturating_duration_since(Instant::now())).min(ahead_max);
     let mut ctx = context::current();
     ctx.deadline = std::time::Instant::now() + remaining + TARPC_DEADLINE_SLACK;
     ctx
