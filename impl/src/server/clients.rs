@@ -903,6 +903,73 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_connection_that_ends_as_the_handler_returns_its_grant_releases_it_as_an_orphan() {
+        // The twin of the cancel above, found by an experimental fault point that waits at
+        // the `Serve` boundary under the simulator (2026-12-06): the handler took `Granted`
+        // and returned (its guard disarmed, the connection open), and before the answer
+        // reached the boundary the connection ended, on the other worker. The boundary saw
+        // it closed, said so in a log line, and let the answer go to nobody: the key stayed
+        // held, known to nobody, for the whole lease.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (close, closed) = watch::channel(false);
+        let answered = AnsweredGrants::default();
+        let checked = Checked {
+            closed: closed.clone(),
+            events: events.clone(),
+            answered,
+        };
+        let server = LockServer {
+            deliver_to_closed: false,
+            events: events.clone(),
+            next_id: Arc::new(AtomicU64::new(1)),
+            closed,
+        };
+        let other_worker = || {
+            close.send_replace(true);
+        };
+        let handler = checked.wrap(
+            1,
+            Meanwhile {
+                inner: server.serve(),
+                meanwhile: other_worker,
+            },
+        );
+        let acquire = crate::rpc::LockServiceRequest::Acquire {
+            key: "k".to_owned(),
+            lease_ms: 60_000,
+            wait_ms: 0,
+            origin: None,
+            timeout_ms: 10_000,
+        };
+        let core = async {
+            let Some(Event::Request { reply, .. }) = inbox.recv().await else {
+                panic!("the handler should forward the request to the core");
+            };
+            reply.send(Response::Granted { token: 7 }).unwrap();
+        };
+        let (response, ()) = tokio::join!(
+            tarpc::server::Serve::serve(handler, context::current(), acquire),
+            core
+        );
+        assert!(
+            matches!(
+                response,
+                Ok(crate::rpc::LockServiceResponse::Acquire(
+                    Response::Granted { token: 7 }
+                ))
+            ),
+            "the handler answered the grant: {response:?}"
+        );
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
+            other => panic!(
+                "the connection ended before the grant's answer could be written, yet \
+                 nothing releases it (expected it orphaned): {other:?}"
+            ),
+        }
+    }
+
     /// tarpc's `ClientMessage::Request` as bincode lays it out, with the deadline as sent: a
     /// duration from now (tarpc's `absolute_to_relative_time`), which any client chooses.
     #[derive(serde::Serialize)]
