@@ -541,16 +541,25 @@ where
         };
         let response = self.inner.serve(ctx, req).await;
         if let Ok(response) = &response {
-            let _broken = self.checked.check(response);
+            let broken = self.checked.check(response);
             if let (
                 Some(key),
                 crate::rpc::LockServiceResponse::Acquire(Response::Granted { token }),
             ) = (key, response)
-                && let Some((key, token)) =
-                    self.checked.answered.record(self.request_id, key, *token)
             {
-                debug!(key = %key, token, "a grant's call was cancelled as it was answered");
-                report_orphan(&self.checked.events, key, token);
+                if broken {
+                    // The connection is gone: this answer is never written. On one thread the
+                    // handler saw it open when it returned, so the check above names a
+                    // handler that should have released the grant; on `lockd`'s two workers
+                    // the connection can also end in between. Either way nobody else will
+                    // release it.
+                    report_orphan(&self.checked.events, key, *token);
+                } else if let Some((key, token)) =
+                    self.checked.answered.record(self.request_id, key, *token)
+                {
+                    debug!(key = %key, token, "a grant's call was cancelled as it was answered");
+                    report_orphan(&self.checked.events, key, token);
+                }
             }
         }
         response
