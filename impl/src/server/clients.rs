@@ -840,18 +840,15 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_cancel_read_as_the_handler_returns_its_grant_releases_it_as_an_orphan() {
-        // The deadline defect's server half (`CancelWatch`), on a multi-threaded runtime
-        // (`lockd` runs two workers). The handler took `Granted` from the core and returned
-        // (its `GoneGuard` disarmed); in that same poll, before the answer reached the
-        // `Serve` boundary where it is recorded, the connection's task on the other worker
-        // read the client's `Cancel`. `CancelWatch` found no answered grant and left it to
-        // the handler, which no longer looks; `BaseChannel` then drops the answer unwritten
-        // (the request is no longer tracked). Nobody releases the grant: its key stays held,
-        // known to nobody, for the whole lease.
+    /// Serves an acquire that the core grants (token 7 of key "k") and runs `meanwhile`, given
+    /// the connection's close switch and its cancel watch, between the handler's return and
+    /// the `Serve` boundary; checks that the handler answered the grant, and returns what the
+    /// core's inbox holds after.
+    async fn grant_then_meanwhile(
+        meanwhile: impl FnOnce(&watch::Sender<bool>, &mut CancelWatch<()>),
+    ) -> Result<Event, mpsc::error::TryRecvError> {
         let (events, mut inbox) = mpsc::channel(8);
-        let (_close, closed) = watch::channel(false);
+        let (close, closed) = watch::channel(false);
         let answered = AnsweredGrants::default();
         let checked = Checked {
             closed: closed.clone(),
@@ -864,12 +861,8 @@ mod tests {
             next_id: Arc::new(AtomicU64::new(1)),
             closed,
         };
-        let watch = std::sync::Mutex::new(CancelWatch::new((), events, answered));
-        let cancel = tarpc::ClientMessage::Cancel {
-            trace_context: Default::default(),
-            request_id: 1,
-        };
-        let other_worker = || watch.lock().unwrap().saw(&cancel);
+        let mut watch = CancelWatch::new((), events, answered);
+        let other_worker = || meanwhile(&close, &mut watch);
         let handler = checked.wrap(
             1,
             Meanwhile {
@@ -903,7 +896,24 @@ mod tests {
             ),
             "the handler answered the grant: {response:?}"
         );
-        match inbox.try_recv() {
+        inbox.try_recv()
+    }
+
+    #[tokio::test]
+    async fn a_cancel_read_as_the_handler_returns_its_grant_releases_it_as_an_orphan() {
+        // The deadline defect's server half (`CancelWatch`), on a multi-threaded runtime
+        // (`lockd` runs two workers). The handler took `Granted` from the core and returned
+        // (its `GoneGuard` disarmed); in that same poll, before the answer reached the
+        // `Serve` boundary where it is recorded, the connection's task on the other worker
+        // read the client's `Cancel`. `CancelWatch` found no answered grant and left it to
+        // the handler, which no longer looks; `BaseChannel` then drops the answer unwritten
+        // (the request is no longer tracked). Nobody releases the grant: its key stays held,
+        // known to nobody, for the whole lease.
+        let cancel = tarpc::ClientMessage::Cancel {
+            trace_context: Default::default(),
+            request_id: 1,
+        };
+        match grant_then_meanwhile(|_, watch| watch.saw(&cancel)).await {
             Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
             other => panic!(
                 "the grant's call was cancelled and its answer is never written, yet nothing \
@@ -920,57 +930,10 @@ mod tests {
         // reached the boundary the connection ended, on the other worker. The boundary saw
         // it closed, said so in a log line, and let the answer go to nobody: the key stayed
         // held, known to nobody, for the whole lease.
-        let (events, mut inbox) = mpsc::channel(8);
-        let (close, closed) = watch::channel(false);
-        let answered = AnsweredGrants::default();
-        let checked = Checked {
-            closed: closed.clone(),
-            events: events.clone(),
-            answered,
-        };
-        let server = LockServer {
-            deliver_to_closed: false,
-            events: events.clone(),
-            next_id: Arc::new(AtomicU64::new(1)),
-            closed,
-        };
-        let other_worker = || {
+        let ended = |close: &watch::Sender<bool>, _: &mut CancelWatch<()>| {
             close.send_replace(true);
         };
-        let handler = checked.wrap(
-            1,
-            Meanwhile {
-                inner: server.serve(),
-                meanwhile: other_worker,
-            },
-        );
-        let acquire = crate::rpc::LockServiceRequest::Acquire {
-            key: "k".to_owned(),
-            lease_ms: 60_000,
-            wait_ms: 0,
-            origin: None,
-            timeout_ms: 10_000,
-        };
-        let core = async {
-            let Some(Event::Request { reply, .. }) = inbox.recv().await else {
-                panic!("the handler should forward the request to the core");
-            };
-            reply.send(Response::Granted { token: 7 }).unwrap();
-        };
-        let (response, ()) = tokio::join!(
-            tarpc::server::Serve::serve(handler, context::current(), acquire),
-            core
-        );
-        assert!(
-            matches!(
-                response,
-                Ok(crate::rpc::LockServiceResponse::Acquire(
-                    Response::Granted { token: 7 }
-                ))
-            ),
-            "the handler answered the grant: {response:?}"
-        );
-        match inbox.try_recv() {
+        match grant_then_meanwhile(ended).await {
             Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
             other => panic!(
                 "the connection ended before the grant's answer could be written, yet \
