@@ -644,10 +644,18 @@ where
     Item: for<'de> serde::Deserialize<'de>,
     SinkItem: serde::Serialize,
 {
+    serde_transport::new(frames(stream), Bincode::default())
+}
+
+/// Length-delimited frames of at most [`FRAME_LEN_MAX`] bytes: what every port reads.
+fn frames<S>(stream: S) -> Framed<S, LengthDelimitedCodec>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
     let codec = LengthDelimitedCodec::builder()
         .max_frame_length(FRAME_LEN_MAX)
         .new_codec();
-    serde_transport::new(Framed::new(stream, codec), Bincode::default())
+    Framed::new(stream, codec)
 }
 
 /// The transport of a port this node serves: [`transport`]'s frames, except that a request's
@@ -668,10 +676,7 @@ where
     Req: for<'de> serde::Deserialize<'de>,
     Resp: serde::Serialize,
 {
-    let codec = LengthDelimitedCodec::builder()
-        .max_frame_length(FRAME_LEN_MAX)
-        .new_codec();
-    serde_transport::new(Framed::new(stream, codec), Served(std::marker::PhantomData))
+    serde_transport::new(frames(stream), Served(std::marker::PhantomData))
 }
 
 /// The codec of [`served_transport`]: bincode, with requests read through `WireMessage`.
