@@ -30,6 +30,10 @@ pub struct Point {
     pub fire_one_in: u64,
     /// What firing does.
     pub what: &'static str,
+    /// A fault, ended by the final heal ([`quiesce`]); otherwise an interleaving that
+    /// production has at any time (lockd's two worker threads), which stays on to the end
+    /// of the run, the phantom-lock probe included.
+    pub fault: bool,
 }
 
 const fn point(name: &'static str, fire_one_in: u64, what: &'static str) -> Point {
@@ -37,8 +41,23 @@ const fn point(name: &'static str, fire_one_in: u64, what: &'static str) -> Poin
         name,
         fire_one_in,
         what,
+        fault: true,
     }
 }
+
+/// A point that is not a fault ([`Point::fault`]).
+const fn interleaving(name: &'static str, fire_one_in: u64, what: &'static str) -> Point {
+    Point {
+        fault: false,
+        ..point(name, fire_one_in, what)
+    }
+}
+
+/// The first this many points draw whether a seed enables them from one stream, whose state
+/// then goes on as the stream every firing and delay draws from. Each later point draws its
+/// enable from a stream of its own (the seed and its name), so that adding one leaves every
+/// seed on which it is off running exactly as before: pinned seeds keep what they test.
+const SHARED_ENABLE_POINTS: usize = 14;
 
 /// One point in this many is enabled on a seed with fault points.
 pub const ENABLE_ONE_IN: u64 = 2;
@@ -128,6 +147,14 @@ pub const POINTS: &[Point] = &[
          (TimeoutNow, the most up-to-date follower campaigning at once), answers its pending \
          requests, and is gone; the simulator restarts it",
     ),
+    // From here on, each point draws its enable from a stream of its own.
+    interleaving(
+        "serve-boundary-yield",
+        2,
+        "between a client handler's answer and the connection's record of it, the other \
+         worker thread runs for 1-20 ms: a `Cancel` or the end of the connection read \
+         meanwhile, as on lockd's two workers (a review defect of 2026-12-06 lived there)",
+    ),
 ];
 
 struct State {
@@ -202,21 +229,35 @@ pub fn take_crashes() -> Vec<(u64, &'static str)> {
 
 /// The names of the points that [`configure`] enables for `seed`, without configuring.
 pub fn enabled_points(seed: u64) -> Vec<&'static str> {
-    let mut rng = crate::rng::mix(seed ^ 0xB0_6617);
-    (POINTS.iter())
-        .filter(|_| crate::rng::splitmix64(&mut rng) % ENABLE_ONE_IN == 0)
-        .map(|p| p.name)
+    let (enabled, _) = enables(seed);
+    (POINTS.iter().zip(enabled))
+        .filter(|(_, on)| *on)
+        .map(|(p, _)| p.name)
         .collect()
+}
+
+/// Which points `seed` enables, and the stream its firings then draw from (see
+/// [`SHARED_ENABLE_POINTS`]).
+fn enables(seed: u64) -> (Vec<bool>, u64) {
+    let mut rng = crate::rng::mix(seed ^ 0xB0_6617);
+    let mut enabled: Vec<bool> = (POINTS[..SHARED_ENABLE_POINTS].iter())
+        .map(|_| crate::rng::splitmix64(&mut rng) % ENABLE_ONE_IN == 0)
+        .collect();
+    enabled.extend(POINTS[SHARED_ENABLE_POINTS..].iter().map(|p| {
+        let name = (p.name.bytes()).fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        let mut own = crate::rng::mix(seed ^ 0xB0_6617 ^ name);
+        crate::rng::splitmix64(&mut own) % ENABLE_ONE_IN == 0
+    }));
+    (enabled, rng)
 }
 
 /// Turns fault points on for this thread's simulation with `seed` (`Some`), or off (`None`).
 /// Returns the names of the points the seed enabled.
 pub fn configure(seed: Option<u64>) -> Vec<&'static str> {
     let state = seed.map(|seed| {
-        let mut rng = crate::rng::mix(seed ^ 0xB0_6617);
-        let enabled = (POINTS.iter())
-            .map(|_| crate::rng::splitmix64(&mut rng) % ENABLE_ONE_IN == 0)
-            .collect();
+        let (enabled, rng) = enables(seed);
         State {
             rng,
             enabled,
@@ -236,12 +277,15 @@ pub fn configure(seed: Option<u64>) -> Vec<&'static str> {
     names
 }
 
-/// Disables every point until the next [`configure`] (the final heal of a run: the
-/// recovery phase judges a cluster without faults). Counts so far are kept for [`take`].
+/// Disables every fault point until the next [`configure`] (the final heal of a run: the
+/// recovery phase judges a cluster without faults); interleavings stay as they are
+/// ([`Point::fault`]). Counts so far are kept for [`take`].
 pub fn quiesce() {
     STATE.with(|cell| {
         if let Some(state) = cell.borrow_mut().as_mut() {
-            state.enabled.iter_mut().for_each(|on| *on = false);
+            (state.enabled.iter_mut().zip(POINTS))
+                .filter(|(_, p)| p.fault)
+                .for_each(|(on, _)| *on = false);
         }
     });
 }
@@ -315,6 +359,52 @@ macro_rules! buggify {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_point_added_after_the_shared_ones_leaves_their_draws_as_they_were() {
+        // The points before `SHARED_ENABLE_POINTS` draw their enables, and then every firing,
+        // from one stream; a later point must not take a draw from it, or every seed (pinned
+        // ones included) would fire differently from then on.
+        for seed in 1..300 {
+            let mut shared = crate::rng::mix(seed ^ 0xB0_6617);
+            let first: Vec<bool> = (0..SHARED_ENABLE_POINTS)
+                .map(|_| crate::rng::splitmix64(&mut shared) % ENABLE_ONE_IN == 0)
+                .collect();
+            let (enabled, firing) = enables(seed);
+            assert_eq!(enabled.len(), POINTS.len());
+            assert_eq!(enabled[..SHARED_ENABLE_POINTS], first[..], "seed {seed}");
+            assert_eq!(firing, shared, "seed {seed}: the firing stream moved");
+        }
+        let later = SHARED_ENABLE_POINTS..POINTS.len();
+        assert!(!later.is_empty(), "the test has a later point to judge");
+        let on = (1..300)
+            .filter(|&seed| enables(seed).0[later.clone()].iter().any(|on| *on))
+            .count();
+        assert!(
+            (100..200).contains(&on),
+            "later points on for about half: {on}"
+        );
+    }
+
+    #[test]
+    fn the_final_heal_ends_faults_and_keeps_interleavings() {
+        let seed = (1..)
+            .find(|&s| enabled_points(s).contains(&"serve-boundary-yield"))
+            .expect("some seed enables it");
+        let before = configure(Some(seed));
+        quiesce();
+        let after = STATE.with(|cell| {
+            let cell = cell.borrow();
+            let state = cell.as_ref().expect("configured");
+            (POINTS.iter().zip(&state.enabled))
+                .filter(|(_, on)| **on)
+                .map(|(p, _)| p.name)
+                .collect::<Vec<_>>()
+        });
+        configure(None);
+        assert!(before.len() > 1, "seed {seed}: {before:?}");
+        assert_eq!(after, vec!["serve-boundary-yield"], "seed {seed}");
+    }
 
     #[test]
     fn enabled_points_names_what_configure_enables() {

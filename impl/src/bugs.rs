@@ -143,11 +143,19 @@ pub enum Bug {
     /// thread (`nemesis::capture::record_panics`); before that check only liveness saw it,
     /// on some seeds.
     LinkPanicsOnEmptyReply,
+    /// `cancel-crossing-answer-forgotten`: a client connection forgets a `Cancel` that found
+    /// no grant recorded yet (the fix of a review defect of 2026-12-06, undone:
+    /// `server::clients::AnsweredGrants`). On lockd's two workers the connection's task can
+    /// read the `Cancel` after the handler returned its grant and before the `Serve`
+    /// boundary recorded it; tarpc drops the answer unwritten and nobody releases the key for
+    /// the whole lease. Caught, through the interleaving point `serve-boundary-yield`, by
+    /// liveness rule P in the phantom-lock probe's crossing round.
+    CancelCrossingAnswerForgotten,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 25] = [
+    pub const ALL: [Bug; 26] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -173,6 +181,7 @@ impl Bug {
         Bug::CancelNotOrphaned,
         Bug::SnapshotRefused,
         Bug::LinkPanicsOnEmptyReply,
+        Bug::CancelCrossingAnswerForgotten,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -203,6 +212,7 @@ impl Bug {
             Bug::CancelNotOrphaned => "cancel-not-orphaned",
             Bug::SnapshotRefused => "snapshot-refused",
             Bug::LinkPanicsOnEmptyReply => "link-panics-on-empty-reply",
+            Bug::CancelCrossingAnswerForgotten => "cancel-crossing-answer-forgotten",
         }
     }
 

@@ -164,6 +164,15 @@ pub const PROBES: &[Probe] = &[
         false,
         "a fault point stalled a node's core, recorded in the history as a pause",
     ),
+    // The interleaving of a review defect (2026-12-06) that no tool reached until the point
+    // `serve-boundary-yield` opened it on the simulator's one thread. Required from the
+    // start: 22 of seeds 1..300 reach it (first seed 65).
+    probe(
+        "cancel-read-before-grant-recorded",
+        true,
+        "a client's Cancel was read after its handler answered a grant and before the \
+         connection recorded it (released as an orphan)",
+    ),
 ];
 
 static REACHED: [AtomicBool; PROBES.len()] = [const { AtomicBool::new(false) }; PROBES.len()];

@@ -432,3 +432,50 @@ fn a_stalled_core_is_a_fault_in_the_history_and_excuses_its_waiters() {
         "seed 7416 is valid with its stalls in the history:\n{stdout}\n{stderr}"
     );
 }
+
+/// A review defect of 2026-12-06 that no tool reached: on lockd's two workers a client's
+/// `Cancel` can be read after its handler returned a grant and before the `Serve` boundary
+/// recorded it; the fix remembers such a `Cancel` and releases the grant as an orphan. The
+/// simulator runs a node on one thread, where that window never opened, until the
+/// interleaving point `serve-boundary-yield` waited there. Seed 65 reaches the window (the
+/// probe `cancel-read-before-grant-recorded`) and is valid; with the fix undone (the mutant
+/// `cancel-crossing-answer-forgotten`) the phantom-lock probe's crossing round finds the key
+/// held by nobody (liveness rule P). If a change to what the simulation draws moves the
+/// window off seed 65, pin a seed that reaches the probe.
+#[test]
+fn a_cancel_read_as_a_grant_leaves_its_handler_is_reached_and_its_mutant_caught() {
+    let sim = |bug: Option<&str>| {
+        let store = tempfile::tempdir().expect("a temporary folder");
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"));
+        command.args(["sim", "--seeds", "65", "--no-shrink", "--store"]);
+        command.arg(store.path());
+        if let Some(bug) = bug {
+            command.args(["--bug", bug]);
+        }
+        let out = command.output().expect("locksmith runs");
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (clean, text) = sim(None);
+    let reached = (text.lines())
+        .find(|l| {
+            l.trim_start()
+                .starts_with("cancel-read-before-grant-recorded ")
+        })
+        .unwrap_or_default();
+    assert!(
+        reached.contains("first seed 65"),
+        "seed 65 reaches the window (probe line {reached:?}):\n{text}"
+    );
+    assert_eq!(clean, Some(0), "seed 65 is valid with the fix:\n{text}");
+    let (mutant, text) = sim(Some("cancel-crossing-answer-forgotten"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 65:\n{text}");
+    assert!(
+        text.contains("a key whose client left is grantable again: violated"),
+        "by rule P:\n{text}"
+    );
+}

@@ -93,6 +93,9 @@ struct AnsweredGrants(Arc<std::sync::Mutex<AnsweredState>>);
 
 #[derive(Default)]
 struct AnsweredState {
+    /// The mutant `cancel-crossing-answer-forgotten` (`crate::bugs`): a `Cancel` that found
+    /// no grant is forgotten.
+    forget_cancels: bool,
     /// Grants answered, newest last, at most [`ANSWERED_GRANTS_REMEMBERED`].
     grants: std::collections::VecDeque<(u64, Key, Token)>,
     /// Requests cancelled with no grant recorded, newest last, at most as many: most were
@@ -112,6 +115,7 @@ impl AnsweredGrants {
         let mut state = self.lock();
         if let Some(at) = state.cancelled.iter().position(|id| *id == request_id) {
             state.cancelled.remove(at);
+            crate::probe!("cancel-read-before-grant-recorded");
             return Some((key, token));
         }
         if state.grants.len() >= ANSWERED_GRANTS_REMEMBERED {
@@ -127,6 +131,9 @@ impl AnsweredGrants {
         let mut state = self.lock();
         if let Some(at) = state.grants.iter().position(|(id, ..)| *id == request_id) {
             return state.grants.remove(at).map(|(_, key, token)| (key, token));
+        }
+        if state.forget_cancels {
+            return None;
         }
         if state.cancelled.len() >= ANSWERED_GRANTS_REMEMBERED {
             state.cancelled.pop_front();
@@ -540,29 +547,69 @@ where
             _ => None,
         };
         let response = self.inner.serve(ctx, req).await;
-        if let Ok(response) = &response {
-            let broken = self.checked.check(response);
-            if let (
-                Some(key),
-                crate::rpc::LockServiceResponse::Acquire(Response::Granted { token }),
-            ) = (key, response)
-            {
-                if broken {
-                    // The connection is gone: this answer is never written. On one thread the
-                    // handler saw it open when it returned, so the check above names a
-                    // handler that should have released the grant; on `lockd`'s two workers
-                    // the connection can also end in between. Either way nobody else will
-                    // release it.
-                    report_orphan(&self.checked.events, key, *token);
-                } else if let Some((key, token)) =
-                    self.checked.answered.record(self.request_id, key, *token)
-                {
-                    debug!(key = %key, token, "a grant's call was cancelled as it was answered");
-                    report_orphan(&self.checked.events, key, token);
-                }
-            }
+        let Ok(answer) = &response else {
+            return response;
+        };
+        // The handler's contract, in the poll in which it decided.
+        let broken = self.checked.check(answer);
+        let (Some(key), crate::rpc::LockServiceResponse::Acquire(Response::Granted { token })) =
+            (key, answer)
+        else {
+            return response;
+        };
+        let mut grant = AnsweredGrant {
+            checked: &self.checked,
+            request_id: self.request_id,
+            grant: Some((key, *token)),
+            broken,
+        };
+        if crate::buggify!("serve-boundary-yield") {
+            // What lockd's other worker thread may do meanwhile: read a `Cancel` of this
+            // request (tarpc then aborts this future here, and `grant` settles on drop, as
+            // the answer would be dropped unwritten), or the end of the connection.
+            let ms = crate::buggify::between(1, 20);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
         }
+        grant.settle();
         response
+    }
+}
+
+/// A grant a handler answered, on its way out of the `Serve` boundary: settled once, when it
+/// leaves ([`AnsweredGrant::settle`]) or when the request is aborted before (drop).
+struct AnsweredGrant<'a> {
+    checked: &'a Checked,
+    request_id: u64,
+    grant: Option<(Key, Token)>,
+    /// The handler returned it to a connection it knew was closed ([`Checked::check`]).
+    broken: bool,
+}
+
+impl AnsweredGrant<'_> {
+    /// Records the grant for [`CancelWatch`], or releases it as an orphan if its connection
+    /// is closed or its `Cancel` was read already.
+    fn settle(&mut self) {
+        let Some((key, token)) = self.grant.take() else {
+            return;
+        };
+        if self.broken || *self.checked.closed.borrow() {
+            // The connection is gone: this answer is never written. The check names a
+            // handler that saw the connection closed and returned the grant anyway; on
+            // `lockd`'s two workers the connection can also end after the handler looked.
+            // Either way nobody else will release it.
+            report_orphan(&self.checked.events, key, token);
+        } else if let Some((key, token)) =
+            (self.checked.answered).record(self.request_id, key, token)
+        {
+            debug!(key = %key, token, "a grant's call was cancelled as it was answered");
+            report_orphan(&self.checked.events, key, token);
+        }
+    }
+}
+
+impl Drop for AnsweredGrant<'_> {
+    fn drop(&mut self) {
+        self.settle();
     }
 }
 
@@ -588,6 +635,7 @@ fn connection<T>(
     next_id: &Arc<AtomicU64>,
 ) -> (EofNotify<CancelWatch<T>>, Checked, LockServer) {
     let answered = AnsweredGrants::default();
+    answered.lock().forget_cancels = bugs.contains(crate::bugs::Bug::CancelCrossingAnswerForgotten);
     let watched = CancelWatch {
         ignore_cancelled: bugs.contains(crate::bugs::Bug::CancelNotOrphaned),
         ..CancelWatch::new(transport, events.clone(), answered.clone())
@@ -838,6 +886,51 @@ mod tests {
             (self.meanwhile)();
             response
         }
+    }
+
+    #[test]
+    fn a_grant_whose_request_is_aborted_before_it_leaves_the_boundary_is_still_settled() {
+        // Under the simulator the interleaving point `serve-boundary-yield` waits between a
+        // handler's grant and its record, and tarpc aborts the request there when it reads
+        // its `Cancel`. On lockd's workers that abort cannot land there (no await), but the
+        // `Cancel` can be read there all the same; so a grant dropped on its way out is
+        // settled as if it had left: released when its `Cancel` came first, recorded for a
+        // later one otherwise.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (_close, closed) = watch::channel(false);
+        let answered = AnsweredGrants::default();
+        let checked = Checked {
+            closed,
+            events,
+            answered: answered.clone(),
+        };
+        let on_the_way = |request_id, token| AnsweredGrant {
+            checked: &checked,
+            request_id,
+            grant: Some(("k".to_owned(), token)),
+            broken: false,
+        };
+
+        assert_eq!(answered.cancel(1), None, "no grant recorded yet");
+        drop(on_the_way(1, 7));
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
+            other => panic!("the grant of a request cancelled first is an orphan: {other:?}"),
+        }
+
+        drop(on_the_way(2, 8));
+        assert!(inbox.try_recv().is_err(), "nothing to release yet");
+        assert_eq!(
+            answered.cancel(2),
+            Some(("k".to_owned(), 8)),
+            "recorded for a later Cancel"
+        );
+
+        let mut settled = on_the_way(3, 9);
+        settled.settle();
+        drop(settled);
+        assert_eq!(answered.cancel(3), Some(("k".to_owned(), 9)));
+        assert_eq!(answered.cancel(3), None, "settled once, not again on drop");
     }
 
     /// Serves an acquire that the core grants (token 7 of key "k") and runs `meanwhile`, given
