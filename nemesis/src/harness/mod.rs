@@ -313,14 +313,41 @@ pub const START_TIMEOUT_MS: u64 = 20_000;
 /// Waits until some node says it leads and every node answers a status call; the leader.
 /// For a system that elects no leader it knows of (`exec`), only the answers are waited for,
 /// and the leader is `None`.
+///
+/// When it gives up, the error names every node that stopped on its own meanwhile, with how
+/// (its exit or panic): a node that failed at start wrote nothing else anywhere.
 pub async fn await_cluster(world: &World) -> Result<Option<NodeId>, Error> {
-    let leader = if world.system.elects_leader() {
-        Some(wait_for_leader(world.system.as_ref(), &world.layout).await?)
-    } else {
-        None
+    let waited = async {
+        let leader = if world.system.elects_leader() {
+            Some(wait_for_leader(world.system.as_ref(), &world.layout).await?)
+        } else {
+            None
+        };
+        all_nodes_answer(world.system.as_ref(), &world.layout, world.nodes.as_ref()).await?;
+        Ok(leader)
     };
-    all_nodes_answer(world.system.as_ref(), &world.layout, world.nodes.as_ref()).await?;
-    Ok(leader)
+    waited
+        .await
+        .map_err(|e| naming_exits(e, world.nodes.reap_exited()))
+}
+
+/// `error`, with the nodes that stopped on their own (`exits`) named after it.
+fn naming_exits(error: Error, exits: Vec<(NodeId, String)>) -> Error {
+    if exits.is_empty() {
+        return error;
+    }
+    let exits: Vec<String> = (exits.iter())
+        .map(|(id, how)| format!("n{id} {how}"))
+        .collect();
+    let error = match error {
+        Error::Cluster(reason) => reason,
+        other => other.to_string(),
+    };
+    Error::Cluster(format!(
+        "{error}; meanwhile {} node(s) stopped on their own: {}",
+        exits.len(),
+        exits.join("; ")
+    ))
 }
 
 /// Waits until some node says it leads, or gives up.
@@ -429,5 +456,41 @@ pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult 
             Verdict::unknown(format!("the run could not finish: {error}")),
         ),
         None => CheckResult::new(name, Verdict::Valid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_that_never_came_up_names_the_nodes_that_stopped_meanwhile() {
+        // A node that fails at its start writes nothing else anywhere (a `locksmith sim`
+        // seed with a storage mistake said only "no leader within 20000 ms (see node-logs/)",
+        // with every node log empty).
+        let waited = Error::Cluster("no leader within 20000 ms (see node-logs/)".into());
+        let exits = vec![
+            (
+                1,
+                "exited at 0 ms: storage: /data/meta at byte 0: a short file header".into(),
+            ),
+            (3, "panicked at 5 ms: boom".into()),
+        ];
+        let named = naming_exits(waited, exits).to_string();
+        for part in [
+            "no leader within 20000 ms",
+            "2 node(s) stopped on their own",
+            "n1 exited at 0 ms: storage: /data/meta",
+            "n3 panicked at 5 ms: boom",
+        ] {
+            assert!(named.contains(part), "{part:?} in {named:?}");
+        }
+        assert_eq!(named.matches("cluster: ").count(), 1, "{named}");
+        let alone = naming_exits(Error::Cluster("no leader".into()), Vec::new());
+        assert_eq!(
+            alone.to_string(),
+            "cluster: no leader",
+            "nothing added without exits"
+        );
     }
 }
