@@ -151,11 +151,18 @@ pub enum Bug {
     /// the whole lease. Caught, through the interleaving point `serve-boundary-yield`, by
     /// liveness rule P in the phantom-lock probe's crossing round.
     CancelCrossingAnswerForgotten,
+    /// `connection-end-unseen`: a client connection's end is never told to its handlers
+    /// (`server::clients::EofNotify` does not flip its flag), so a handler whose client died
+    /// with no cancellation keeps waiting, and its grant goes to nobody for the whole lease.
+    /// A hand-made mistake (2026-12-06) that every tool missed: a cancellation, or the
+    /// client library's retry and abandon, always told the node first. Caught by liveness
+    /// rule P in the phantom-lock probe's round whose leaver crashes (`LeaveHow::Crash`).
+    ConnectionEndUnseen,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 26] = [
+    pub const ALL: [Bug; 27] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -182,6 +189,7 @@ impl Bug {
         Bug::SnapshotRefused,
         Bug::LinkPanicsOnEmptyReply,
         Bug::CancelCrossingAnswerForgotten,
+        Bug::ConnectionEndUnseen,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -213,6 +221,7 @@ impl Bug {
             Bug::SnapshotRefused => "snapshot-refused",
             Bug::LinkPanicsOnEmptyReply => "link-panics-on-empty-reply",
             Bug::CancelCrossingAnswerForgotten => "cancel-crossing-answer-forgotten",
+            Bug::ConnectionEndUnseen => "connection-end-unseen",
         }
     }
 

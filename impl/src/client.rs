@@ -393,6 +393,20 @@ impl Client {
         Answered { result, node }
     }
 
+    /// The client's process dies at once: every connection ends with nothing more sent, not
+    /// even the cancellation of a call just dropped (each dispatch task is aborted before it
+    /// runs again), so a node learns of it only from the end of the connection. The harness
+    /// crashes a client this way while its acquire waits behind another holder (the
+    /// phantom-lock probe): only a node that watches its connections' ends then lets go.
+    pub fn crash(&self) {
+        let conns = std::mem::take(&mut *self.lock_conns());
+        for conn in conns.into_iter().flatten() {
+            conn.dispatch.abort();
+        }
+        let nodes = self.cluster.len();
+        self.lock_conns().resize_with(nodes, || None);
+    }
+
     /// After its caller dropped an acquire of this client (left it): whether the node surely
     /// learns that nobody read that acquire's grant, if it made one. Every attempt that went
     /// out must have been cancelled on the wire (tarpc's `Cancel`) or answered without a

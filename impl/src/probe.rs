@@ -166,7 +166,8 @@ pub const PROBES: &[Probe] = &[
     ),
     // The interleaving of a review defect (2026-12-06) that no tool reached until the point
     // `serve-boundary-yield` opened it on the simulator's one thread. Required from the
-    // start: 22 of seeds 1..300 reach it (first seed 65).
+    // start: 22 of seeds 1..300 reach it (first seed 65; 26, first seed 6, once the
+    // phantom-lock probe gained its round with a crashing leaver).
     probe(
         "cancel-read-before-grant-recorded",
         true,

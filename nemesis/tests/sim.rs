@@ -437,30 +437,15 @@ fn a_stalled_core_is_a_fault_in_the_history_and_excuses_its_waiters() {
 /// `Cancel` can be read after its handler returned a grant and before the `Serve` boundary
 /// recorded it; the fix remembers such a `Cancel` and releases the grant as an orphan. The
 /// simulator runs a node on one thread, where that window never opened, until the
-/// interleaving point `serve-boundary-yield` waited there. Seed 65 reaches the window (the
+/// interleaving point `serve-boundary-yield` waited there. Seed 6 reaches the window (the
 /// probe `cancel-read-before-grant-recorded`) and is valid; with the fix undone (the mutant
-/// `cancel-crossing-answer-forgotten`) the phantom-lock probe's crossing round finds the key
-/// held by nobody (liveness rule P). If a change to what the simulation draws moves the
-/// window off seed 65, pin a seed that reaches the probe.
+/// `cancel-crossing-answer-forgotten`) the phantom-lock probe finds the key held by
+/// nobody (liveness rule P). If a change to what the simulation draws moves the
+/// window off seed 6, pin a seed that reaches the probe (it was seed 65 until the
+/// probe's round with a crashing leaver came in).
 #[test]
 fn a_cancel_read_as_a_grant_leaves_its_handler_is_reached_and_its_mutant_caught() {
-    let sim = |bug: Option<&str>| {
-        let store = tempfile::tempdir().expect("a temporary folder");
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"));
-        command.args(["sim", "--seeds", "65", "--no-shrink", "--store"]);
-        command.arg(store.path());
-        if let Some(bug) = bug {
-            command.args(["--bug", bug]);
-        }
-        let out = command.output().expect("locksmith runs");
-        let text = format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
-    };
-    let (clean, text) = sim(None);
+    let (clean, text) = sim_seed(6, None);
     let reached = (text.lines())
         .find(|l| {
             l.trim_start()
@@ -468,14 +453,57 @@ fn a_cancel_read_as_a_grant_leaves_its_handler_is_reached_and_its_mutant_caught(
         })
         .unwrap_or_default();
     assert!(
-        reached.contains("first seed 65"),
-        "seed 65 reaches the window (probe line {reached:?}):\n{text}"
+        reached.contains("first seed 6"),
+        "seed 6 reaches the window (probe line {reached:?}):\n{text}"
     );
-    assert_eq!(clean, Some(0), "seed 65 is valid with the fix:\n{text}");
-    let (mutant, text) = sim(Some("cancel-crossing-answer-forgotten"));
-    assert_eq!(mutant, Some(1), "the mutant is caught on seed 65:\n{text}");
+    assert_eq!(clean, Some(0), "seed 6 is valid with the fix:\n{text}");
+    let (mutant, text) = sim_seed(6, Some("cancel-crossing-answer-forgotten"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 6:\n{text}");
     assert!(
         text.contains("a key whose client left is grantable again: violated"),
         "by rule P:\n{text}"
     );
+}
+
+/// A hand-made mistake of 2026-12-06 that every tool missed: a node that never notices a
+/// client connection's end (`EofNotify` never flips) kept 200 seeds valid, since a
+/// cancellation, or the client library's retry and abandon, always told it first. The
+/// phantom-lock probe now has a witnessed round whose leaver crashes while it waits behind
+/// the holder (`LeaveHow::Crash`: no cancellation, only the connection's end), and the
+/// mistake, kept as the mutant `connection-end-unseen`, fails there by rule P.
+#[test]
+fn a_client_that_crashes_while_it_waits_is_let_go_and_its_mutant_caught() {
+    let (clean, text) = sim_seed(1, None);
+    assert_eq!(clean, Some(0), "seed 1 is valid:\n{text}");
+    let (mutant, text) = sim_seed(1, Some("connection-end-unseen"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 1:\n{text}");
+    assert!(
+        text.contains("a key whose client left is grantable again: violated")
+            && text.contains("info disconnected"),
+        "by rule P, on a leaver that disconnected:\n{text}"
+    );
+}
+
+/// `locksmith sim --seeds SEED --no-shrink` (with `--bug`): its exit code and its output.
+fn sim_seed(seed: u64, bug: Option<&str>) -> (Option<i32>, String) {
+    let store = tempfile::tempdir().expect("a temporary folder");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_locksmith"));
+    command.args([
+        "sim",
+        "--seeds",
+        &seed.to_string(),
+        "--no-shrink",
+        "--store",
+    ]);
+    command.arg(store.path());
+    if let Some(bug) = bug {
+        command.args(["--bug", bug]);
+    }
+    let out = command.output().expect("locksmith runs");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
 }

@@ -28,13 +28,23 @@ const CLIENT_TIMEOUT_MS_MAX: u64 = 600_000;
 pub struct EofNotify<T> {
     inner: T,
     closed: watch::Sender<bool>,
+    /// The mutant `connection-end-unseen` (`crate::bugs`): the end is never told.
+    unseen: bool,
 }
 
 impl<T> EofNotify<T> {
     /// Wraps `inner`; the returned receiver turns `true` when the read half ends.
     pub fn new(inner: T) -> (Self, watch::Receiver<bool>) {
         let (closed, receiver) = watch::channel(false);
-        (EofNotify { inner, closed }, receiver)
+        let unseen = false;
+        (
+            EofNotify {
+                inner,
+                closed,
+                unseen,
+            },
+            receiver,
+        )
     }
 }
 
@@ -46,7 +56,7 @@ where
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T::Item>> {
         let polled = Pin::new(&mut self.inner).poll_next(cx);
-        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) && !self.unseen {
             self.closed.send_replace(true);
         }
         polled
@@ -641,7 +651,8 @@ fn connection<T>(
         ..CancelWatch::new(transport, events.clone(), answered.clone())
     };
     let deliver_to_closed = bugs.contains(crate::bugs::Bug::GrantToClosedConnection);
-    let (transport, closed) = EofNotify::new(watched);
+    let (mut transport, closed) = EofNotify::new(watched);
+    transport.unseen = bugs.contains(crate::bugs::Bug::ConnectionEndUnseen);
     let checked = Checked {
         closed: closed.clone(),
         events: events.clone(),

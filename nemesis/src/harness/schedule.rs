@@ -149,6 +149,11 @@ pub enum LeaveHow {
     GiveUp,
     /// Close the connection: error `disconnected`.
     Disconnect,
+    /// The client's process dies: its connection ends with no cancellation sent first
+    /// (`LockClient::crash`), error `disconnected`. Only where another client holds the key
+    /// until well after (the phantom-lock probe's witnessed round): without a witness a node
+    /// cannot tell it from a client that read its grant and died.
+    Crash,
 }
 
 /// A planned departure mid-acquire.
@@ -165,7 +170,7 @@ impl LeaveHow {
     pub fn error_word(self) -> history::ErrorWord {
         match self {
             LeaveHow::GiveUp => history::ErrorWord::GaveUp,
-            LeaveHow::Disconnect => history::ErrorWord::Disconnected,
+            LeaveHow::Disconnect | LeaveHow::Crash => history::ErrorWord::Disconnected,
         }
     }
 }

@@ -360,6 +360,24 @@ impl Worker {
                     }
                 }
             }
+            LeaveHow::Crash => {
+                // A client of its own, as above; it dies in the poll in which it drops the
+                // call, before its cancellation can leave.
+                let own = (self.factory)(DISCONNECTING_CLIENT_ID_BASE + self.process);
+                let answered = timeout(own.acquire(key, lease_ms, wait_ms, deadline)).await;
+                match answered {
+                    Ok(outcome) => {
+                        self.client = own;
+                        outcome
+                    }
+                    Err(()) => {
+                        own.crash();
+                        drop(own);
+                        // Judged only with the witness the probe keeps (see `LeaveHow::Crash`).
+                        Outcome::Info(ErrorWord::Disconnected)
+                    }
+                }
+            }
         }
     }
 
@@ -534,7 +552,9 @@ pub async fn phantom_probe(shared: &Shared, keys: &[String], crossing: bool) -> 
         let shared = shared.clone();
         let key = key.clone();
         async move {
-            let ran = probe_key(&shared, &key, i as u64).await;
+            let ran = probe_key(&shared, &key, i as u64, probe_leave_how(i as u64), 0).await;
+            // Again with a leaver that crashes: no cancellation, only the connection's end.
+            probe_key(&shared, &key, i as u64, LeaveHow::Crash, CRASH_ROUND_OFFSET).await;
             if crossing {
                 probe_key_crossing(&shared, &key, i as u64).await;
             }
@@ -594,8 +614,8 @@ async fn probe_try(prober: &mut Worker, key: &str) {
     }
 }
 
-async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
-    let base = PROBE_PROCESS_BASE + 10 * i;
+async fn probe_key(shared: &Shared, key: &str, i: u64, how: LeaveHow, offset: u64) -> bool {
+    let base = PROBE_PROCESS_BASE + 10 * i + offset;
     let worker = |process| probe_worker(shared, process);
     let (mut holder, mut leaver, mut prober) = (worker(base), worker(base + 1), worker(base + 2));
     let acquire = |lease_ms, wait_ms, leave| probe_acquire(key, lease_ms, wait_ms, leave);
@@ -606,10 +626,7 @@ async fn probe_key(shared: &Shared, key: &str, i: u64) -> bool {
     else {
         return false;
     };
-    let leave = Leave {
-        after_ms: 300,
-        how: probe_leave_how(i),
-    };
+    let leave = Leave { after_ms: 300, how };
     let left = leaver
         .perform(&acquire(PROBE_LEASE_MS, 10_000, Some(leave)))
         .await;
@@ -676,6 +693,10 @@ async fn probe_key_crossing(shared: &Shared, key: &str, i: u64) {
     tokio::time::sleep(Duration::from_millis(PROBE_DELAY_MS)).await;
     probe_try(&mut prober, key).await;
 }
+
+/// The witnessed round with a crashing leaver takes the process ids this far above its
+/// key's first round (each round uses three).
+const CRASH_ROUND_OFFSET: u64 = 5;
 
 /// How many times the crossing round's leaver leaves (at 0.4, 0.5, ... 1.1 of the round
 /// trip).

@@ -284,6 +284,10 @@ impl LockClient for LockdClient {
     fn departure(&self) -> Option<BoxFuture<'static, bool>> {
         Some(self.client.departure(DEPARTURE_SETTLES_WITHIN).boxed())
     }
+
+    fn crash(&self) {
+        self.client.crash();
+    }
 }
 
 /// How long a departing client's connections get to write the cancellations of the call it

@@ -84,6 +84,11 @@ pub trait LockClient: Send + Sync {
         None
     }
 
+    /// The client's process dies at once: its connections end with nothing more sent (no
+    /// cancellation of a call just dropped). By default nothing beyond dropping the client,
+    /// which closes what it holds.
+    fn crash(&self) {}
+
     /// The client's process stalls (`true`, `pause-clients`) or runs again (`false`). The
     /// workload stops on its own; a client whose library talks to the service in the
     /// background (ZooKeeper's session heartbeats) stops that too, as a real process pause
