@@ -541,7 +541,8 @@ pub const PROBE_PROCESS_BASE: u64 = 1_000_000;
 /// left a third client tries the key. A lock service that keeps the gone waiter's lock
 /// (`--bug skip-phantom-release`) answers it `busy`, which the liveness check's rule P
 /// reports. Returns how many keys the probe ran on (a key whose holder got no grant is
-/// skipped).
+/// skipped). Each key then gets the same round again with a leaver that crashes
+/// ([`LeaveHow::Crash`]): only the end of its connection tells the node.
 ///
 /// With `crossing` (a service that releases the grant of a cancelled call, even one it had
 /// answered: [`crate::systems::System::releases_cancelled_grants`]), each key then gets a
