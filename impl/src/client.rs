@@ -399,12 +399,9 @@ impl Client {
     /// crashes a client this way while its acquire waits behind another holder (the
     /// phantom-lock probe): only a node that watches its connections' ends then lets go.
     pub fn crash(&self) {
-        let conns = std::mem::take(&mut *self.lock_conns());
-        for conn in conns.into_iter().flatten() {
+        for conn in self.lock_conns().iter_mut().filter_map(Option::take) {
             conn.dispatch.abort();
         }
-        let nodes = self.cluster.len();
-        self.lock_conns().resize_with(nodes, || None);
     }
 
     /// After its caller dropped an acquire of this client (left it): whether the node surely

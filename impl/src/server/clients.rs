@@ -560,8 +560,9 @@ where
         let Ok(answer) = &response else {
             return response;
         };
-        // The handler's contract, in the poll in which it decided.
-        let broken = self.checked.check(answer);
+        // The handler's contract, in the poll in which it decided. A grant it breaks goes
+        // to a closed connection, which `settle` releases (a connection never reopens).
+        self.checked.check(answer);
         let (Some(key), crate::rpc::LockServiceResponse::Acquire(Response::Granted { token })) =
             (key, answer)
         else {
@@ -571,7 +572,6 @@ where
             checked: &self.checked,
             request_id: self.request_id,
             grant: Some((key, *token)),
-            broken,
         };
         if crate::buggify!("serve-boundary-yield") {
             // What lockd's other worker thread may do meanwhile: read a `Cancel` of this
@@ -591,8 +591,6 @@ struct AnsweredGrant<'a> {
     checked: &'a Checked,
     request_id: u64,
     grant: Option<(Key, Token)>,
-    /// The handler returned it to a connection it knew was closed ([`Checked::check`]).
-    broken: bool,
 }
 
 impl AnsweredGrant<'_> {
@@ -602,7 +600,7 @@ impl AnsweredGrant<'_> {
         let Some((key, token)) = self.grant.take() else {
             return;
         };
-        if self.broken || *self.checked.closed.borrow() {
+        if *self.checked.closed.borrow() {
             // The connection is gone: this answer is never written. The check names a
             // handler that saw the connection closed and returned the grant anyway; on
             // `lockd`'s two workers the connection can also end after the handler looked.
@@ -919,7 +917,6 @@ mod tests {
             checked: &checked,
             request_id,
             grant: Some(("k".to_owned(), token)),
-            broken: false,
         };
 
         assert_eq!(answered.cancel(1), None, "no grant recorded yet");

@@ -336,7 +336,7 @@ impl Worker {
                     }
                 }
             }
-            LeaveHow::Disconnect => {
+            LeaveHow::Disconnect | LeaveHow::Crash => {
                 // A client id of its own: two lockd clients with one id number their
                 // requests alike, and the lock table's dedupe (client, request) then answers
                 // the second client's acquire with the first one's old grant (seen: token
@@ -353,28 +353,18 @@ impl Worker {
                         self.client = own;
                         outcome
                     }
+                    Err(()) if leave.how == LeaveHow::Crash => {
+                        // It dies in the poll in which it drops the call, before its
+                        // cancellation can leave; judged only with the witness the probe
+                        // keeps (see `LeaveHow::Crash`).
+                        own.crash();
+                        drop(own);
+                        Outcome::Info(ErrorWord::Disconnected)
+                    }
                     Err(()) => {
                         let departure = own.departure();
                         drop(own);
                         left(ErrorWord::Disconnected, departure).await
-                    }
-                }
-            }
-            LeaveHow::Crash => {
-                // A client of its own, as above; it dies in the poll in which it drops the
-                // call, before its cancellation can leave.
-                let own = (self.factory)(DISCONNECTING_CLIENT_ID_BASE + self.process);
-                let answered = timeout(own.acquire(key, lease_ms, wait_ms, deadline)).await;
-                match answered {
-                    Ok(outcome) => {
-                        self.client = own;
-                        outcome
-                    }
-                    Err(()) => {
-                        own.crash();
-                        drop(own);
-                        // Judged only with the witness the probe keeps (see `LeaveHow::Crash`).
-                        Outcome::Info(ErrorWord::Disconnected)
                     }
                 }
             }
