@@ -870,6 +870,60 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_grant_recorded_before_its_connection_ended_and_written_after_is_released() {
+        // The settle gap (2026-12-07). The handler returned its grant with the connection
+        // open, and the grant was recorded for a later `Cancel`; the connection's task then
+        // read the end of the connection before it wrote the answer (tarpc reads before it
+        // writes in each turn, and goes on writing while requests are in flight). The answer
+        // goes to a closed connection, where nobody reads it, and no `Cancel` will ever
+        // come: nothing released the grant, whose key stayed held for the whole lease.
+        let (events, mut inbox) = mpsc::channel(8);
+        let (mut client_side, server_side) = tarpc::transport::channel::unbounded::<
+            tarpc::Response<crate::rpc::LockServiceResponse>,
+            tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
+        >();
+        let (transport, checked, server) = connection(
+            server_side,
+            &events,
+            crate::bugs::BugSet::NONE,
+            &Arc::new(AtomicU64::new(1)),
+        );
+        let mut requests = Box::pin(BaseChannel::with_defaults(transport).requests());
+        let acquire = tarpc::ClientMessage::Request(tarpc::Request {
+            context: context::current(),
+            id: 1,
+            message: crate::rpc::LockServiceRequest::Acquire {
+                key: "k".to_owned(),
+                lease_ms: 60_000,
+                wait_ms: 0,
+                origin: None,
+                timeout_ms: 10_000,
+            },
+        });
+        client_side.send(acquire).await.unwrap();
+        let request = requests.next().await.unwrap().unwrap();
+        let handler = tokio::spawn(serve_request(request, &checked, &server));
+        let Some(Event::Request { reply, .. }) = inbox.recv().await else {
+            panic!("the handler should forward the request to the core");
+        };
+        reply.send(Response::Granted { token: 7 }).unwrap();
+        handler.await.unwrap();
+        assert!(inbox.try_recv().is_err(), "recorded, not released: the connection was open");
+        // The client dies; the channel's next turn reads the end, then writes the answer.
+        drop(client_side);
+        let _ = futures::poll!(requests.next());
+        drop(requests);
+        match inbox.try_recv() {
+            Ok(Event::Orphaned { key, token }) => assert_eq!((key.as_str(), token), ("k", 7)),
+            other => panic!(
+                "the grant's answer went to a closed connection and nothing releases it \
+                 (expected it orphaned): {other:?}"
+            ),
+        }
+        assert!(inbox.try_recv().is_err(), "released once");
+    }
+
     /// A `Serve` that runs `inner` and then `meanwhile`, before its answer reaches the `Serve`
     /// boundary: what the connection's task, on another worker thread of `lockd`'s
     /// multi-threaded runtime, can do after a handler passed its last abort point.
