@@ -126,8 +126,9 @@ pub enum Bug {
     /// its handler had already answered, and does nothing with it (the server half of the
     /// deadline defect's fix, undone: `server::clients::CancelWatch`). A client that stopped
     /// waiting, or dropped the call, and never runs another op leaves the key held, known to
-    /// nobody, for the whole lease. Caught by liveness rule P, which judges lockd's
-    /// departures without a witness (`LivenessOptions::cancelled_grants_released`).
+    /// nobody, for the whole lease. Caught by the connection's account of its grants (a grant kept after its `Cancel` was read), and
+    /// by liveness rule P, which judges lockd's departures without a witness
+    /// (`LivenessOptions::cancelled_grants_released`).
     CancelNotOrphaned,
     /// `snapshot-refused`: a follower's check of a received snapshot is one off
     /// (`last_token < last_index` where `<=` is meant), so it refuses every honest snapshot
@@ -148,8 +149,10 @@ pub enum Bug {
     /// `server::clients::AnsweredGrants`). On lockd's two workers the connection's task can
     /// read the `Cancel` after the handler returned its grant and before the `Serve`
     /// boundary recorded it; tarpc drops the answer unwritten and nobody releases the key for
-    /// the whole lease. Caught, through the interleaving point `serve-boundary-yield`, by
-    /// liveness rule P in the phantom-lock probe's crossing round.
+    /// the whole lease (since 2026-12-07, until the connection ends). Caught, through the
+    /// interleaving point `serve-boundary-yield`, by the connection's account of its grants
+    /// (`server::clients::AnsweredGrants`: a grant kept after its `Cancel` was read); before
+    /// the account, by liveness rule P in the phantom-lock probe's crossing round.
     CancelCrossingAnswerForgotten,
     /// `connection-end-unseen`: a client connection's end is never told to its handlers
     /// (`server::clients::EofNotify` does not flip its flag), so a handler whose client died
@@ -158,11 +161,19 @@ pub enum Bug {
     /// client library's retry and abandon, always told the node first. Caught by liveness
     /// rule P in the phantom-lock probe's round whose leaver crashes (`LeaveHow::Crash`).
     ConnectionEndUnseen,
+    /// `grant-written-after-end-kept`: a client connection takes every answer tarpc writes
+    /// for delivered, also one written after the connection's end (the fix of 2026-12-07,
+    /// undone: `server::clients::CancelWatch::writes`). A grant recorded with the connection
+    /// open, whose client then died before tarpc wrote the answer, reaches nobody and keeps
+    /// its key for the whole lease. Reached through the interleaving point
+    /// `serve-write-yield`; caught by the connection's account of its grants
+    /// (`server::clients::AnsweredGrants`), which stops the node under the simulator.
+    GrantWrittenAfterEndKept,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 27] = [
+    pub const ALL: [Bug; 28] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -190,6 +201,7 @@ impl Bug {
         Bug::LinkPanicsOnEmptyReply,
         Bug::CancelCrossingAnswerForgotten,
         Bug::ConnectionEndUnseen,
+        Bug::GrantWrittenAfterEndKept,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -222,6 +234,7 @@ impl Bug {
             Bug::LinkPanicsOnEmptyReply => "link-panics-on-empty-reply",
             Bug::CancelCrossingAnswerForgotten => "cancel-crossing-answer-forgotten",
             Bug::ConnectionEndUnseen => "connection-end-unseen",
+            Bug::GrantWrittenAfterEndKept => "grant-written-after-end-kept",
         }
     }
 

@@ -174,6 +174,21 @@ pub const PROBES: &[Probe] = &[
         "a client's Cancel was read after its handler answered a grant and before the \
          connection recorded it (released as an orphan)",
     ),
+    // The connection's account of its grants (2026-12-07): the two paths that release a
+    // grant recorded with its connection open and never read by its client. Optional until
+    // a run of default seeds shows how often they are reached.
+    probe(
+        "grant-written-after-connection-end",
+        false,
+        "a grant recorded with its connection open was written after the connection's end \
+         (released as an orphan)",
+    ),
+    probe(
+        "grant-unwritten-at-connection-end",
+        false,
+        "a connection ended with a recorded grant whose answer was never written (released \
+         as an orphan)",
+    ),
 ];
 
 static REACHED: [AtomicBool; PROBES.len()] = [const { AtomicBool::new(false) }; PROBES.len()];

@@ -437,15 +437,17 @@ fn a_stalled_core_is_a_fault_in_the_history_and_excuses_its_waiters() {
 /// `Cancel` can be read after its handler returned a grant and before the `Serve` boundary
 /// recorded it; the fix remembers such a `Cancel` and releases the grant as an orphan. The
 /// simulator runs a node on one thread, where that window never opened, until the
-/// interleaving point `serve-boundary-yield` waited there. Seed 6 reaches the window (the
+/// interleaving point `serve-boundary-yield` waited there. Seed 29 reaches the window (the
 /// probe `cancel-read-before-grant-recorded`) and is valid; with the fix undone (the mutant
-/// `cancel-crossing-answer-forgotten`) the phantom-lock probe finds the key held by
-/// nobody (liveness rule P). If a change to what the simulation draws moves the
-/// window off seed 6, pin a seed that reaches the probe (it was seed 65 until the
-/// probe's round with a crashing leaver came in).
+/// `cancel-crossing-answer-forgotten`) the connection's account of its grants finds the
+/// grant kept after its `Cancel` was read, when the connection ends. If a change to what
+/// the simulation draws moves the window off seed 29, pin a seed that reaches the probe (it
+/// was seed 65, then 6 until the interleaving point `serve-write-yield` came in; until the
+/// account, liveness rule P caught it, and the release at the connection's end now hides
+/// it from rule P).
 #[test]
 fn a_cancel_read_as_a_grant_leaves_its_handler_is_reached_and_its_mutant_caught() {
-    let (clean, text) = sim_seed(6, None);
+    let (clean, text) = sim_seed(29, None);
     let reached = (text.lines())
         .find(|l| {
             l.trim_start()
@@ -453,15 +455,15 @@ fn a_cancel_read_as_a_grant_leaves_its_handler_is_reached_and_its_mutant_caught(
         })
         .unwrap_or_default();
     assert!(
-        reached.contains("first seed 6"),
-        "seed 6 reaches the window (probe line {reached:?}):\n{text}"
+        reached.contains("first seed 29"),
+        "seed 29 reaches the window (probe line {reached:?}):\n{text}"
     );
-    assert_eq!(clean, Some(0), "seed 6 is valid with the fix:\n{text}");
-    let (mutant, text) = sim_seed(6, Some("cancel-crossing-answer-forgotten"));
-    assert_eq!(mutant, Some(1), "the mutant is caught on seed 6:\n{text}");
+    assert_eq!(clean, Some(0), "seed 29 is valid with the fix:\n{text}");
+    let (mutant, text) = sim_seed(29, Some("cancel-crossing-answer-forgotten"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 29:\n{text}");
     assert!(
-        text.contains("a key whose client left is grantable again: violated"),
-        "by rule P:\n{text}"
+        text.contains("after it read the Cancel of its call"),
+        "by the connection's account:\n{text}"
     );
 }
 
@@ -481,6 +483,27 @@ fn a_client_that_crashes_while_it_waits_is_let_go_and_its_mutant_caught() {
         text.contains("a key whose client left is grantable again: violated")
             && text.contains("info disconnected"),
         "by rule P, on a leaver that disconnected:\n{text}"
+    );
+}
+
+/// The connection's account of its grants (2026-12-07): under the interleaving point
+/// `serve-write-yield`, seed 1 has a grant recorded with its connection open and written
+/// after the connection's end, which the node releases; with that release undone, the
+/// account names the grant and the node stops.
+#[test]
+fn a_grant_written_after_its_connection_ended_is_released_and_its_mutant_caught() {
+    let (clean, text) = sim_seed(1, None);
+    assert_eq!(clean, Some(0), "seed 1 is valid:\n{text}");
+    assert!(
+        (text.lines()).any(|l| l.contains("grant-written-after-connection-end")
+            && l.split_whitespace().nth(1) == Some("1")),
+        "seed 1 reaches the path:\n{text}"
+    );
+    let (mutant, text) = sim_seed(1, Some("grant-written-after-end-kept"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 1:\n{text}");
+    assert!(
+        text.contains("neither written to it while it was open nor released as an orphan"),
+        "by the connection's account:\n{text}"
     );
 }
 

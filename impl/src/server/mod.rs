@@ -36,8 +36,12 @@
 //!   When the core had already answered with a grant that never reached the handler's
 //!   client (the answer sat in the handler's channel, or the handler was gone when it was
 //!   sent), the core no longer knows the request, so the driver proposes the release of
-//!   that token itself. What remains is the window after the handler returned and before
-//!   the reply reached a client that then died: the lease is the backstop there.
+//!   that token itself. A grant that passed the handler is released too when the
+//!   connection ends before its answer is written, or its answer is written after that end
+//!   (the connection keeps an account of every grant until one of the two happens, checked
+//!   when it is gone: `clients::AnsweredGrants`). What remains is the window after the
+//!   answer was written to the open connection and before a client that then died read it:
+//!   the lease is the backstop there.
 //!
 //! # Files
 //!
