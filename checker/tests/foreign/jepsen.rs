@@ -1,6 +1,6 @@
 //! Jepsen `history.edn` as Jepsen writes it (`locksmith convert --from jepsen-edn`).
 
-use checker::{ModelKind, Verdict};
+use checker::{ModelKind, Options, Verdict};
 
 use crate::{convert_and_check, unknown_reason};
 
@@ -228,4 +228,51 @@ fn a_map_with_a_key_twice_is_an_error_naming_the_line() {
                 {:type :invoke, :f :write, :process 0, :value 1, :type :ok}\n";
     let error = convert_and_check("jepsen-edn", text).unwrap_err();
     assert!(error.contains("line 2: duplicate key `:type`"), "{error}");
+}
+
+#[test]
+fn a_history_whose_every_op_failed_is_not_checked() {
+    // In Jepsen a `:fail` op did not happen, so the register and the mutex leave it out;
+    // with every op failed nothing is left to check. The rule "never silently valid" (as
+    // for a history of only open or `info` ops): unknown, not valid.
+    let register = "\
+{:type :invoke, :f :write, :process 0, :value 5}
+{:type :fail, :f :write, :process 0, :value 5}
+{:type :invoke, :f :cas, :process 1, :value [1 2]}
+{:type :fail, :f :cas, :process 1, :value [1 2]}
+{:type :invoke, :f :read, :process 2, :value nil}
+{:type :fail, :f :read, :process 2, :value nil}
+";
+    let check = convert_and_check("jepsen-edn", register).unwrap();
+    assert_eq!(check.model, Some(ModelKind::Register));
+    let reason = unknown_reason(&check);
+    assert!(reason.contains("not checked"), "{reason}");
+    let mutex = "\
+{:type :invoke, :f :acquire, :process 0, :value nil}
+{:type :fail, :f :acquire, :process 0, :value nil}
+{:type :invoke, :f :release, :process 1, :value nil}
+{:type :fail, :f :release, :process 1, :value nil, :error :not-held}
+";
+    let check = convert_and_check("jepsen-edn", mutex).unwrap();
+    assert_eq!(check.model, Some(ModelKind::Mutex));
+    let reason = unknown_reason(&check);
+    assert!(reason.contains("not checked"), "{reason}");
+}
+
+#[test]
+fn info_writes_and_reads_of_unknown_value_are_not_checked() {
+    // With `--init 0` (knossos's `(cas-register 0)`) an ok read of nil is a read of
+    // unknown value and constrains nothing; the only other op is a crashed write. Nothing
+    // is left that could fail, exactly as in a history of only `info` ops: unknown.
+    let text = "\
+{:type :invoke, :f :write, :process 0, :value 5}
+{:type :info, :f :write, :process 0, :value 5, :error :timeout}
+{:type :invoke, :f :read, :process 1, :value nil}
+{:type :ok, :f :read, :process 1, :value nil}
+";
+    let ops = checker::cli::convert_text("jepsen-edn", text).unwrap();
+    let options = Options::for_model(ModelKind::Register).with_init(Some("0".into()));
+    let check = checker::check(&ops, &options).unwrap();
+    let reason = unknown_reason(&check);
+    assert!(reason.contains("not checked"), "{reason}");
 }
