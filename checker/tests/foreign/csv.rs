@@ -215,3 +215,32 @@ fn a_byte_order_mark_is_read_like_no_mark() {
     let error = check_csv(bad).unwrap_err();
     assert!(error.contains(":2:8: unknown type `begin`"), "{error}");
 }
+
+#[test]
+fn an_empty_value_written_and_read_back_is_no_false_alarm() {
+    // A register write with an empty value cell, then a read whose value cell is empty:
+    // the read returns exactly what was written. The empty cell is how the CSV says nil
+    // (histories/README.md "register"), and it is also what a Jepsen `:write ""` converts
+    // to; either way the history is linearizable.
+    let text = csv_text(&[
+        "0,10,0,invoke,write,x,,,,",
+        "1,20,0,ok,write,x,,,,",
+        "2,30,1,invoke,read,x,,,,",
+        "3,40,1,ok,read,x,,,,",
+    ]);
+    let check = check_csv(&text).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    // From Jepsen: `""` written, `""` read.
+    let edn = "\
+{:type :invoke, :f :write, :process 0, :value \"\"}
+{:type :ok, :f :write, :process 0, :value \"\"}
+{:type :invoke, :f :read, :process 1, :value nil}
+{:type :ok, :f :read, :process 1, :value \"\"}
+";
+    let check = crate::convert_and_check("jepsen-edn", edn).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    // The twin: after the empty write, a read of 1 is still invalid.
+    let text = text.replace("3,40,1,ok,read,x,,,,", "3,40,1,ok,read,x,1,,,");
+    let check = check_csv(&text).unwrap();
+    assert_eq!(check.verdict, Verdict::Invalid, "{check:?}");
+}
