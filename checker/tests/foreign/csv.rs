@@ -2,6 +2,7 @@
 //! produce.
 
 use checker::Verdict;
+use history::CheckName;
 
 use crate::{check_csv, csv_text};
 
@@ -178,7 +179,7 @@ fn an_acquire_value_that_is_no_lease_is_unknown_never_a_false_alarm() {
             "{value}: {reason}"
         );
         assert_ne!(
-            crate::result_of(&check, history::CheckName::LeaseSafety),
+            crate::result_of(&check, CheckName::LeaseSafety),
             Some(&Verdict::Invalid),
             "{value}: {check:?}"
         );
@@ -243,4 +244,31 @@ fn an_empty_value_written_and_read_back_is_no_false_alarm() {
     let text = text.replace("3,40,1,ok,read,x,,,,", "3,40,1,ok,read,x,1,,,");
     let check = check_csv(&text).unwrap();
     assert_eq!(check.verdict, Verdict::Invalid, "{check:?}");
+}
+
+#[test]
+fn a_release_without_its_token_is_unknown_never_a_false_alarm() {
+    // A user's own history whose lock API releases without a token: the grants carry
+    // tokens, the releases do not. Process 0 releases (ok) before process 1 is granted, so
+    // there were never two holders. The lock model cannot read a tokenless release
+    // (unknown, naming the row); lease safety skipped it and reported two holders, "no
+    // release of token 1 ... was ever invoked": a false alarm, exit 1.
+    let text = csv_text(&[
+        "0,1000000,0,invoke,acquire,k,5000,,,",
+        "1,2000000,0,ok,acquire,k,,1,n1,",
+        "2,3000000,0,invoke,release,k,,,,",
+        "3,4000000,0,ok,release,k,,,,",
+        "4,5000000,1,invoke,acquire,k,5000,,,",
+        "5,6000000,1,ok,acquire,k,,2,n1,",
+    ]);
+    let check = check_csv(&text).unwrap();
+    let reason = crate::unknown_reason(&check);
+    assert!(reason.contains("row 2: release has no token"), "{reason}");
+    for name in [CheckName::Linearizability, CheckName::LeaseSafety] {
+        let verdict = crate::result_of(&check, name).unwrap();
+        assert!(
+            matches!(verdict, Verdict::Unknown { reason } if reason.contains("row 2")),
+            "{name}: {verdict:?}"
+        );
+    }
 }
