@@ -954,8 +954,24 @@ fn lease_result(
     }
     guarded(NAME, || {
         first_unreadable_lease(history)?;
+        first_tokenless_release(history)?;
         Ok(lease_violations(violations()))
     })
+}
+
+/// `Err` naming the first release that may have taken effect (`ok`, `info` or open) but
+/// carries no token, in a history whose grants have tokens: lease safety cannot tell which
+/// grant it ended, and skipping it would report that grant as held on, a false alarm.
+fn first_tokenless_release(history: &[Operation]) -> Result<(), CheckError> {
+    let tokenless = history.iter().find(|op| {
+        op.f == OpName::Release
+            && (op.is_ok() || op.is_indeterminate())
+            && op.invoke.token.is_none()
+    });
+    match tokenless {
+        Some(op) => Err(CheckError::bad(op.invoke.index, "release has no token")),
+        None => Ok(()),
+    }
 }
 
 /// Runs a check; a panic or an unreadable operation becomes `Unknown` with the reason.
