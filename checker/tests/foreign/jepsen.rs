@@ -296,3 +296,36 @@ fn equal_maps_and_sets_printed_in_another_order_are_one_value() {
     let check = convert_and_check("jepsen-edn", &other).unwrap();
     assert_eq!(check.verdict, Verdict::Invalid, "{check:?}");
 }
+
+#[test]
+fn leases_without_real_times_are_an_error_never_a_false_alarm() {
+    // No `:time`: the converter times the ops by their file position, 1 ns apart, so a
+    // lease of 1000 ms never runs out within the history, and the second grant (which in
+    // real time may come long after the first lease ran out) was called two holders:
+    // invalid, exit 1. A lease can only be judged on real times.
+    let text = "\
+{:type :invoke, :f :acquire, :process 0, :lease-ms 1000}
+{:type :ok, :f :acquire, :process 0, :token 3}
+{:type :invoke, :f :acquire, :process 1, :lease-ms 1000}
+{:type :ok, :f :acquire, :process 1, :token 4}
+";
+    let error = convert_and_check("jepsen-edn", text).unwrap_err();
+    assert!(error.contains("line 1:"), "{error}");
+    assert!(error.contains(":time"), "{error}");
+    // Real ns times, the second grant 10 s after the first: valid. With one tie (an
+    // invoke and its completion in the same ns) the times were all replaced by positions
+    // and the same history was invalid.
+    let timed = "\
+{:type :invoke, :f :acquire, :process 0, :lease-ms 1000, :time 0}
+{:type :ok, :f :acquire, :process 0, :token 3, :time 1000000}
+{:type :invoke, :f :acquire, :process 1, :lease-ms 1000, :time 10000000000}
+{:type :ok, :f :acquire, :process 1, :token 4, :time 10000000001}
+";
+    let check = convert_and_check("jepsen-edn", timed).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    let tie = timed.replace(":time 10000000001", ":time 10000000000");
+    match convert_and_check("jepsen-edn", &tie) {
+        Ok(check) => assert_ne!(check.verdict, Verdict::Invalid, "{check:?}"),
+        Err(error) => assert!(error.contains(":time"), "{error}"),
+    }
+}
