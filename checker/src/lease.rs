@@ -16,7 +16,9 @@
 //! the lease can have started), and the 2ρ allows for the drift of both the leader's clock
 //! and the holder's. The rule is sound: a history of any lock service whose clocks stay
 //! within ρ never violates it, so there are no false positives. A release counts when it
-//! ended `ok` or unknown (`info`, never completed): either may have freed the key.
+//! ended `ok` or unknown (`info`, never completed): either may have freed the key. Such a
+//! release without a token makes the check unknown, naming its row (`check_lease`): the
+//! grant it ended cannot be told.
 //!
 //! # The scan
 //!

@@ -49,13 +49,17 @@ fn every_knossos_history_gets_knossos_verdict() {
                 checked += 1;
                 match check_file(&file, &options) {
                     Ok(check) if check.verdict == want => {}
-                    // One deliberate difference: a history with no client op at all
-                    // (`mongodb-v0-ack-rollback-.edn` holds only nemesis rows) is valid
-                    // to knossos, vacuously; we say unknown, because nothing was checked
-                    // (issue 12: a check with nothing to check never counts as valid).
+                    // One deliberate difference: a history with nothing to check is
+                    // valid to knossos, vacuously; we say unknown, because nothing was
+                    // checked (issue 12: a check with nothing to check never counts as
+                    // valid). `mongodb-v0-ack-rollback-.edn` holds only nemesis rows;
+                    // in `mongodb-v0-ack-rollback-{9,10,11}.edn` every op failed, and
+                    // knossos drops failed ops.
                     Ok(check)
                         if want == Verdict::Valid
-                            && matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("no client operations")) =>
+                            && matches!(&check.verdict, Verdict::Unknown { reason }
+                                if reason.contains("no client operations")
+                                    || reason.contains("no operation constrains")) =>
                     {
                         vacuous.push(file.display().to_string());
                     }
@@ -71,11 +75,11 @@ fn every_knossos_history_gets_knossos_verdict() {
         }
     }
     eprintln!(
-        "{checked} knossos histories checked, {} mismatches, {} with no client op (unknown here, valid to knossos): {vacuous:?}",
+        "{checked} knossos histories checked, {} mismatches, {} with nothing to check (unknown here, valid to knossos): {vacuous:?}",
         mismatches.len(),
         vacuous.len()
     );
-    assert!(vacuous.len() <= 1, "{vacuous:?}");
+    assert!(vacuous.len() <= 4, "{vacuous:?}");
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     assert!(
         checked >= 121,

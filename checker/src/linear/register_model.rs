@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `read` ok value v | the register holds v | unchanged |
 //! | `read` ok, empty value | without `init`: the register holds nil; with `init`: always (the value is unknown) | unchanged |
-//! | `write v` ok, or info | always | holds v (info: optional) |
+//! | `write v` ok, or info | always | holds v, nil when the value is empty (info: optional) |
 //! | `cas` value `OLD NEW` ok | holds OLD | holds NEW |
 //! | `cas` `OLD NEW` fail, error `mismatch` | does **not** hold OLD | unchanged: the failed compare is an observation |
 //! | `cas` `OLD NEW` fail, any other error | never happened | left out |
@@ -62,8 +62,9 @@ pub struct RegisterModel {
 pub enum RegisterInput {
     /// `read`.
     Read,
-    /// `write v`.
-    Write(u32),
+    /// `write v`; `None` for an empty value cell, which the CSV reads as nil (as it reads
+    /// an empty read value), so that an empty value written reads back empty.
+    Write(Option<u32>),
     /// `cas OLD NEW`.
     Cas(u32, u32),
 }
@@ -98,7 +99,7 @@ impl Model for RegisterModel {
     ) -> Option<Option<u32>> {
         match (input, output) {
             (RegisterInput::Read, RegisterOutput::Read(v)) => (state == v).then_some(*state),
-            (RegisterInput::Write(v), _) => Some(Some(*v)),
+            (RegisterInput::Write(v), _) => Some(*v),
             (RegisterInput::Cas(old, new), RegisterOutput::Ok) => {
                 (*state == Some(*old)).then_some(Some(*new))
             }
@@ -133,7 +134,7 @@ impl Model for RegisterModel {
                 format!("read() -> {}", self.name(*v))
             }
             (RegisterInput::Read, _) => format!("read() -> {tail}"),
-            (RegisterInput::Write(v), _) => format!("write({}) -> {tail}", self.value(*v)),
+            (RegisterInput::Write(v), _) => format!("write({}) -> {tail}", self.name(*v)),
             (RegisterInput::Cas(a, b), _) => {
                 format!("cas({}, {}) -> {tail}", self.value(*a), self.value(*b))
             }
@@ -237,7 +238,9 @@ fn register_step(
         Some(OpName::Read) => return Ok(None),
         Some(OpName::Write) if op.is_fail() => return Ok(None),
         Some(OpName::Write) => {
-            let input = RegisterInput::Write(interner.intern(op.invoke.value.trim()));
+            // An empty cell is nil, as in a read: the CSV cannot tell `""` from nil.
+            let value = op.invoke.value.trim();
+            let input = RegisterInput::Write((!value.is_empty()).then(|| interner.intern(value)));
             (input, ok_or_unknown(op))
         }
         Some(OpName::Cas) => {

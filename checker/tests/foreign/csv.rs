@@ -2,6 +2,7 @@
 //! produce.
 
 use checker::Verdict;
+use history::CheckName;
 
 use crate::{check_csv, csv_text};
 
@@ -178,7 +179,7 @@ fn an_acquire_value_that_is_no_lease_is_unknown_never_a_false_alarm() {
             "{value}: {reason}"
         );
         assert_ne!(
-            crate::result_of(&check, history::CheckName::LeaseSafety),
+            crate::result_of(&check, CheckName::LeaseSafety),
             Some(&Verdict::Invalid),
             "{value}: {check:?}"
         );
@@ -214,4 +215,60 @@ fn a_byte_order_mark_is_read_like_no_mark() {
     let bad = format!("\u{feff}{}", csv_text(&["0,10,0,begin,acquire,k,5000,,,"]));
     let error = check_csv(bad).unwrap_err();
     assert!(error.contains(":2:8: unknown type `begin`"), "{error}");
+}
+
+#[test]
+fn an_empty_value_written_and_read_back_is_no_false_alarm() {
+    // A register write with an empty value cell, then a read whose value cell is empty:
+    // the read returns exactly what was written. The empty cell is how the CSV says nil
+    // (histories/README.md "register"), and it is also what a Jepsen `:write ""` converts
+    // to; either way the history is linearizable.
+    let text = csv_text(&[
+        "0,10,0,invoke,write,x,,,,",
+        "1,20,0,ok,write,x,,,,",
+        "2,30,1,invoke,read,x,,,,",
+        "3,40,1,ok,read,x,,,,",
+    ]);
+    let check = check_csv(&text).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    // From Jepsen: `""` written, `""` read.
+    let edn = "\
+{:type :invoke, :f :write, :process 0, :value \"\"}
+{:type :ok, :f :write, :process 0, :value \"\"}
+{:type :invoke, :f :read, :process 1, :value nil}
+{:type :ok, :f :read, :process 1, :value \"\"}
+";
+    let check = crate::convert_and_check("jepsen-edn", edn).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    // The twin: after the empty write, a read of 1 is still invalid.
+    let text = text.replace("3,40,1,ok,read,x,,,,", "3,40,1,ok,read,x,1,,,");
+    let check = check_csv(&text).unwrap();
+    assert_eq!(check.verdict, Verdict::Invalid, "{check:?}");
+}
+
+#[test]
+fn a_release_without_its_token_is_unknown_never_a_false_alarm() {
+    // A user's own history whose lock API releases without a token: the grants carry
+    // tokens, the releases do not. Process 0 releases (ok) before process 1 is granted, so
+    // there were never two holders. The lock model cannot read a tokenless release
+    // (unknown, naming the row); lease safety skipped it and reported two holders, "no
+    // release of token 1 ... was ever invoked": a false alarm, exit 1.
+    let text = csv_text(&[
+        "0,1000000,0,invoke,acquire,k,5000,,,",
+        "1,2000000,0,ok,acquire,k,,1,n1,",
+        "2,3000000,0,invoke,release,k,,,,",
+        "3,4000000,0,ok,release,k,,,,",
+        "4,5000000,1,invoke,acquire,k,5000,,,",
+        "5,6000000,1,ok,acquire,k,,2,n1,",
+    ]);
+    let check = check_csv(&text).unwrap();
+    let reason = crate::unknown_reason(&check);
+    assert!(reason.contains("row 2: release has no token"), "{reason}");
+    for name in [CheckName::Linearizability, CheckName::LeaseSafety] {
+        let verdict = crate::result_of(&check, name).unwrap();
+        assert!(
+            matches!(verdict, Verdict::Unknown { reason } if reason.contains("row 2")),
+            "{name}: {verdict:?}"
+        );
+    }
 }

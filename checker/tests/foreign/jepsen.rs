@@ -1,6 +1,6 @@
 //! Jepsen `history.edn` as Jepsen writes it (`locksmith convert --from jepsen-edn`).
 
-use checker::{ModelKind, Verdict};
+use checker::{ModelKind, Options, Verdict};
 
 use crate::{convert_and_check, unknown_reason};
 
@@ -228,4 +228,104 @@ fn a_map_with_a_key_twice_is_an_error_naming_the_line() {
                 {:type :invoke, :f :write, :process 0, :value 1, :type :ok}\n";
     let error = convert_and_check("jepsen-edn", text).unwrap_err();
     assert!(error.contains("line 2: duplicate key `:type`"), "{error}");
+}
+
+#[test]
+fn a_history_whose_every_op_failed_is_not_checked() {
+    // In Jepsen a `:fail` op did not happen, so the register and the mutex leave it out;
+    // with every op failed nothing is left to check. The rule "never silently valid" (as
+    // for a history of only open or `info` ops): unknown, not valid.
+    let register = "\
+{:type :invoke, :f :write, :process 0, :value 5}
+{:type :fail, :f :write, :process 0, :value 5}
+{:type :invoke, :f :cas, :process 1, :value [1 2]}
+{:type :fail, :f :cas, :process 1, :value [1 2]}
+{:type :invoke, :f :read, :process 2, :value nil}
+{:type :fail, :f :read, :process 2, :value nil}
+";
+    let check = convert_and_check("jepsen-edn", register).unwrap();
+    assert_eq!(check.model, Some(ModelKind::Register));
+    let reason = unknown_reason(&check);
+    assert!(reason.contains("not checked"), "{reason}");
+    let mutex = "\
+{:type :invoke, :f :acquire, :process 0, :value nil}
+{:type :fail, :f :acquire, :process 0, :value nil}
+{:type :invoke, :f :release, :process 1, :value nil}
+{:type :fail, :f :release, :process 1, :value nil, :error :not-held}
+";
+    let check = convert_and_check("jepsen-edn", mutex).unwrap();
+    assert_eq!(check.model, Some(ModelKind::Mutex));
+    let reason = unknown_reason(&check);
+    assert!(reason.contains("not checked"), "{reason}");
+}
+
+#[test]
+fn info_writes_and_reads_of_unknown_value_are_not_checked() {
+    // With `--init 0` (knossos's `(cas-register 0)`) an ok read of nil is a read of
+    // unknown value and constrains nothing; the only other op is a crashed write. Nothing
+    // is left that could fail, exactly as in a history of only `info` ops: unknown.
+    let text = "\
+{:type :invoke, :f :write, :process 0, :value 5}
+{:type :info, :f :write, :process 0, :value 5, :error :timeout}
+{:type :invoke, :f :read, :process 1, :value nil}
+{:type :ok, :f :read, :process 1, :value nil}
+";
+    let ops = checker::cli::convert_text("jepsen-edn", text).unwrap();
+    let options = Options::for_model(ModelKind::Register).with_init(Some("0".into()));
+    let check = checker::check(&ops, &options).unwrap();
+    let reason = unknown_reason(&check);
+    assert!(reason.contains("not checked"), "{reason}");
+}
+
+#[test]
+fn equal_maps_and_sets_printed_in_another_order_are_one_value() {
+    // Clojure prints a small map in insertion order and a set in hash order, so one value
+    // may be written `{:a 1, :b 2}` by one op and `{:b 2, :a 1}` by another; knossos
+    // compares values with `=`. Compared as the text written, the read below was a false
+    // alarm.
+    let text = "\
+{:type :invoke, :f :write, :process 0, :value {:a 1, :b #{3 4}}}
+{:type :ok, :f :write, :process 0, :value {:a 1, :b #{3 4}}}
+{:type :invoke, :f :read, :process 1, :value nil}
+{:type :ok, :f :read, :process 1, :value {:b #{4 3}, :a 1}}
+";
+    let check = convert_and_check("jepsen-edn", text).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    // A map with another value is another value.
+    let other = text.replace("{:b #{4 3}, :a 1}", "{:b #{4 5}, :a 1}");
+    let check = convert_and_check("jepsen-edn", &other).unwrap();
+    assert_eq!(check.verdict, Verdict::Invalid, "{check:?}");
+}
+
+#[test]
+fn leases_without_real_times_are_an_error_never_a_false_alarm() {
+    // No `:time`: the converter times the ops by their file position, 1 ns apart, so a
+    // lease of 1000 ms never runs out within the history, and the second grant (which in
+    // real time may come long after the first lease ran out) was called two holders:
+    // invalid, exit 1. A lease can only be judged on real times.
+    let text = "\
+{:type :invoke, :f :acquire, :process 0, :lease-ms 1000}
+{:type :ok, :f :acquire, :process 0, :token 3}
+{:type :invoke, :f :acquire, :process 1, :lease-ms 1000}
+{:type :ok, :f :acquire, :process 1, :token 4}
+";
+    let error = convert_and_check("jepsen-edn", text).unwrap_err();
+    assert!(error.contains("line 1:"), "{error}");
+    assert!(error.contains(":time"), "{error}");
+    // Real ns times, the second grant 10 s after the first: valid. With one tie (an
+    // invoke and its completion in the same ns) the times were all replaced by positions
+    // and the same history was invalid.
+    let timed = "\
+{:type :invoke, :f :acquire, :process 0, :lease-ms 1000, :time 0}
+{:type :ok, :f :acquire, :process 0, :token 3, :time 1000000}
+{:type :invoke, :f :acquire, :process 1, :lease-ms 1000, :time 10000000000}
+{:type :ok, :f :acquire, :process 1, :token 4, :time 10000000001}
+";
+    let check = convert_and_check("jepsen-edn", timed).unwrap();
+    assert_eq!(check.verdict, Verdict::Valid, "{check:?}");
+    let tie = timed.replace(":time 10000000001", ":time 10000000000");
+    match convert_and_check("jepsen-edn", &tie) {
+        Ok(check) => assert_ne!(check.verdict, Verdict::Invalid, "{check:?}"),
+        Err(error) => assert!(error.contains(":time"), "{error}"),
+    }
 }

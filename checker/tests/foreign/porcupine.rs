@@ -98,3 +98,32 @@ fn an_ok_that_timed_out_is_an_error_naming_the_line() {
     assert!(error.contains("line 4:"), "{error}");
     assert!(error.contains(":timed-out"), "{error}");
 }
+
+#[test]
+fn a_value_too_long_for_the_csv_is_a_convert_error_naming_the_line() {
+    // kv appends build a value longer than the CSV reader's field bound (1 MiB): `convert`
+    // wrote a CSV that `check` then refused (at a CSV line, not the log's), although a
+    // converter's output always reads back. The log's line must be named at convert time.
+    let chunk = "x".repeat(300_000);
+    let mut text = String::new();
+    for _ in 0..4 {
+        text.push_str(&format!(
+            "{{:process 0, :type :invoke, :f :append, :key \"0\", :value \"{chunk}\"}}\n\
+             {{:process 0, :type :ok, :f :append, :key \"0\", :value \"{chunk}\"}}\n"
+        ));
+    }
+    let all = chunk.repeat(4);
+    text.push_str(&format!(
+        "{{:process 1, :type :invoke, :f :get, :key \"0\", :value nil}}\n\
+         {{:process 1, :type :ok, :f :get, :key \"0\", :value \"{all}\"}}\n"
+    ));
+    let error = match checker::cli::convert_text("porcupine-kv", &text) {
+        Ok(ops) => panic!(
+            "converted {} ops, one with a value too long to read back",
+            ops.len()
+        ),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("line 10:"), "{error}");
+    assert!(error.contains("longer than 1048576 bytes"), "{error}");
+}

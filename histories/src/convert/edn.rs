@@ -1,8 +1,8 @@
 //! A reader for the subset of EDN that Jepsen and Porcupine histories use.
 //!
 //! Supported: maps `{}` (a key twice is an error, as in Clojure), vectors `[]`, lists `()`
-//! and sets `#{}` (the last two read as vectors), keywords `:a/b`, strings with the escapes
-//! `\" \\ \n \t \r \b \f \uXXXX`, integers
+//! and sets `#{}` (the last two read as vectors, a set's elements sorted), keywords `:a/b`,
+//! strings with the escapes `\" \\ \n \t \r \b \f \uXXXX`, integers
 //! (optionally signed), `nil`, `true`, `false`, other symbols and non-integer numbers (kept
 //! as text), `;` comments, commas as whitespace, and `#tag` prefixes (Jepsen prints ops as
 //! `#jepsen.history.Op{...}`), which are dropped. Not supported, and reported as errors:
@@ -38,7 +38,8 @@ impl Value {
     /// The value as one CSV cell: `nil` is empty, strings and keywords are their text,
     /// vectors are their elements joined by spaces (`[1 2]` is `1 2`, `["n1" :n2]` is
     /// `n1 n2`, a `nil` element is `nil`), nested collections and maps are written back as
-    /// EDN.
+    /// EDN, a map's entries sorted (a set's elements are sorted when read), so that equal
+    /// values give one cell.
     pub fn to_cell(&self) -> String {
         match self {
             Value::Nil => String::new(),
@@ -65,10 +66,13 @@ impl Value {
                 format!("[{}]", inner.join(" "))
             }
             Value::Map(entries) => {
-                let inner: Vec<String> = entries
+                // Sorted: equal maps print in any order (a small map in insertion order),
+                // and they must be one value.
+                let mut inner: Vec<String> = entries
                     .iter()
                     .map(|(k, v)| format!("{} {}", k.to_nested(), v.to_nested()))
                     .collect();
+                inner.sort_unstable();
                 format!("{{{}}}", inner.join(", "))
             }
             Value::Nil => "nil".to_owned(),
@@ -227,7 +231,11 @@ impl Parser<'_> {
                 match self.chars.peek() {
                     Some('{') => {
                         self.bump();
-                        Ok(Value::Vector(self.items('}', depth)?))
+                        // A set has no order: Clojure prints equal sets in any order, so
+                        // its elements are kept sorted, and equal sets read the same.
+                        let mut items = self.items('}', depth)?;
+                        items.sort_by_cached_key(Value::to_nested);
+                        Ok(Value::Vector(items))
                     }
                     Some(&c) if c.is_alphabetic() => {
                         self.token();

@@ -7,7 +7,7 @@
 //! | `:type` (keyword) | `type`; a `:nemesis` op always becomes `info` (Jepsen records both halves of a fault as `:info`) |
 //! | `:process` (int or `:nemesis`) | `process` |
 //! | `:f` (keyword, symbol or string) | `f` |
-//! | `:time` (int, ns) | `time_ns` when every op has one and they strictly increase in file order; otherwise every op's `time_ns` is its position in the file |
+//! | `:time` (int, ns) | `time_ns` when every op has one and they strictly increase in file order; otherwise every op's `time_ns` is its position in the file, and an acquire with a lease is an error (its lease cannot be judged without real times) |
 //! | `:key` | `key`; empty when absent |
 //! | `:value` | `value`: `nil` is empty, `[1 2]` is `1 2`; an `acquire` with a nil value takes `:lease-ms` when present; a `:txn` value `[[:read :x nil] [:write :y 2]]` is `read x; write y 2` (a nil read value is left out) |
 //! | `:token` (int) | `token` |
@@ -46,7 +46,7 @@
 use super::edn::{self, Value};
 use super::{ConvertError, ConvertErrorKind, finish};
 use crate::op::{Op, OpType, Process};
-use crate::vocab::OpName;
+use crate::vocab::{AcquireValue, OpName};
 
 /// Converts a Jepsen `history.edn` text: maps one after another, or one vector of maps.
 pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
@@ -64,6 +64,23 @@ pub fn convert(text: &str) -> Result<Vec<Op>, ConvertError> {
         rows.push((line, op));
     }
     if !times_increase {
+        // Positions keep the file's order but no duration: a lease measured against them
+        // never runs out, and a regrant after it did would read as two holders.
+        if let Some((line, _)) = rows.iter().find(|(_, op)| {
+            op.op_type == OpType::Invoke
+                && op.f == OpName::Acquire
+                && AcquireValue::parse(&op.value).is_some()
+        }) {
+            let reason = "an acquire with a lease needs real times: every op needs its \
+                          :time (ns), strictly increasing in file order; without them the \
+                          ops are timed by their position in the file and the lease cannot \
+                          be judged"
+                .to_owned();
+            return Err(ConvertError {
+                line: *line,
+                kind: ConvertErrorKind::Syntax(reason),
+            });
+        }
         for (position, (_, op)) in (0u64..).zip(rows.iter_mut()) {
             op.time_ns = position;
         }

@@ -7,8 +7,9 @@
 //!   (`{:process 0, :type :invoke, :f :append, :key "0", :value "x 0 0 y"}`).
 //!
 //! Every converter renumbers the ops 0, 1, 2, ... in file order and checks the result
-//! against the rules of schema v1 (with the same validator the CSV reader uses), so its
-//! output always reads back. Errors name the source line.
+//! against the rules of schema v1 (with the same validator the CSV reader uses, and the
+//! reader's bound on a field's length), so its output always reads back. Errors name the
+//! source line.
 
 pub mod edn;
 pub mod jepsen_edn;
@@ -17,6 +18,7 @@ pub mod porcupine_kv;
 
 use thiserror::Error;
 
+use crate::csv::FIELD_BYTES_MAX;
 use crate::error::Violation;
 use crate::op::Op;
 use crate::pair::{Row, Validator};
@@ -64,6 +66,23 @@ fn finish(rows: Vec<(u64, Op)>) -> Result<Vec<Op>, ConvertError> {
     let mut ops = Vec::with_capacity(rows.len());
     for (index, (line, mut op)) in (0u64..).zip(rows) {
         op.index = index;
+        // What the CSV reader refuses must not be written: name the source line now.
+        let cells = [
+            ("f", &op.f),
+            ("key", &op.key),
+            ("value", &op.value),
+            ("node", &op.node),
+            ("error", &op.error),
+        ];
+        if let Some((name, _)) = cells.iter().find(|(_, cell)| cell.len() > FIELD_BYTES_MAX) {
+            let reason = format!(
+                "{name} longer than {FIELD_BYTES_MAX} bytes (the CSV reader's bound for a field)"
+            );
+            return Err(ConvertError {
+                line,
+                kind: ConvertErrorKind::Syntax(reason),
+            });
+        }
         validator
             .check(&Row::of(&op))
             .map_err(|(violation, _)| ConvertError {
