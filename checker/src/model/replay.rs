@@ -113,6 +113,9 @@ struct Replayed<'a> {
     /// ... and what of it the driver reported durable (`Input::Persisted`): a restart must
     /// load at least this.
     reported: BTreeMap<NodeId, Reported>,
+    /// Per node traced from its first start, every vote it ever asked storage to write, as
+    /// (term, candidate): a restart may load no other vote (storage invents nothing).
+    cast: BTreeMap<NodeId, BTreeSet<(Term, NodeId)>>,
     /// Per node since its start, the origin of each unanswered acquire it was asked ...
     origins: BTreeMap<NodeId, BTreeMap<RequestId, Origin>>,
     /// ... and the clients that left while it led with their Grant pending
@@ -241,6 +244,7 @@ impl<'a> Replayed<'a> {
             leaders: BTreeMap::new(),
             sent,
             written: BTreeMap::new(),
+            cast: BTreeMap::new(),
             reported: BTreeMap::new(),
             origins: BTreeMap::new(),
             gone: BTreeMap::new(),
@@ -280,6 +284,7 @@ pub fn replay_each<'a>(lines: impl Iterator<Item = &'a TraceLine> + Clone) -> Re
         let (node, seq, result) = match line {
             TraceLine::Config { node, config } => {
                 r.configs.insert(*node, config.clone());
+                r.cast.entry(*node).or_default();
                 let started = start(&mut r, *node, Durable::default(), 0);
                 next_seq.entry(*node).or_insert((0, true)).1 = true;
                 (*node, 0, started)
@@ -404,9 +409,19 @@ fn start(r: &mut Replayed, id: NodeId, durable: Durable, now_ms: u64) -> Result<
     let mut written = durable;
     if let Some(persist) = &out.persist {
         written.apply(persist);
+        note_vote(r, id, persist);
     }
     r.written.insert(id, written);
     Ok(())
+}
+
+/// Notes the vote a persist asks storage to write, for a node traced from its first start.
+fn note_vote(r: &mut Replayed, id: NodeId, persist: &lockd::raft::Persist) {
+    if let (Some(votes), Some(hard)) = (r.cast.get_mut(&id), &persist.hard_state)
+        && let Some(candidate) = hard.voted_for
+    {
+        votes.insert((hard.term, candidate));
+    }
 }
 
 /// A message a node received was sent: some recorded output of its sender holds it (a
@@ -473,7 +488,19 @@ impl Reported {
 /// storage that lost it (no fsync, a lying disk) is a run the model does not allow. Only
 /// what can never change is compared: the term, the vote of that term, and the log up to
 /// the commit index (a later, unreported write may have replaced an uncommitted suffix).
+/// Nor does storage invent: a vote loaded is one the node asked it to write (a hand-made
+/// mistake of 2026-12-07, recovery raising the term to the log's and keeping the old term's
+/// vote, kept every history valid).
 fn loads_what_was_reported(r: &Replayed, id: NodeId, loaded: &Durable) -> Result<(), Fault> {
+    if let (Some(votes), Some(candidate)) = (r.cast.get(&id), loaded.hard_state.voted_for)
+        && !votes.contains(&(loaded.hard_state.term, candidate))
+    {
+        return Err(Fault::Departs(format!(
+            "node {id} restarted with a vote it never cast: for node {candidate} in term {} \
+             (storage invents nothing)",
+            loaded.hard_state.term
+        )));
+    }
     let Some(reported) = r.reported.get(&id) else {
         return Ok(());
     };
@@ -596,6 +623,9 @@ fn step(
     }
     if let (Some(persist), Some(written)) = (&out.persist, r.written.get_mut(&id)) {
         written.apply(persist);
+    }
+    if let Some(persist) = &out.persist {
+        note_vote(r, id, persist);
     }
     // Borrowed field by field: the node stays where it is (no copy of its log per step).
     let Replayed {
@@ -1041,6 +1071,26 @@ mod tests {
         assert!(why.contains("committed entry 7"), "{why}");
         // Covered by a snapshot the restart loaded: not in the log to compare.
         assert!(loads_what_was_reported(&r, 1, &durable(7, 7, 8..=8)).is_ok());
+    }
+
+    #[test]
+    fn a_restart_that_loads_a_vote_the_node_never_cast_departs() {
+        // A hand-made mistake of 2026-12-07: recovery raised the term to its log's last and
+        // kept the old term's vote, a vote the node never cast; every history stayed valid.
+        let mut r = Replayed::new(Sent::default());
+        r.cast.entry(1).or_default().insert((1, 1));
+        assert!(loads_what_was_reported(&r, 1, &durable(0, 0, 1..=2)).is_ok());
+        let mut raised = durable(0, 0, 1..=2);
+        raised.hard_state.term = 2;
+        let Err(Fault::Departs(why)) = loads_what_was_reported(&r, 1, &raised) else {
+            panic!("a vote of term 2 the node never cast must depart");
+        };
+        assert!(why.contains("a vote it never cast"), "{why}");
+        raised.hard_state.voted_for = None;
+        assert!(
+            loads_what_was_reported(&r, 1, &raised).is_ok(),
+            "a raised term with no vote is what recovery may load"
+        );
     }
 
     /// Node 1 of {1, 2, 3}, leader of term 1 (pre-vote and vote of node 2), with `bugs`.

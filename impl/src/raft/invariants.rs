@@ -462,6 +462,30 @@ pub fn step_rules(
     let up_to_date = |last_log_index: Index, last_log_term: Term| {
         (last_log_term, last_log_index) >= (before.last_log_term, before.last_log_index)
     };
+    // Figure 2's "reply false if term < currentTerm": a leader of an older term learns the
+    // newer one only from such an answer (or much later, from its check-quorum), so an
+    // AppendEntries or InstallSnapshot of an older term is answered with the receiver's term.
+    // (A hand-made mistake of 2026-12-07 answered only the InstallSnapshot; safety held and
+    // every history stayed valid.)
+    if let Some((from, msg)) = asked
+        && matches!(
+            msg,
+            Message::AppendEntries { .. } | Message::InstallSnapshot { .. }
+        )
+        && msg.term() < before.term
+    {
+        let told = (out.send_now.iter().chain(&out.send_after_persist))
+            .any(|e| e.target == from && e.msg.term() == node.term);
+        if !told {
+            return Err(format!(
+                "node {id} in term {} left unanswered a replication message of the older term \
+                 {} from node {from}: Raft's receiver answers it with its own term, so that a \
+                 stale leader steps down",
+                node.term,
+                msg.term()
+            ));
+        }
+    }
     // (Whether a vote or an acknowledgement waited for the persist is the IO contract's
     // business: the mutants `vote-before-persist` and `reply-before-persist` and the split
     // steps of the model show it.)
@@ -925,6 +949,42 @@ mod tests {
             let why =
                 step_rules(&before, &node, &input, &out).expect_err("an ack past what was sent");
             assert!(why.contains("past the 3 it was sent"), "{why}");
+        }
+
+        #[test]
+        fn a_replication_message_of_an_older_term_left_unanswered_breaks_the_rules() {
+            // A hand-made mistake of 2026-12-07 (only InstallSnapshot answered): a stale
+            // leader learnt the newer term late, from its check-quorum, and every history
+            // stayed valid.
+            let mut node = voter(crate::bugs::BugSet::NONE);
+            let msgs = [
+                Message::AppendEntries {
+                    term: 2,
+                    prev_log_index: 1,
+                    prev_log_term: 1,
+                    entries: Vec::new(),
+                    leader_commit: 0,
+                },
+                Message::InstallSnapshot {
+                    term: 2,
+                    last_index: 1,
+                    last_term: 1,
+                    offset: 0,
+                    data: Vec::new(),
+                    done: false,
+                },
+            ];
+            for msg in msgs {
+                let input = Input::Message { from: 1, msg };
+                let (before, out) = step(&mut node, &input);
+                let told = (out.send_now.iter().chain(&out.send_after_persist))
+                    .any(|e| e.target == 1 && e.msg.term() == 3);
+                assert!(told, "the real node answers with its term 3: {out:?}");
+                assert_eq!(step_rules(&before, &node, &input, &out), Ok(()));
+                let why = step_rules(&before, &node, &input, &Output::default())
+                    .expect_err("a stale leader left unanswered");
+                assert!(why.contains("left unanswered"), "{why}");
+            }
         }
     }
 
