@@ -274,6 +274,7 @@ impl Execution {
                 recovered_slots: Vec::new(),
                 recovery_ms: 0,
                 probe_keys: 0,
+                lagging: Vec::new(),
             },
             counts: FaultCounts::default(),
             exited: Vec::new(),
@@ -430,15 +431,24 @@ pub fn run_checks(
     world_error: Option<&str>,
     traces: Option<&std::path::Path>,
 ) -> Vec<CheckResult> {
-    let mut checks = vec![node_health(&execution.exited, world_error)];
+    let mut checks = vec![node_health(
+        &execution.exited,
+        &execution.phase.lagging,
+        world_error,
+    )];
     checks.extend(traces.map(crate::replay::check_run));
     checks
 }
 
 /// Node health, an ordinary check in every world: a node that stopped on its own (it
-/// exited, or panicked) makes the run invalid, with the tail of its log; a world that could
-/// not finish the run makes it unknown.
-pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult {
+/// exited, or panicked) makes the run invalid, with the tail of its log, and so does a node
+/// that did not catch up with the cluster once every fault was undone
+/// (`phases::caught_up`); a world that could not finish the run makes it unknown.
+pub fn node_health(
+    exited: &[String],
+    lagging: &[String],
+    world_error: Option<&str>,
+) -> CheckResult {
     let name = history::CheckName::NodeHealth;
     if !exited.is_empty() {
         return CheckResult::invalid(
@@ -446,6 +456,16 @@ pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult 
             format!(
                 "a node stopped on its own (no fault killed it): {}",
                 exited.join("; ")
+            ),
+            Vec::new(),
+        );
+    }
+    if !lagging.is_empty() && world_error.is_none() {
+        return CheckResult::invalid(
+            name,
+            format!(
+                "a node did not catch up with the cluster after the heal: {}",
+                lagging.join("; ")
             ),
             Vec::new(),
         );
@@ -462,6 +482,22 @@ pub fn node_health(exited: &[String], world_error: Option<&str>) -> CheckResult 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_that_did_not_catch_up_makes_node_health_invalid() {
+        let lagging = vec!["n3 stayed at commit index 40 (role follower, term 5)".to_owned()];
+        let health = node_health(&[], &lagging, None);
+        assert_eq!(health.verdict, Verdict::Invalid, "{health:?}");
+        let text = health.explanation.unwrap_or_default();
+        assert!(
+            text.contains("did not catch up") && text.contains("n3 stayed"),
+            "{text}"
+        );
+        assert_eq!(node_health(&[], &[], None).verdict, Verdict::Valid);
+        // A world that could not finish the run leaves nodes behind for its own reason.
+        let cut = node_health(&[], &lagging, Some("the world stopped"));
+        assert!(matches!(cut.verdict, Verdict::Unknown { .. }), "{cut:?}");
+    }
 
     #[test]
     fn a_cluster_that_never_came_up_names_the_nodes_that_stopped_meanwhile() {

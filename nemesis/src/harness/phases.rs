@@ -36,6 +36,49 @@ pub struct PhaseOutcome {
     pub recovery_ms: u64,
     /// Keys the phantom-lock probe ran on.
     pub probe_keys: u64,
+    /// Nodes that did not catch up after the heal ([`caught_up`]), each with why.
+    pub lagging: Vec<String>,
+}
+
+/// How long a status query of the catch-up rule may take.
+const CATCH_UP_STATUS_TIMEOUT_MS: u64 = 2_000;
+
+/// The cluster's commit index as the nodes that answer tell it: the largest.
+async fn cluster_commit(world: &World) -> Option<u64> {
+    let timeout = Duration::from_millis(CATCH_UP_STATUS_TIMEOUT_MS);
+    let views = tokio::time::timeout(timeout, world.system.status(&world.layout)).await;
+    views.ok()?.iter().map(|v| v.commit_index).max()
+}
+
+/// The catch-up rule, in both worlds: once every fault is undone, every node reaches the
+/// commit index the cluster had at the `recover` marker (`target`) within the liveness
+/// check's recovery bound (`by`), and answers a status query. A node that stays behind (a
+/// snapshot transfer that never resumes, a stale leader never told of the newer term) is
+/// invisible to the history while the others serve every client: a hand-made mistake of
+/// 2026-12-07 (the leader ignoring a follower that restarted a snapshot transfer) kept 200
+/// seeds valid. Polls until every node is there or `by` has passed; returns the nodes that
+/// are not, each with why (empty when every node caught up).
+pub async fn caught_up(world: &World, target: u64, by: Instant) -> Vec<String> {
+    let timeout = Duration::from_millis(CATCH_UP_STATUS_TIMEOUT_MS);
+    loop {
+        let views = tokio::time::timeout(timeout, world.system.status(&world.layout))
+            .await
+            .unwrap_or_default();
+        let lagging: Vec<String> = (world.layout.nodes.iter())
+            .filter_map(|id| match views.iter().find(|v| v.node == *id) {
+                None => Some(format!("n{id} answered no status query")),
+                Some(v) if v.commit_index < target => Some(format!(
+                    "n{id} stayed at commit index {} (role {}, term {})",
+                    v.commit_index, v.role, v.term
+                )),
+                Some(_) => None,
+            })
+            .collect();
+        if lagging.is_empty() || Instant::now() >= by {
+            return lagging;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The final schedule of a run: every family's undo (the enabled ones', and those of the
@@ -128,6 +171,13 @@ pub async fn run_phases(
     // The liveness check's marker: every fault is undone, the recovery phase starts.
     recorder.nemesis(Verb::Recover, "", "");
     let recovered_at = Instant::now();
+    // Systems with a replicated log (those that elect a leader) are held to the catch-up
+    // rule; Redlock's instances and `exec` services report no commit index.
+    let catch_up_target = if world.system.elects_leader() {
+        cluster_commit(world).await
+    } else {
+        None
+    };
 
     say(
         options,
@@ -171,11 +221,31 @@ pub async fn run_phases(
     } else {
         0
     };
+    let lagging = match catch_up_target {
+        Some(target) => {
+            let bound = checker::liveness::LivenessOptions::default().recovery_bound_ms;
+            let by = recovered_at + Duration::from_millis(bound);
+            let lagging = caught_up(world, target, by).await;
+            lagging
+                .into_iter()
+                .map(|why| {
+                    format!(
+                        "{why}, {bound} ms after every fault was undone, when the cluster had \
+                         committed {target}"
+                    )
+                })
+                .collect()
+        }
+        // No node answered at the marker: nothing to measure against (a cluster that is
+        // down is the recovery check's to judge).
+        None => Vec::new(),
+    };
     PhaseOutcome {
         counters,
         recovered_slots,
         recovery_ms,
         probe_keys,
+        lagging,
     }
 }
 
