@@ -51,6 +51,7 @@ pub fn layout(nodes: &[NodeId]) -> Layout {
 }
 
 /// What only the step loop can do to the simulation.
+#[derive(Debug)]
 enum Command {
     Crash(NodeId),
     Bounce(NodeId),
@@ -120,6 +121,8 @@ impl Control {
     /// A node host's server returned or panicked on its own.
     pub fn node_stopped(&self, id: NodeId, how: String) {
         let mut state = self.lock();
+        // As for a crash: a process that is gone is no longer stopped (see `crash_by_point`).
+        self.thaw(&mut state, id);
         state.exits.push((id, how));
         state.nodes.get_mut(&id).map(NodeLedger::exited);
     }
@@ -142,17 +145,38 @@ impl Control {
         const RESTART_AFTER_MS: u64 = 300;
         let mut state = self.lock();
         for (id, point) in lockd::buggify::take_crashes() {
-            let Some(node) = state.nodes.get_mut(&id).filter(|n| n.running()) else {
-                continue;
-            };
-            node.killed();
-            state.queue.push_back(Command::Crash(id));
-            let at = now + Duration::from_millis(RESTART_AFTER_MS);
-            state.crashed.push((at, id));
-            state
-                .crash_notes
-                .push((crate::faults::Verb::Kill, id, point));
+            self.crash_by_point(
+                &mut state,
+                id,
+                point,
+                now + Duration::from_millis(RESTART_AFTER_MS),
+            );
         }
+    }
+
+    /// Crashes node `id` for the crash point `point`, to restart at `restart_at`. A node the
+    /// nemesis paused meanwhile (its core may be inside the turn that fired the point) is
+    /// thawed first, as the nemesis's own kill does: a SIGKILL'd process is no longer
+    /// stopped. Without it the restarted node kept the dead one's closed gate and held links,
+    /// frozen for the rest of the run, and the ledger, which a start marks unpaused, left it
+    /// to no resume (sim seed 172, found by the catch-up rule: the run had been valid).
+    fn crash_by_point(
+        &self,
+        state: &mut State,
+        id: NodeId,
+        point: &'static str,
+        restart_at: Duration,
+    ) {
+        if !state.nodes.get(&id).is_some_and(NodeLedger::running) {
+            return;
+        }
+        self.thaw(state, id);
+        state.nodes.get_mut(&id).map(NodeLedger::killed);
+        state.queue.push_back(Command::Crash(id));
+        state.crashed.push((restart_at, id));
+        state
+            .crash_notes
+            .push((crate::faults::Verb::Kill, id, point));
     }
 
     /// The crash points' kills and restarts since the last call, for the history.
@@ -396,5 +420,43 @@ impl Net for SimNet {
             links.set(faults);
         }
         Ok("simulated links".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crash_point_on_a_paused_node_thaws_it_so_its_restart_runs() {
+        let control = Control::new(vec![1, 2, 3], None);
+        let mut switches = BTreeMap::new();
+        let mut gates = Vec::new();
+        for id in [1, 2, 3] {
+            let (pause, gate) = lockd::server::PauseSwitch::new();
+            let (links, link_gate) = lockd::server::LinkFaultsSwitch::new();
+            gates.push((gate, link_gate));
+            switches.insert(id, (pause, links));
+        }
+        control.attach(switches);
+        control.start_clocks();
+        let nodes = SimNodes(control.clone());
+        nodes.pause(1).unwrap();
+        assert!(control.switch(1).unwrap().0.is_paused());
+        assert_eq!(nodes.paused(), BTreeSet::from([1]));
+        control.crash_by_point(&mut control.lock(), 1, "crash-inside-write", Duration::ZERO);
+        assert!(
+            !control.switch(1).unwrap().0.is_paused(),
+            "the restarted node must not start with the dead process's closed gate"
+        );
+        assert!(nodes.paused().is_empty());
+        let queued: Vec<String> = (control.lock().queue.iter())
+            .map(|c| format!("{c:?}"))
+            .collect();
+        assert_eq!(
+            queued,
+            ["Hold(1)", "Release(1)", "Crash(1)"],
+            "its links held, then released"
+        );
     }
 }
