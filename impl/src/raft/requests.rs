@@ -577,6 +577,49 @@ mod tests {
     }
 
     #[test]
+    fn a_session_at_its_key_bound_is_refused_one_more_key_and_below_it_is_granted() {
+        // A hand-made mistake of 2026-12-07 (`held > held_max`) let a session take one key
+        // past the bound; no simulated session ever holds two keys, and no test stood at
+        // the bound itself.
+        use crate::lock::Origin;
+        let mut config = super::super::Config::new(1, vec![1, 2, 3]);
+        config.keys_per_session_max = 2;
+        let mut n = super::super::test_support::leader_with(config);
+        let s = session(&mut n, 1);
+        let take = |id: u64, key: &str| {
+            request(
+                id,
+                ClientRequest::Acquire {
+                    key: key.into(),
+                    lease_ms: 60_000,
+                    wait_ms: 0,
+                    origin: Some(Origin {
+                        session: s,
+                        request: id,
+                    }),
+                },
+            )
+        };
+        for (id, key) in [(2, "a"), (3, "b")] {
+            n.step(take(id, key));
+            let answers = commit(&mut n);
+            assert!(
+                matches!(answers.as_slice(), [(_, Response::Granted { .. })]),
+                "key {key}, below the bound: {answers:?}"
+            );
+        }
+        let before = n.status().last_log_index;
+        let out = n.step(take(4, "c"));
+        match out.respond.as_slice() {
+            [(_, Response::Invalid { reason })] => {
+                assert!(reason.contains("keys_per_session_max 2"), "{reason}")
+            }
+            other => panic!("a third key at keys_per_session_max 2: {other:?}"),
+        }
+        assert_eq!(n.status().last_log_index, before, "nothing proposed");
+    }
+
+    #[test]
     fn an_abandon_names_an_earlier_request_of_its_own_session_and_frees_its_grant() {
         // The deadline defect (issue 24 review): the client gives up a request whose answer
         // it never read. Anything but an earlier request of the asking session is refused
