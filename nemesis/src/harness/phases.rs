@@ -50,7 +50,8 @@ async fn cluster_commit(world: &World) -> Option<u64> {
     views.ok()?.iter().map(|v| v.commit_index).max()
 }
 
-/// The catch-up rule, in both worlds: once every fault is undone, every node reaches the
+/// The catch-up rule, in both worlds, for systems that promise it
+/// (`System::catches_up_after_heal`): once every fault is undone, every node reaches the
 /// commit index the cluster had at the `recover` marker (`target`) within the liveness
 /// check's recovery bound (`by`), and answers a status query. A node that stays behind (a
 /// snapshot transfer that never resumes, a stale leader never told of the newer term) is
@@ -171,9 +172,9 @@ pub async fn run_phases(
     // The liveness check's marker: every fault is undone, the recovery phase starts.
     recorder.nemesis(Verb::Recover, "", "");
     let recovered_at = Instant::now();
-    // Systems with a replicated log (those that elect a leader) are held to the catch-up
-    // rule; Redlock's instances and `exec` services report no commit index.
-    let catch_up_target = if world.system.elects_leader() {
+    // Systems that promise it are held to the catch-up rule (lockd, etcd; see
+    // `System::catches_up_after_heal` for why not the others).
+    let catch_up_target = if world.system.catches_up_after_heal() {
         cluster_commit(world).await
     } else {
         None

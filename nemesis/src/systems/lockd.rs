@@ -305,6 +305,10 @@ fn role_name(role: Role) -> String {
 }
 
 impl System for Lockd {
+    fn catches_up_after_heal(&self) -> bool {
+        true
+    }
+
     fn session_timeout_ms(&self) -> Option<u64> {
         // The binary has no flag for it: every node runs the default.
         Some(lockd::lock::SessionLimits::DEFAULT.timeout_ms)

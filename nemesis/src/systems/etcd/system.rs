@@ -182,6 +182,10 @@ impl LockClient for EtcdProcessClient {
 }
 
 impl System for Etcd {
+    fn catches_up_after_heal(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "etcd"
     }
