@@ -1077,37 +1077,12 @@ mod tests {
         // it to the handler. Nobody releases the grant: it keeps its key, known to nobody,
         // for the whole lease. (The same when tarpc's own deadline for the request expires
         // in that window: `BaseChannel` drops the answer too.)
-        let (events, mut inbox) = mpsc::channel(8);
-        let (mut client_side, server_side) = tarpc::transport::channel::unbounded::<
-            tarpc::Response<crate::rpc::LockServiceResponse>,
-            tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
-        >();
-        let (transport, checked, server) = connection(
-            server_side,
-            &events,
-            crate::bugs::BugSet::NONE,
-            &Arc::new(AtomicU64::new(1)),
-        );
-        let mut requests = Box::pin(BaseChannel::with_defaults(transport).requests());
-        let acquire = tarpc::ClientMessage::Request(tarpc::Request {
-            context: context::current(),
-            id: 1,
-            message: crate::rpc::LockServiceRequest::Acquire {
-                key: "k".to_owned(),
-                lease_ms: 60_000,
-                wait_ms: 0,
-                origin: None,
-                timeout_ms: 10_000,
-            },
-        });
-        client_side.send(acquire).await.unwrap();
-        let request = requests.next().await.unwrap().unwrap();
-        let handler = tokio::spawn(serve_request(request, &checked, &server));
-        let Some(Event::Request { reply, .. }) = inbox.recv().await else {
-            panic!("the handler should forward the request to the core");
-        };
-        reply.send(Response::Granted { token: 7 }).unwrap();
-        handler.await.unwrap();
+        let Granted {
+            mut client_side,
+            mut requests,
+            mut inbox,
+            ..
+        } = granted_to_request_1().await;
         // The handler has returned; its answer is queued. The client's cancel comes in.
         let cancel = tarpc::ClientMessage::Cancel {
             trace_context: Default::default(),
@@ -1181,14 +1156,29 @@ mod tests {
         tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
     >;
 
-    /// The settle gap (2026-12-07). A handler returned its grant (token 7 of key "k") with
-    /// the connection open, and the grant was recorded for a later `Cancel`; then the client
-    /// died before the connection's task wrote the answer, and `die` plays that death on
-    /// the client's side. The answer reaches nobody and no `Cancel` will ever come. Returns
-    /// what the core's inbox holds once the connection and its handlers are gone.
-    async fn grant_recorded_then_client_dies(
-        die: impl FnOnce(&mut ClientSide, &Arc<std::sync::atomic::AtomicBool>),
-    ) -> Vec<Event> {
+    type ServerSide = tarpc::transport::channel::UnboundedChannel<
+        tarpc::ClientMessage<crate::rpc::LockServiceRequest>,
+        tarpc::Response<crate::rpc::LockServiceResponse>,
+    >;
+
+    type GrantedChannel = BaseChannel<
+        crate::rpc::LockServiceRequest,
+        crate::rpc::LockServiceResponse,
+        EofNotify<CancelWatch<ReadEnds<ServerSide>>>,
+    >;
+
+    /// A connection over a channel whose read half ends when `ended` is set, after its
+    /// handler returned request 1's answer: an acquire of "k" the core granted token 7.
+    struct Granted {
+        client_side: ClientSide,
+        ended: Arc<std::sync::atomic::AtomicBool>,
+        requests: Pin<Box<tarpc::server::Requests<GrantedChannel>>>,
+        checked: Checked,
+        server: LockServer,
+        inbox: mpsc::Receiver<Event>,
+    }
+
+    async fn granted_to_request_1() -> Granted {
         let (events, mut inbox) = mpsc::channel(8);
         let (mut client_side, server_side) = tarpc::transport::channel::unbounded();
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1222,6 +1212,32 @@ mod tests {
         };
         reply.send(Response::Granted { token: 7 }).unwrap();
         handler.await.unwrap();
+        Granted {
+            client_side,
+            ended,
+            requests,
+            checked,
+            server,
+            inbox,
+        }
+    }
+
+    /// The settle gap (2026-12-07). A handler returned its grant (token 7 of key "k") with
+    /// the connection open, and the grant was recorded for a later `Cancel`; then the client
+    /// died before the connection's task wrote the answer, and `die` plays that death on
+    /// the client's side. The answer reaches nobody and no `Cancel` will ever come. Returns
+    /// what the core's inbox holds once the connection and its handlers are gone.
+    async fn grant_recorded_then_client_dies(
+        die: impl FnOnce(&mut ClientSide, &Arc<std::sync::atomic::AtomicBool>),
+    ) -> Vec<Event> {
+        let Granted {
+            mut client_side,
+            ended,
+            mut requests,
+            checked,
+            server,
+            mut inbox,
+        } = granted_to_request_1().await;
         assert!(
             inbox.try_recv().is_err(),
             "recorded, not released: the connection was open"
