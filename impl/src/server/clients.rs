@@ -149,11 +149,11 @@ struct AnsweredState {
 /// decisions it audits, from what it sees happen.
 #[derive(Default)]
 struct Account {
-    /// Grants that reached the boundary and were not released, by token. One delivered and
-    /// never cancelled is forgotten once [`ANSWERED_GRANTS_REMEMBERED`] newer ones were.
+    /// Grants that reached the boundary and were not released, by token, at most
+    /// [`ANSWERED_GRANTS_REMEMBERED`] but for cancelled and undelivered ones (a `Cancel`
+    /// trails its answer by at most the requests in flight): past that, the oldest delivered
+    /// one is forgotten.
     grants: std::collections::BTreeMap<Token, Entry>,
-    /// How many of them were delivered.
-    delivered: usize,
     /// The requests whose `Cancel` was read, newest last, at most
     /// [`ANSWERED_GRANTS_REMEMBERED`].
     cancels: std::collections::VecDeque<u64>,
@@ -178,11 +178,7 @@ impl Account {
             delivered: false,
             cancelled,
         };
-        if let Some(old) = self.grants.insert(token, entry)
-            && old.delivered
-        {
-            self.delivered -= 1;
-        }
+        self.grants.insert(token, entry);
     }
 
     fn cancel_read(&mut self, request_id: u64) {
@@ -199,29 +195,20 @@ impl Account {
         let Some(entry) = self.grants.get_mut(&token) else {
             return;
         };
-        if !open || entry.delivered {
+        if !open {
             return;
         }
         entry.delivered = true;
-        self.delivered += 1;
-        while self.delivered > ANSWERED_GRANTS_REMEMBERED {
-            let Some(old) = (self.grants.iter())
+        if self.grants.len() > ANSWERED_GRANTS_REMEMBERED {
+            let oldest = (self.grants.iter())
                 .find(|(_, e)| e.delivered && !e.cancelled)
-                .map(|(token, _)| *token)
-            else {
-                break;
-            };
-            self.grants.remove(&old);
-            self.delivered -= 1;
+                .map(|(token, _)| *token);
+            oldest.map(|token| self.grants.remove(&token));
         }
     }
 
     fn released(&mut self, token: Token) {
-        if let Some(entry) = self.grants.remove(&token)
-            && entry.delivered
-        {
-            self.delivered -= 1;
-        }
+        self.grants.remove(&token);
     }
 
     /// A grant whose call was cancelled and that is still held.

@@ -43,28 +43,33 @@ pub struct PhaseOutcome {
 /// How long a status query of the catch-up rule may take.
 const CATCH_UP_STATUS_TIMEOUT_MS: u64 = 2_000;
 
+/// The nodes' answers to one status query, bounded (none when it took too long).
+async fn status_views(world: &World) -> Vec<crate::systems::NodeView> {
+    let timeout = Duration::from_millis(CATCH_UP_STATUS_TIMEOUT_MS);
+    (tokio::time::timeout(timeout, world.system.status(&world.layout)).await).unwrap_or_default()
+}
+
 /// The cluster's commit index as the nodes that answer tell it: the largest.
 async fn cluster_commit(world: &World) -> Option<u64> {
-    let timeout = Duration::from_millis(CATCH_UP_STATUS_TIMEOUT_MS);
-    let views = tokio::time::timeout(timeout, world.system.status(&world.layout)).await;
-    views.ok()?.iter().map(|v| v.commit_index).max()
+    status_views(world)
+        .await
+        .iter()
+        .map(|v| v.commit_index)
+        .max()
 }
 
 /// The catch-up rule, in both worlds, for systems that promise it
 /// (`System::catches_up_after_heal`): once every fault is undone, every node reaches the
 /// commit index the cluster had at the `recover` marker (`target`) within the liveness
 /// check's recovery bound (`by`), and answers a status query. A node that stays behind (a
-/// snapshot transfer that never resumes, a stale leader never told of the newer term) is
-/// invisible to the history while the others serve every client: a hand-made mistake of
-/// 2026-12-07 (the leader ignoring a follower that restarted a snapshot transfer) kept 200
-/// seeds valid. Polls until every node is there or `by` has passed; returns the nodes that
-/// are not, each with why (empty when every node caught up).
+/// snapshot transfer that never resumes, a node frozen for good) is invisible to the
+/// history while the others serve every client: its first run found a simulator defect
+/// that froze a restarted node for the last 20 s of a valid run (sim seed 172). Polls until
+/// every node is there or `by` has passed; returns the nodes that are not, each with why
+/// (empty when every node caught up).
 pub async fn caught_up(world: &World, target: u64, by: Instant) -> Vec<String> {
-    let timeout = Duration::from_millis(CATCH_UP_STATUS_TIMEOUT_MS);
     loop {
-        let views = tokio::time::timeout(timeout, world.system.status(&world.layout))
-            .await
-            .unwrap_or_default();
+        let views = status_views(world).await;
         let lagging: Vec<String> = (world.layout.nodes.iter())
             .filter_map(|id| match views.iter().find(|v| v.node == *id) {
                 None => Some(format!("n{id} answered no status query")),

@@ -154,6 +154,18 @@ impl Control {
         }
     }
 
+    /// Kills node `id` if it runs, thawed first (a SIGKILL'd process is no longer stopped);
+    /// says whether it ran. The nemesis's kill and a crash point's both come here.
+    fn kill_running(&self, state: &mut State, id: NodeId) -> bool {
+        if !state.nodes.get(&id).is_some_and(NodeLedger::running) {
+            return false;
+        }
+        self.thaw(state, id);
+        state.queue.push_back(Command::Crash(id));
+        state.nodes.get_mut(&id).map(NodeLedger::killed);
+        true
+    }
+
     /// Crashes node `id` for the crash point `point`, to restart at `restart_at`. A node the
     /// nemesis paused meanwhile (its core may be inside the turn that fired the point) is
     /// thawed first, as the nemesis's own kill does: a SIGKILL'd process is no longer
@@ -167,12 +179,9 @@ impl Control {
         point: &'static str,
         restart_at: Duration,
     ) {
-        if !state.nodes.get(&id).is_some_and(NodeLedger::running) {
+        if !self.kill_running(state, id) {
             return;
         }
-        self.thaw(state, id);
-        state.nodes.get_mut(&id).map(NodeLedger::killed);
-        state.queue.push_back(Command::Crash(id));
         state.crashed.push((restart_at, id));
         state
             .crash_notes
@@ -295,13 +304,7 @@ impl SimNodes {
 
 impl Nodes for SimNodes {
     fn kill(&self, id: NodeId) -> Result<(), Error> {
-        let mut state = self.0.lock();
-        if !self.is_running(&state, id) {
-            return Ok(());
-        }
-        self.0.thaw(&mut state, id);
-        state.queue.push_back(Command::Crash(id));
-        state.nodes.get_mut(&id).map(NodeLedger::killed);
+        self.0.kill_running(&mut self.0.lock(), id);
         Ok(())
     }
 
