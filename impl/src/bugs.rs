@@ -169,11 +169,16 @@ pub enum Bug {
     /// `serve-write-yield`; caught by the connection's account of its grants
     /// (`server::clients::AnsweredGrants`), which stops the node under the simulator.
     GrantWrittenAfterEndKept,
+    /// `waiters-served-lifo`: the leader hands a freed key to the waiter that came last, not
+    /// first (DESIGN.md "Clients": FIFO waiters at the leader). Every answer stays truthful
+    /// and every lock safe, so no history shows it. Caught by the FIFO step rule
+    /// (`raft::invariants::step_rules`), in the trace replay and the model checker.
+    WaitersServedLifo,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 28] = [
+    pub const ALL: [Bug; 29] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -202,6 +207,7 @@ impl Bug {
         Bug::CancelCrossingAnswerForgotten,
         Bug::ConnectionEndUnseen,
         Bug::GrantWrittenAfterEndKept,
+        Bug::WaitersServedLifo,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -235,6 +241,7 @@ impl Bug {
             Bug::CancelCrossingAnswerForgotten => "cancel-crossing-answer-forgotten",
             Bug::ConnectionEndUnseen => "connection-end-unseen",
             Bug::GrantWrittenAfterEndKept => "grant-written-after-end-kept",
+            Bug::WaitersServedLifo => "waiters-served-lifo",
         }
     }
 

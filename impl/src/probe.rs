@@ -87,6 +87,16 @@ pub const PROBES: &[Probe] = &[
         "a queued acquire was granted when the key came free",
     ),
     probe(
+        "waiter-granted-with-others-waiting",
+        false,
+        "a queued acquire was granted while later ones still waited for the key (FIFO order)",
+    ),
+    probe(
+        "waiter-lost-race",
+        false,
+        "a queued acquire's Grant was refused on apply and the waiter went back to the queue",
+    ),
+    probe(
         "restart-from-snapshot",
         true,
         "a node restarted from a snapshot on its disk",

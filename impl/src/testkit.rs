@@ -8,8 +8,8 @@
 //! them; partitions drop them at delivery. A crash keeps only the `Durable`; a restart calls
 //! [`Node::new`] from it. Every node has its own clock, advanced by the test.
 //!
-//! After every step the cross-node checks of [`crate::raft::invariants`] run; a violation
-//! panics with the cluster's seed (or is collected, see [`Cluster::set_panic_on_violation`]).
+//! After every step the step rules and the cross-node checks of [`crate::raft::invariants`]
+//! run; a violation panics with the cluster's seed (or is collected, see [`Cluster::set_panic_on_violation`]).
 //!
 //! ```
 //! use lockd::raft::{ClientRequest, Response};
@@ -299,10 +299,15 @@ impl Cluster {
             return false;
         };
         let before = node.status();
-        let out = node.step(input);
+        let rules_before = invariants::StepBefore::of(node);
+        let out = node.step(input.clone());
+        let rules = invariants::step_rules(&rules_before, node, &input, &out);
         let after = node.status();
         if (before.role, before.term) != (after.role, after.term) {
             self.trace_line(format!("{id}: {:?} term={}", after.role, after.term));
+        }
+        if let Err(violation) = rules {
+            self.violation(violation);
         }
         self.handle_output(id, out);
         self.check();

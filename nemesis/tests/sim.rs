@@ -507,6 +507,28 @@ fn a_grant_written_after_its_connection_ended_is_released_and_its_mutant_caught(
     );
 }
 
+/// The FIFO rule (2026-12-07): DESIGN.md promises waiters served in the order they came, and
+/// nothing looked at the order; a leader that serves the last waiter first answers every
+/// request truthfully and keeps every lock safe, so no history shows it. The step rule of
+/// the trace replay does: seed 1 grants a freed key while later waiters still wait, and the
+/// mutant `waiters-served-lifo` breaks the order there.
+#[test]
+fn waiters_are_served_in_the_order_they_came_and_the_lifo_mutant_is_caught() {
+    let (clean, text) = sim_seed(1, None);
+    assert_eq!(clean, Some(0), "seed 1 is valid:\n{text}");
+    assert!(
+        (text.lines()).any(|l| l.contains("waiter-granted-with-others-waiting")
+            && l.split_whitespace().nth(1) == Some("1")),
+        "seed 1 reaches the order:\n{text}"
+    );
+    let (mutant, text) = sim_seed(1, Some("waiters-served-lifo"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 1:\n{text}");
+    assert!(
+        text.contains("(DESIGN.md: waiters are served FIFO)"),
+        "by the FIFO rule:\n{text}"
+    );
+}
+
 /// `locksmith sim --seeds SEED --no-shrink` (with `--bug`): its exit code and its output.
 fn sim_seed(seed: u64, bug: Option<&str>) -> (Option<i32>, String) {
     let store = tempfile::tempdir().expect("a temporary folder");

@@ -432,6 +432,7 @@ const SCRIPTS: &[&str] = &[
     "waiter_retry_after_busy",
     "waiter_retry_of_own_grant",
     "waiter_retry_while_queued",
+    "waiter_retry_keeps_fifo",
     "requests",
     "mutants",
 ];
@@ -469,6 +470,7 @@ scripts!(
     waiter_retry_after_busy,
     waiter_retry_of_own_grant,
     waiter_retry_while_queued,
+    waiter_retry_keeps_fifo,
     requests,
     mutants,
 );

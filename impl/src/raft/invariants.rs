@@ -11,9 +11,12 @@
 
 use std::collections::BTreeMap;
 
-use super::{Committed, Index, Input, Message, Node, NodeId, Output, Role, Status, Term, Timer};
+use super::{
+    Committed, Index, Input, Message, Node, NodeId, Output, PendingKind, RequestId, Role, Status,
+    Term, Timer,
+};
 use crate::bugs::Bug;
-use crate::lock::{Outcome, Proposal, Token};
+use crate::lock::{Key, Outcome, Proposal, Token};
 
 /// Node-local invariants, one assertion each, with the values in the message.
 pub(crate) fn check_node(node: &Node) {
@@ -398,6 +401,8 @@ pub struct StepBefore {
     role: Role,
     last_log_index: Index,
     last_log_term: Term,
+    /// The leader's queue of waiters per key ([`waiting_order`]).
+    waiting: BTreeMap<Key, Vec<WaiterName>>,
 }
 
 impl StepBefore {
@@ -409,8 +414,92 @@ impl StepBefore {
             role: node.role,
             last_log_index: node.log.last_index(),
             last_log_term: node.log.last_term(),
+            waiting: waiting_order(node),
         }
     }
+}
+
+/// A waiter as the FIFO rule tells waiters apart: by its request's origin (a retry of the
+/// same acquire takes its earlier attempt's place, under a new request id), else by the id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WaiterName {
+    Origin(crate::lock::Origin),
+    Request(RequestId),
+}
+
+/// Per key, the leader's queue of waiters from its head.
+fn waiting_order(node: &Node) -> BTreeMap<Key, Vec<WaiterName>> {
+    (node.waiters.iter())
+        .map(|(key, queue)| (key.clone(), queue.iter().map(WaiterName::of).collect()))
+        .collect()
+}
+
+impl WaiterName {
+    fn of(waiter: &super::Waiter) -> WaiterName {
+        match waiter.origin {
+            Some(origin) => WaiterName::Origin(origin),
+            None => WaiterName::Request(waiter.id),
+        }
+    }
+}
+
+/// DESIGN.md "Clients": acquires with a wait deadline are served FIFO at the leader. Over one
+/// step, per key: the waiters that stay in the queue keep their order; a waiter that enters
+/// it (a new acquire, or a retry whose own Grant was refused) enters at the tail; and a
+/// waiter whose Grant the step proposed left from ahead of every waiter that stays. Leaving
+/// otherwise (a deadline's last try, a client gone, a step-down) is free. (A waiter is
+/// proposed only when no Grant of its key is ahead in the log, so its Grant is never
+/// refused and it never comes back.)
+fn waiters_in_order(before: &StepBefore, node: &Node) -> Result<(), String> {
+    let id = node.config.id;
+    let after = waiting_order(node);
+    let proposed: Vec<WaiterName> = (node.pending.values())
+        .filter_map(|p| match &p.kind {
+            PendingKind::Grant { waiter: Some(w) } => Some(WaiterName::of(w)),
+            _ => None,
+        })
+        .collect();
+    let empty = Vec::new();
+    for (key, earlier) in &before.waiting {
+        let now = after.get(key).unwrap_or(&empty);
+        let stayed: Vec<WaiterName> = (earlier.iter())
+            .filter(|n| now.contains(n))
+            .copied()
+            .collect();
+        let broken = |at: usize, name: &WaiterName, why: &str| {
+            Err(format!(
+                "node {id} {why} (waiter {name:?} of key {key:?}, place {at}): before the step \
+                 the key's queue was {earlier:?}, after it {now:?} (DESIGN.md: waiters are \
+                 served FIFO)"
+            ))
+        };
+        for (at, name) in now.iter().enumerate() {
+            match stayed.get(at) {
+                Some(kept) if kept == name => {}
+                Some(_) if stayed.contains(name) => {
+                    return broken(at, name, "moved a waiter ahead of one that was ahead of it");
+                }
+                Some(_) => {
+                    return broken(at, name, "queued a waiter ahead of one already waiting");
+                }
+                None => {}
+            }
+        }
+        let first_kept = stayed
+            .first()
+            .and_then(|k| earlier.iter().position(|n| n == k));
+        for (at, name) in earlier.iter().enumerate() {
+            let granted = !now.contains(name) && proposed.contains(name);
+            if granted && first_kept.is_some_and(|first| first < at) {
+                return broken(
+                    at,
+                    name,
+                    "proposed a Grant for a waiter behind one that still waits",
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The receiver rules of Raft's Figure 2 (and pre-vote's, thesis §9.6), checked on one step
@@ -420,7 +509,8 @@ impl StepBefore {
 /// later one for a pre-vote) with a log at least as up to date as the voter's (§5.4.1); a
 /// successful AppendEntries answer acknowledges no more than the message carried, and the
 /// log then holds what it acknowledged, its previous entry included; a leader only appends
-/// to its log in its term.
+/// to its log in its term; and, DESIGN.md's promise to clients, a leader serves the acquires
+/// waiting for a key in the order they came ([`waiters_in_order`]).
 /// A node that breaks one of them shows it here at the step, where the cross-node
 /// properties see it only if the mistake goes on to break Election Safety, Leader
 /// Completeness or State Machine Safety.
@@ -612,7 +702,7 @@ pub fn step_rules(
             _ => {}
         }
     }
-    Ok(())
+    waiters_in_order(before, node)
 }
 
 /// Leader Completeness: a leader of a term above the term in which an entry was known
@@ -985,6 +1075,98 @@ mod tests {
                     .expect_err("a stale leader left unanswered");
                 assert!(why.contains("left unanswered"), "{why}");
             }
+        }
+
+        /// A leader holding "a" for request 1, with acquires 2, 3 and 4 queued behind it in
+        /// that order; returns the holder's token.
+        fn leader_with_three_waiters(bugs: crate::bugs::BugSet) -> (Node, Token) {
+            let mut config = Config::new(1, vec![1, 2, 3]);
+            config.bugs = bugs;
+            let mut node = crate::raft::test_support::leader_with(config);
+            let acquire = |wait_ms| crate::raft::ClientRequest::Acquire {
+                key: "a".into(),
+                lease_ms: 60_000,
+                wait_ms,
+                origin: None,
+            };
+            let request = |id, request| Input::Request {
+                id: crate::raft::RequestId(id),
+                request,
+            };
+            node.step(request(1, acquire(0)));
+            let token = node.status().last_log_index;
+            node.step(Input::Persisted {
+                term: 1,
+                index: token,
+            });
+            node.step(crate::raft::test_support::ack(2, 1, token));
+            assert_eq!(node.table().holder("a").map(|h| h.token), Some(token));
+            for id in 2..=4 {
+                let input = request(id, acquire(10_000));
+                let (before, out) = step(&mut node, &input);
+                assert_eq!(step_rules(&before, &node, &input, &out), Ok(()), "{out:?}");
+            }
+            (node, token)
+        }
+
+        /// The holder's release, committed: the step that hands "a" to a waiter.
+        fn release_and_commit(node: &mut Node, token: Token) -> Result<(), String> {
+            let release = crate::raft::ClientRequest::Release {
+                key: "a".into(),
+                token,
+                origin: None,
+            };
+            node.step(Input::Request {
+                id: crate::raft::RequestId(5),
+                request: release,
+            });
+            let index = node.status().last_log_index;
+            node.step(Input::Persisted { term: 1, index });
+            let input = crate::raft::test_support::ack(2, 1, index);
+            let (before, out) = step(node, &input);
+            assert!(node.table().holder("a").is_none(), "released: {out:?}");
+            step_rules(&before, node, &input, &out)
+        }
+
+        #[test]
+        fn a_freed_key_goes_to_its_first_waiter_within_the_rules() {
+            let (mut node, token) = leader_with_three_waiters(crate::bugs::BugSet::NONE);
+            assert_eq!(release_and_commit(&mut node, token), Ok(()));
+            let left = [3, 4].map(|id| WaiterName::Request(crate::raft::RequestId(id)));
+            assert_eq!(waiting_order(&node)["a"], left, "request 2 was proposed");
+        }
+
+        #[test]
+        fn a_freed_key_given_to_its_last_waiter_breaks_the_rules() {
+            // DESIGN.md "Clients": FIFO waiters at the leader. Nothing else sees the order:
+            // every answer of the mutant is truthful and every lock safe.
+            let bugs = crate::bugs::BugSet::of(&[crate::bugs::Bug::WaitersServedLifo]);
+            let (mut node, token) = leader_with_three_waiters(bugs);
+            let why = release_and_commit(&mut node, token).expect_err("served last-in first");
+            assert!(why.contains("served FIFO"), "{why}");
+            assert!(why.contains("a waiter behind one that still waits"), "{why}");
+        }
+
+        #[test]
+        fn a_new_waiter_ahead_of_the_queue_breaks_the_rules() {
+            let (mut node, _) = leader_with_three_waiters(crate::bugs::BugSet::NONE);
+            let before = StepBefore::of(&node);
+            let input = Input::Tick { now_ms: 1 };
+            let out = node.step(input.clone());
+            assert_eq!(step_rules(&before, &node, &input, &out), Ok(()));
+            // The same step, had it put a fifth acquire at the head of the queue.
+            let queue = node.waiters.get_mut("a").expect("queued");
+            let mut newcomer = queue[0].clone();
+            newcomer.id = crate::raft::RequestId(6);
+            queue.push_front(newcomer);
+            let why = step_rules(&before, &node, &input, &out).expect_err("a queue jumper");
+            assert!(why.contains("ahead of one already waiting"), "{why}");
+            // Or had it swapped the first two waiters.
+            let queue = node.waiters.get_mut("a").expect("queued");
+            queue.pop_front();
+            queue.swap(0, 1);
+            let why = step_rules(&before, &node, &input, &out).expect_err("a swap");
+            assert!(why.contains("ahead of one that was ahead of it"), "{why}");
         }
     }
 

@@ -205,10 +205,16 @@ impl Node {
         if self.role != Role::Leader || self.key_taken(key) {
             return;
         }
-        let Some(waiter) = self.waiters.get_mut(key).and_then(|q| q.pop_front()) else {
+        let lifo = self.bug(Bug::WaitersServedLifo);
+        let Some(waiter) = (self.waiters.get_mut(key))
+            .and_then(|q| if lifo { q.pop_back() } else { q.pop_front() })
+        else {
             return;
         };
         crate::probe!("waiter-granted");
+        if self.waiters.get(key).is_some_and(|q| !q.is_empty()) {
+            crate::probe!("waiter-granted-with-others-waiting");
+        }
         if self.waiters.get(key).is_some_and(|q| q.is_empty()) {
             self.waiters.remove(key);
         }

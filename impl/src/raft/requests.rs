@@ -343,6 +343,7 @@ impl Node {
                 && !pending.gone
             {
                 // Lost a race with another Grant: back to the head of the queue.
+                crate::probe!("waiter-lost-race");
                 let key = waiter.key.clone();
                 self.enqueue_waiter(waiter.clone(), true);
                 return self.grant_head_waiter(&key);
