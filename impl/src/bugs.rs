@@ -174,11 +174,16 @@ pub enum Bug {
     /// and every lock safe, so no history shows it. Caught by the FIFO step rule
     /// (`raft::invariants::step_rules`), in the trace replay and the model checker.
     WaitersServedLifo,
+    /// `refused-retry-to-head`: a retry proposed at once (its earlier attempt's last try was
+    /// ahead in the log), refused with it, waits again at the head of the queue, ahead of
+    /// waiters that came before it: lockd's own code until 2026-12-07, found by the FIFO step
+    /// rule on seeds 4, 30 and others of 1..200. Caught by that rule.
+    RefusedRetryToHead,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 29] = [
+    pub const ALL: [Bug; 30] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -208,6 +213,7 @@ impl Bug {
         Bug::ConnectionEndUnseen,
         Bug::GrantWrittenAfterEndKept,
         Bug::WaitersServedLifo,
+        Bug::RefusedRetryToHead,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -242,6 +248,7 @@ impl Bug {
             Bug::ConnectionEndUnseen => "connection-end-unseen",
             Bug::GrantWrittenAfterEndKept => "grant-written-after-end-kept",
             Bug::WaitersServedLifo => "waiters-served-lifo",
+            Bug::RefusedRetryToHead => "refused-retry-to-head",
         }
     }
 

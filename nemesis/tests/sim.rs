@@ -527,6 +527,16 @@ fn waiters_are_served_in_the_order_they_came_and_the_lifo_mutant_is_caught() {
         text.contains("(DESIGN.md: waiters are served FIFO)"),
         "by the FIFO rule:\n{text}"
     );
+    // The rule's first find, in lockd itself: a refused retry put back at the head of the
+    // queue (kept as the mutant `refused-retry-to-head`). Seed 4 reaches it.
+    let (clean, text) = sim_seed(4, None);
+    assert_eq!(clean, Some(0), "seed 4 is valid:\n{text}");
+    let (mutant, text) = sim_seed(4, Some("refused-retry-to-head"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 4:\n{text}");
+    assert!(
+        text.contains("queued a waiter ahead of one already waiting"),
+        "by the FIFO rule:\n{text}"
+    );
 }
 
 /// `locksmith sim --seeds SEED --no-shrink` (with `--bug`): its exit code and its output.

@@ -1144,7 +1144,10 @@ mod tests {
             let (mut node, token) = leader_with_three_waiters(bugs);
             let why = release_and_commit(&mut node, token).expect_err("served last-in first");
             assert!(why.contains("served FIFO"), "{why}");
-            assert!(why.contains("a waiter behind one that still waits"), "{why}");
+            assert!(
+                why.contains("a waiter behind one that still waits"),
+                "{why}"
+            );
         }
 
         #[test]

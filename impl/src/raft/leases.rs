@@ -34,6 +34,13 @@
 //! a retry whose earlier attempt is still queued takes that attempt's place (the earlier one
 //! is answered `Unknown`), so one acquire is never queued twice.
 //!
+//! A head waiter is proposed only when no Grant of its key is ahead in the log, so its Grant
+//! is never refused. Only a retry proposed at once can be (its earlier attempt was a last try
+//! that the table refused too): if its deadline is still ahead it then waits, at the tail of
+//! the queue, behind every waiter already there. (Until 2026-12-07 it went back to the head,
+//! ahead of waiters that came before it: found by the FIFO step rule,
+//! `invariants::step_rules`, on seeds 4, 30 and others; `testdata/waiter_retry_keeps_fifo.txt`.)
+//!
 //! After every applied entry for a key that leaves it free (an applied Release or Expire,
 //! but also the last Grant ahead in the log applied without taking the key: a retry answered
 //! from the dedupe table), the leader proposes the Grant of the head waiter (`apply_entry`
@@ -251,14 +258,10 @@ impl Node {
         self.pending.insert(index, pending);
     }
 
-    /// Queues `waiter` at the tail (or, after a lost race, the head) of its key's FIFO.
-    pub(super) fn enqueue_waiter(&mut self, waiter: Waiter, at_head: bool) {
+    /// Queues `waiter` at the tail of its key's FIFO.
+    pub(super) fn enqueue_waiter(&mut self, waiter: Waiter) {
         let queue = self.waiters.entry(waiter.key.clone()).or_default();
-        if at_head {
-            queue.push_front(waiter);
-        } else {
-            queue.push_back(waiter);
-        }
+        queue.push_back(waiter);
     }
 
     pub(super) fn handle_wait_timeout(&mut self, id: RequestId) {

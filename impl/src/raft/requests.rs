@@ -243,7 +243,7 @@ impl Node {
             return self.respond(waiter.id, Response::Invalid { reason });
         }
         self.set_timer(Timer::Wait { id: waiter.id }, waiter.deadline_ms);
-        self.enqueue_waiter(waiter, false);
+        self.enqueue_waiter(waiter);
     }
 
     /// The `stale-leader` mutant: answer `Granted` as soon as the Grant is in the local log,
@@ -342,10 +342,17 @@ impl Node {
                 && waiter.deadline_ms > self.now_ms
                 && !pending.gone
             {
-                // Lost a race with another Grant: back to the head of the queue.
+                // A retry proposed at once, refused with its earlier attempt's last try (a
+                // head waiter's Grant is never refused, see `leases.rs` "Waiters"): it waits
+                // again, behind every waiter already queued.
                 crate::probe!("waiter-lost-race");
                 let key = waiter.key.clone();
-                self.enqueue_waiter(waiter.clone(), true);
+                if self.bug(Bug::RefusedRetryToHead) {
+                    let queue = self.waiters.entry(key.clone()).or_default();
+                    queue.push_front(waiter.clone());
+                } else {
+                    self.enqueue_waiter(waiter.clone());
+                }
                 return self.grant_head_waiter(&key);
             }
             self.cancel_timer(Timer::Wait { id: pending.id });
