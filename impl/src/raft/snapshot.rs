@@ -374,6 +374,90 @@ mod tests {
     }
 
     #[test]
+    fn a_late_answer_from_before_the_followers_restart_does_not_stall_the_transfer() {
+        // Raft paper §5.1 (messages may be duplicated and reordered) and §7, and this
+        // module's doc: a lost, duplicated or reordered message "costs one more round". Node 3
+        // restarts in the middle of a transfer (the bytes it held are in memory only) and
+        // the leader starts it over. Then an answer node 3 sent before the restart arrives
+        // late (reordered, or a duplicate), naming more bytes than node 3 now holds. The
+        // leader took it as progress and sends from past what node 3 holds; node 3 answers
+        // each such chunk with the bytes it holds, which the leader dropped as "late"
+        // (below what was acknowledged, and not 0), for as long as it leads: node 3 never
+        // got the snapshot, nor any entry after it.
+        let mut leader = leader_with_snapshot();
+        let deliver = |node: &mut Node, msg: Message| -> Vec<Message> {
+            let out = node.step(Input::Message { from: 1, msg });
+            let mut answers: Vec<Message> = out.send_now.into_iter().map(|e| e.msg).collect();
+            answers.extend(out.send_after_persist.into_iter().map(|e| e.msg));
+            answers
+        };
+        let to_leader = |leader: &mut Node, answers: Vec<Message>| -> Vec<Message> {
+            let mut chunks = Vec::new();
+            for msg in answers {
+                chunks.extend(chunks_to_3(
+                    leader.step(Input::Message { from: 3, msg }).send_now,
+                ));
+            }
+            chunks
+        };
+        let mut now_ms = 200;
+        let mut in_flight = chunks_to_3(leader.step(Input::Tick { now_ms }).send_now);
+        // Node 3 takes three chunks; its last answer is kept back by the network.
+        let mut follower = Node::new(Config::new(3, vec![1, 2, 3]), Durable::default(), 0).0;
+        let mut late = Vec::new();
+        for round in 0..3 {
+            let chunk = in_flight.pop().expect("a chunk in flight");
+            let answers = deliver(&mut follower, chunk);
+            if round < 2 {
+                in_flight = to_leader(&mut leader, answers);
+            } else {
+                late = answers; // delayed in the network
+            }
+        }
+        assert!(
+            matches!(late.as_slice(), [Message::InstallSnapshotResponse { received: 192, .. }]),
+            "{late:?}"
+        );
+        // Node 3 restarts: nothing of the transfer was durable. The chunk of the retransmit
+        // finds it empty, and the leader starts over.
+        let mut follower = Node::new(Config::new(3, vec![1, 2, 3]), Durable::default(), 0).0;
+        now_ms += 200;
+        in_flight = chunks_to_3(leader.step(Input::Tick { now_ms }).send_now);
+        let chunk = in_flight.pop().expect("the retransmit");
+        in_flight = to_leader(&mut leader, deliver(&mut follower, chunk));
+        let chunk = in_flight.pop().expect("the transfer started over");
+        assert!(
+            matches!(chunk, Message::InstallSnapshot { offset: 0, .. }),
+            "{chunk:?}"
+        );
+        in_flight = to_leader(&mut leader, deliver(&mut follower, chunk));
+        // The late answer arrives now.
+        in_flight.extend(to_leader(&mut leader, late));
+
+        // The network is reliable from here on: every chunk is delivered and answered, and
+        // the leader retransmits as its timer says.
+        for _ in 0..200 {
+            while let Some(chunk) = in_flight.pop() {
+                let answers = deliver(&mut follower, chunk);
+                in_flight.extend(to_leader(&mut leader, answers));
+            }
+            if follower.snapshot().is_some() {
+                break;
+            }
+            now_ms += 200;
+            in_flight = chunks_to_3(leader.step(Input::Tick { now_ms }).send_now);
+        }
+
+        let snapshot = leader.snapshot().cloned().expect("the leader's snapshot");
+        assert_eq!(
+            follower.snapshot().map(|s| s.last_index),
+            Some(snapshot.last_index),
+            "200 retransmit intervals (40 s) on a reliable network, and node 3 still has no \
+             snapshot"
+        );
+    }
+
+    #[test]
     fn a_snapshot_arrives_in_chunks_through_a_lost_and_a_duplicated_chunk() {
         // Raft paper §7 (InstallSnapshot's offset and done) and issue 27: chunks of at most
         // `snapshot_chunk_bytes`, one in flight; a lost chunk is sent again after the
