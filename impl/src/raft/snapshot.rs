@@ -184,12 +184,14 @@ impl Node {
         if send.last_index != last_index || received > send.bytes.len() as u64 {
             return;
         }
-        // The follower's count only grows within a transfer, or drops to 0 when it lost the
-        // transfer (a new leader term, a damaged snapshot): an answer below what was
-        // acknowledged, and not 0, is a late one.
-        let progressed = received > send.acked;
-        let restarted = received == 0 && send.acked > 0;
-        if progressed || restarted {
+        // The follower says how many bytes it holds, and the next chunk starts there. Its
+        // count is not monotonic: it drops to 0 when it lost the transfer (a restart, a new
+        // leader term, a damaged snapshot) and grows again, so an answer below what was
+        // acknowledged may be the current one, after a late answer from before the drop
+        // made the leader skip ahead; ignored as "late", the leader sent from past what the
+        // follower held for as long as it led. A late answer that does rewind the transfer
+        // costs one chunk: the follower's answer to it names what it holds.
+        if received != send.acked {
             send.acked = received;
             self.send_chunk_now(from);
         }
