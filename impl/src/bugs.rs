@@ -179,11 +179,18 @@ pub enum Bug {
     /// waiters that came before it: lockd's own code until 2026-12-07, found by the FIFO step
     /// rule on seeds 4, 30 and others of 1..200. Caught by that rule.
     RefusedRetryToHead,
+    /// `late-snapshot-answer-stalls`: the leader takes a follower's count of snapshot bytes
+    /// only when it grows or drops to 0, and ignores one below what it took as late (lockd's
+    /// code until the review of 2026-12-07). After a follower's restart, one answer from
+    /// before it arriving late makes the leader send from past what the follower holds, and
+    /// every answer after is ignored: the transfer stalls for as long as the leader leads.
+    /// Caught by the step rule on a chunked transfer (`raft::invariants::step_rules`).
+    LateSnapshotAnswerStalls,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 30] = [
+    pub const ALL: [Bug; 31] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -214,6 +221,7 @@ impl Bug {
         Bug::GrantWrittenAfterEndKept,
         Bug::WaitersServedLifo,
         Bug::RefusedRetryToHead,
+        Bug::LateSnapshotAnswerStalls,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -249,6 +257,7 @@ impl Bug {
             Bug::GrantWrittenAfterEndKept => "grant-written-after-end-kept",
             Bug::WaitersServedLifo => "waiters-served-lifo",
             Bug::RefusedRetryToHead => "refused-retry-to-head",
+            Bug::LateSnapshotAnswerStalls => "late-snapshot-answer-stalls",
         }
     }
 

@@ -92,6 +92,16 @@ pub const PROBES: &[Probe] = &[
         "a queued acquire was granted while later ones still waited for the key (FIFO order)",
     ),
     probe(
+        "snapshot-sent-in-chunks",
+        false,
+        "a leader sent a snapshot chunk past the first (a transfer of several chunks)",
+    ),
+    probe(
+        "snapshot-transfer-rewound",
+        false,
+        "a follower's answer named fewer snapshot bytes than the leader had taken (it restarted, or an answer came late)",
+    ),
+    probe(
         "waiter-lost-race",
         false,
         "a queued acquire's Grant was refused on apply and the waiter went back to the queue",

@@ -403,6 +403,9 @@ pub struct StepBefore {
     last_log_term: Term,
     /// The leader's queue of waiters per key ([`waiting_order`]).
     waiting: BTreeMap<Key, Vec<WaiterName>>,
+    /// The leader's snapshot transfers: per follower, the snapshot's last index, the bytes
+    /// the follower acknowledged and the snapshot's length.
+    transfers: BTreeMap<NodeId, (Index, u64, u64)>,
 }
 
 impl StepBefore {
@@ -415,6 +418,12 @@ impl StepBefore {
             last_log_index: node.log.last_index(),
             last_log_term: node.log.last_term(),
             waiting: waiting_order(node),
+            transfers: (node.progress.iter())
+                .filter_map(|(&peer, p)| {
+                    let send = p.snapshot.as_ref()?;
+                    Some((peer, (send.last_index, send.acked, send.bytes.len() as u64)))
+                })
+                .collect(),
         }
     }
 }
@@ -573,6 +582,42 @@ pub fn step_rules(
                  stale leader steps down",
                 node.term,
                 msg.term()
+            ));
+        }
+    }
+    // A chunked InstallSnapshot (our protocol, `snapshot.rs`): the follower's answer names
+    // the bytes it holds, and the leader sends from there. A count that differs from what the
+    // leader last took is acted on at once: the follower restarted (its bytes are in memory
+    // only), or an earlier answer arrived late. (A leader that ignored a count below its own
+    // stalled the transfer for as long as it led, every answer after a late one ignored in
+    // turn: the review of 2026-12-07.)
+    if let Some((
+        from,
+        Message::InstallSnapshotResponse {
+            term,
+            last_index,
+            received,
+            done: false,
+        },
+    )) = asked
+        && *term == before.term
+        && before.role == Role::Leader
+        && node.role == Role::Leader
+        && let Some(&(sending, acked, len)) = before.transfers.get(&from)
+        && sending == *last_index
+        && *received <= len
+        && *received != acked
+    {
+        let resent = (out.send_now.iter().chain(&out.send_after_persist)).any(|e| {
+            e.target == from
+                && matches!(&e.msg, Message::InstallSnapshot { last_index: l, offset, .. }
+                    if l == last_index && offset == received)
+        });
+        if !resent {
+            return Err(format!(
+                "leader {id} of term {term} was told by node {from} that it holds {received} \
+                 bytes of snapshot {last_index} ({acked} acknowledged before, of {len}) and \
+                 sent it no chunk from there"
             ));
         }
     }

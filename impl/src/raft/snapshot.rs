@@ -130,6 +130,9 @@ impl Node {
             .min(send.bytes.len());
         let end = start.saturating_add(chunk_bytes).min(send.bytes.len());
         send.sent_at_ms = now_ms;
+        if start > 0 {
+            crate::probe!("snapshot-sent-in-chunks");
+        }
         let msg = Message::InstallSnapshot {
             term,
             last_index: send.last_index,
@@ -191,7 +194,15 @@ impl Node {
         // made the leader skip ahead; ignored as "late", the leader sent from past what the
         // follower held for as long as it led. A late answer that does rewind the transfer
         // costs one chunk: the follower's answer to it names what it holds.
-        if received != send.acked {
+        if received < send.acked {
+            crate::probe!("snapshot-transfer-rewound");
+        }
+        let moved = if self.config.bugs.contains(Bug::LateSnapshotAnswerStalls) {
+            received > send.acked || (received == 0 && send.acked > 0)
+        } else {
+            received != send.acked
+        };
+        if moved {
             send.acked = received;
             self.send_chunk_now(from);
         }
@@ -315,6 +326,66 @@ mod tests {
         n.step(Input::Tick { now_ms: 1 });
         assert!(n.snapshot().is_some_and(|s| s.last_index >= 10));
         n
+    }
+
+    #[test]
+    fn a_count_below_the_leaders_is_acted_on_within_the_step_rules() {
+        // The step rule of a chunked transfer (`invariants::step_rules`): node 3 holds two
+        // chunks, then an answer it sent after the first arrives late (a duplicate). The
+        // leader sends from what that answer names; the mutant `late-snapshot-answer-stalls`
+        // ignores it, which the rule names.
+        use crate::bugs::{Bug, BugSet};
+        use crate::raft::invariants::{StepBefore, step_rules};
+        for bugs in [BugSet::NONE, BugSet::of(&[Bug::LateSnapshotAnswerStalls])] {
+            let mut leader = leader_with_snapshot();
+            leader.config.bugs = bugs;
+            let chunk = chunks_to_3(leader.step(Input::Tick { now_ms: 200 }).send_now);
+            assert!(
+                matches!(
+                    chunk.as_slice(),
+                    [Message::InstallSnapshot { offset: 0, .. }]
+                ),
+                "{chunk:?}"
+            );
+            let last_index = leader.snapshot().expect("a snapshot").last_index;
+            let answer = |received| Input::Message {
+                from: 3,
+                msg: Message::InstallSnapshotResponse {
+                    term: 1,
+                    last_index,
+                    received,
+                    done: false,
+                },
+            };
+            for received in [64, 128] {
+                let input = answer(received);
+                let before = StepBefore::of(&leader);
+                let out = leader.step(input.clone());
+                assert_eq!(
+                    step_rules(&before, &leader, &input, &out),
+                    Ok(()),
+                    "{bugs:?}"
+                );
+            }
+            let late = answer(64);
+            let before = StepBefore::of(&leader);
+            let out = leader.step(late.clone());
+            let rules = step_rules(&before, &leader, &late, &out);
+            if bugs == BugSet::NONE {
+                assert_eq!(rules, Ok(()));
+                let sent = chunks_to_3(out.send_now);
+                assert!(
+                    matches!(
+                        sent.as_slice(),
+                        [Message::InstallSnapshot { offset: 64, .. }]
+                    ),
+                    "{sent:?}"
+                );
+            } else {
+                let why = rules.expect_err("the mutant ignores the late count");
+                assert!(why.contains("sent it no chunk from there"), "{why}");
+            }
+        }
     }
 
     fn chunks_to_3(out: Vec<Envelope>) -> Vec<Message> {
