@@ -540,6 +540,35 @@ mod mutants {
     }
 
     #[test]
+    fn waiters_served_lifo_is_caught_by_the_fifo_rule_with_three_waiting_clients() {
+        // bugs.rs, `waiters-served-lifo` (2026-12-07): the leader hands a freed key to its
+        // last waiter. Two waiters need a third client, and a wait at the leader
+        // (`locksmith model check --clients 3 --wait-ms 1000 --bug waiters-served-lifo`
+        // finds it at walk 1287); with one waiter behind the holder there is no order to
+        // break, and the default's two clients find nothing.
+        let seed = 1;
+        println!("seed {seed}");
+        let mut cfg = with_bug(ModelConfig::default(), Bug::WaitersServedLifo);
+        cfg.clients = 3;
+        cfg.wait_ms = 1_000;
+        let (_, reports) = default_walks(cfg, seed, 2_000);
+        assert!(
+            reports
+                .iter()
+                .any(|r| r.found.contains_key(properties::STEP_RULES)),
+            "seed {seed}: not found; found {:?}",
+            found_names(&reports)
+        );
+        assert_default_walks_find_nothing(
+            Bug::WaitersServedLifo,
+            seed,
+            2_000,
+            "two clients",
+            |_| {},
+        );
+    }
+
+    #[test]
     fn commit_old_term_is_caught_by_the_commit_rules_with_one_entry_per_append() {
         // bugs.rs, `commit-old-term` (the Figure 8 mistake): a leader counts replicas of an
         // entry of an older term. A new leader's first AppendEntries carries its Noop with

@@ -539,6 +539,23 @@ fn waiters_are_served_in_the_order_they_came_and_the_lifo_mutant_is_caught() {
     );
 }
 
+/// The review's snapshot stall (2026-12-07): after a follower's restart, a late answer from
+/// before it named more bytes than the follower held, and a leader that then ignored every
+/// count below its own sent from past them for as long as it led. Seed 37 reaches such a
+/// count with the review's fix undone (`late-snapshot-answer-stalls`), and the step rule on
+/// chunked snapshots names the answer left without its chunk.
+#[test]
+fn a_snapshot_count_below_the_leaders_is_acted_on_and_its_mutant_caught() {
+    let (mutant, text) = sim_seed(37, Some("late-snapshot-answer-stalls"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 37:\n{text}");
+    assert!(
+        text.contains("sent it no chunk from there"),
+        "by the step rule on chunked snapshots:\n{text}"
+    );
+    let (clean, text) = sim_seed(37, None);
+    assert_eq!(clean, Some(0), "seed 37 is valid:\n{text}");
+}
+
 /// `locksmith sim --seeds SEED --no-shrink` (with `--bug`): its exit code and its output.
 fn sim_seed(seed: u64, bug: Option<&str>) -> (Option<i32>, String) {
     let store = tempfile::tempdir().expect("a temporary folder");
