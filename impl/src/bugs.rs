@@ -186,11 +186,17 @@ pub enum Bug {
     /// every answer after is ignored: the transfer stalls for as long as the leader leads.
     /// Caught by the step rule on a chunked transfer (`raft::invariants::step_rules`).
     LateSnapshotAnswerStalls,
+    /// `snapshot-ack-before-persist`: a follower acknowledges an installed snapshot (`done`)
+    /// before the snapshot's persist (a hand-made mistake of 2026-12-07 that every tool
+    /// missed: a crash in between leaves the leader's match index past the follower's log,
+    /// and the follower stranded until the leader changes). Caught by the step rule that
+    /// acknowledgements go after the persist (`raft::invariants::step_rules`).
+    SnapshotAckBeforePersist,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 31] = [
+    pub const ALL: [Bug; 32] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -222,6 +228,7 @@ impl Bug {
         Bug::WaitersServedLifo,
         Bug::RefusedRetryToHead,
         Bug::LateSnapshotAnswerStalls,
+        Bug::SnapshotAckBeforePersist,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -258,6 +265,7 @@ impl Bug {
             Bug::WaitersServedLifo => "waiters-served-lifo",
             Bug::RefusedRetryToHead => "refused-retry-to-head",
             Bug::LateSnapshotAnswerStalls => "late-snapshot-answer-stalls",
+            Bug::SnapshotAckBeforePersist => "snapshot-ack-before-persist",
         }
     }
 

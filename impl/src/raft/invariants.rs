@@ -56,6 +56,10 @@ pub(crate) fn check_node(node: &Node) {
         node.log.last_term(),
         node.term
     );
+    assert!(
+        node.timers.index_agrees(),
+        "node {id}: the timers' deadline index disagrees with the timers"
+    );
     check_role(node);
     check_leases(node);
     // Token monotonicity: the token of every lock is at most the last token issued, which is
@@ -621,9 +625,30 @@ pub fn step_rules(
             ));
         }
     }
-    // (Whether a vote or an acknowledgement waited for the persist is the IO contract's
-    // business: the mutants `vote-before-persist` and `reply-before-persist` and the split
-    // steps of the model show it.)
+    // Figure 2: persistent state is on stable storage before a node answers. An answer that
+    // acknowledges entries or an installed snapshot goes out after the step's persist
+    // (`send_after_persist`), never before it, whether or not this step persists anything.
+    // (A hand-made mistake of 2026-12-07 acknowledged an installed snapshot before its
+    // persist: a crash in between left the leader's match index past the follower's log, and
+    // the follower stranded until the leader changed. The simulator's crash point there never
+    // met that step in 200 seeds.)
+    for envelope in &out.send_now {
+        let acknowledges = matches!(
+            envelope.msg,
+            Message::AppendEntriesResponse { success: true, .. }
+                | Message::InstallSnapshotResponse { done: true, .. }
+        );
+        if acknowledges {
+            return Err(format!(
+                "node {id} sent {:?} to node {} before its step's persist (Figure 2: persistent \
+                 state is updated on stable storage before responding)",
+                envelope.msg, envelope.target
+            ));
+        }
+    }
+    // (Whether a vote waited for its persist is left to the model's split steps and the
+    // mutant `vote-before-persist`, whose tests show what the split steps are worth; whether
+    // the driver sends after the persist is the server's, shown by `reply-before-persist`.)
     for envelope in out.send_now.iter().chain(&out.send_after_persist) {
         let to = envelope.target;
         match (&envelope.msg, asked) {
@@ -1120,6 +1145,27 @@ mod tests {
                     .expect_err("a stale leader left unanswered");
                 assert!(why.contains("left unanswered"), "{why}");
             }
+        }
+
+        #[test]
+        fn an_acknowledgement_sent_before_its_persist_breaks_the_rules() {
+            // Figure 2: persistent state is on stable storage before a node responds.
+            let mut node = node(2);
+            let msg = Message::AppendEntries {
+                term: 1,
+                prev_log_index: 0,
+                prev_log_term: 0,
+                entries: vec![entry(1, 1)],
+                leader_commit: 0,
+            };
+            let input = Input::Message { from: 1, msg };
+            let (before, mut out) = step(&mut node, &input);
+            assert!(out.persist.is_some() && out.send_now.is_empty(), "{out:?}");
+            assert_eq!(step_rules(&before, &node, &input, &out), Ok(()));
+            // The same step, had it answered before its persist.
+            out.send_now = std::mem::take(&mut out.send_after_persist);
+            let why = step_rules(&before, &node, &input, &out).expect_err("an early answer");
+            assert!(why.contains("before its step's persist"), "{why}");
         }
 
         /// A leader holding "a" for request 1, with acquires 2, 3 and 4 queued behind it in

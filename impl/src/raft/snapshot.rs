@@ -266,7 +266,11 @@ impl Node {
         match decode(&bytes, chunk.last_index, chunk.last_term, self.config.bugs) {
             Some(snapshot) => {
                 self.install_snapshot(snapshot);
-                self.send_after_persist(from, answer(held, true));
+                if self.bug(Bug::SnapshotAckBeforePersist) {
+                    self.send_now(from, answer(held, true));
+                } else {
+                    self.send_after_persist(from, answer(held, true));
+                }
             }
             None => {
                 self.snapshots_refused += 1;

@@ -58,6 +58,12 @@ impl Timers {
     }
 
     /// Disarms `timer`; returns its deadline if it was armed.
+    /// Whether the deadline index holds exactly one entry per timer (a stale deadline left
+    /// behind by a re-armed timer would fire it again and grow the index for good).
+    pub(crate) fn index_agrees(&self) -> bool {
+        self.by_timer.len() == self.by_deadline.len()
+    }
+
     pub(crate) fn remove(&mut self, timer: &Timer) -> Option<u64> {
         let at_ms = self.by_timer.remove(timer)?;
         self.by_deadline.remove(&(at_ms, timer.clone()));
