@@ -1419,6 +1419,28 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_answered_from_the_dedupe_table_keeps_its_session_alive() {
+        // Dissertation §6.3: a session lives while its client is active, and a retry is
+        // activity. (A hand-made mistake of 2026-12-07, the retry's `touch` dropped, passed
+        // every tool: no simulated op retries for a whole session timeout.)
+        let limits = SessionLimits {
+            timeout_ms: 1_000,
+            sessions_max: 10,
+        };
+        let mut t = LockTable::new().with_session_limits(limits);
+        let retrying = register(&mut t, 1, 0);
+        let granted = t.apply_proposal(2, &request(retrying, 1, grant("a"), 100));
+        assert_eq!(granted, Outcome::Granted { token: 2 });
+        // The same request again at 900 ms: answered from the table, and activity.
+        let retried = t.apply_proposal(3, &request(retrying, 1, grant("a"), 900));
+        assert_eq!(retried, granted);
+        // 1,500 ms: more than the timeout after the grant, less after the retry.
+        register(&mut t, 4, 1_500);
+        assert_eq!(t.clock_ms(), 1_500);
+        assert!(t.has_session(retrying), "active 600 ms ago, by its retry");
+    }
+
+    #[test]
     fn the_session_table_is_bounded_and_evicts_the_oldest_alike_on_every_node() {
         // Review finding of issue 27: the dedupe table kept one entry per client id forever
         // (a snapshot past the frame limit at ~110k ids). Now it holds at most sessions_max,
