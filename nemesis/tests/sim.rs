@@ -545,7 +545,7 @@ fn waiters_are_served_in_the_order_they_came_and_the_lifo_mutant_is_caught() {
 /// count with the review's fix undone (`late-snapshot-answer-stalls`), and the step rule on
 /// chunked snapshots names the answer left without its chunk.
 #[test]
-fn a_snapshot_count_below_the_leaders_is_acted_on_and_its_mutant_caught() {
+fn the_snapshot_transfers_mutants_are_caught_by_the_step_rules() {
     let (mutant, text) = sim_seed(37, Some("late-snapshot-answer-stalls"));
     assert_eq!(mutant, Some(1), "the mutant is caught on seed 37:\n{text}");
     assert!(
@@ -554,6 +554,14 @@ fn a_snapshot_count_below_the_leaders_is_acted_on_and_its_mutant_caught() {
     );
     let (clean, text) = sim_seed(37, None);
     assert_eq!(clean, Some(0), "seed 37 is valid:\n{text}");
+    // The third campaign's snapshot mistake, kept as `snapshot-ack-before-persist`: a
+    // follower that acknowledges an installed snapshot before its persist, on seed 5.
+    let (mutant, text) = sim_seed(5, Some("snapshot-ack-before-persist"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 5:\n{text}");
+    assert!(
+        text.contains("before its step's persist"),
+        "by the step rule on acknowledgements:\n{text}"
+    );
 }
 
 /// `locksmith sim --seeds SEED --no-shrink` (with `--bug`): its exit code and its output.
