@@ -1064,17 +1064,22 @@ mod tests {
             assert!(why.contains("term went back"), "{why}");
         }
 
-        #[test]
-        fn an_acknowledgement_without_the_previous_entry_breaks_the_rules() {
-            let mut node = node(2);
+        /// Leader 1's first AppendEntries of term 1, carrying `entries` from index 1.
+        fn first_append(entries: Vec<Entry>) -> Input {
             let msg = Message::AppendEntries {
                 term: 1,
                 prev_log_index: 0,
                 prev_log_term: 0,
-                entries: vec![entry(1, 1), entry(2, 1)],
+                entries,
                 leader_commit: 0,
             };
-            let input = Input::Message { from: 1, msg };
+            Input::Message { from: 1, msg }
+        }
+
+        #[test]
+        fn an_acknowledgement_without_the_previous_entry_breaks_the_rules() {
+            let mut node = node(2);
+            let input = first_append(vec![entry(1, 1), entry(2, 1)]);
             let (before, out) = step(&mut node, &input);
             assert_eq!(step_rules(&before, &node, &input, &out), Ok(()), "{out:?}");
             // A later AppendEntries whose previous entry the node does not hold, acknowledged.
@@ -1151,14 +1156,7 @@ mod tests {
         fn an_acknowledgement_sent_before_its_persist_breaks_the_rules() {
             // Figure 2: persistent state is on stable storage before a node responds.
             let mut node = node(2);
-            let msg = Message::AppendEntries {
-                term: 1,
-                prev_log_index: 0,
-                prev_log_term: 0,
-                entries: vec![entry(1, 1)],
-                leader_commit: 0,
-            };
-            let input = Input::Message { from: 1, msg };
+            let input = first_append(vec![entry(1, 1)]);
             let (before, mut out) = step(&mut node, &input);
             assert!(out.persist.is_some() && out.send_now.is_empty(), "{out:?}");
             assert_eq!(step_rules(&before, &node, &input, &out), Ok(()));
