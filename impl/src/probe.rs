@@ -86,14 +86,16 @@ pub const PROBES: &[Probe] = &[
         true,
         "a queued acquire was granted when the key came free",
     ),
+    // Required from the start: 117 of seeds 1..200, 552 of 1..1000 reach it (2026-12-07).
     probe(
         "waiter-granted-with-others-waiting",
-        false,
+        true,
         "a queued acquire was granted while later ones still waited for the key (FIFO order)",
     ),
+    // Required from the start: 64 of seeds 1..200, 279 of 1..1000 reach it (2026-12-07).
     probe(
         "snapshot-sent-in-chunks",
-        false,
+        true,
         "a leader sent a snapshot chunk past the first (a transfer of several chunks)",
     ),
     probe(
@@ -101,9 +103,10 @@ pub const PROBES: &[Probe] = &[
         false,
         "a follower's answer named fewer snapshot bytes than the leader had taken (it restarted, or an answer came late)",
     ),
+    // Required from the start: 17 of seeds 1..200, 93 of 1..1000 reach it (2026-12-07).
     probe(
         "waiter-lost-race",
-        false,
+        true,
         "a queued acquire's Grant was refused on apply and the waiter went back to the queue",
     ),
     probe(

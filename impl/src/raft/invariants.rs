@@ -522,8 +522,11 @@ fn waiters_in_order(before: &StepBefore, node: &Node) -> Result<(), String> {
 /// later one for a pre-vote) with a log at least as up to date as the voter's (§5.4.1); a
 /// successful AppendEntries answer acknowledges no more than the message carried, and the
 /// log then holds what it acknowledged, its previous entry included; a leader only appends
-/// to its log in its term; and, DESIGN.md's promise to clients, a leader serves the acquires
-/// waiting for a key in the order they came ([`waiters_in_order`]).
+/// to its log in its term; an acknowledgement of entries or of an installed snapshot goes
+/// out after the step's persist; a leader told a follower's count of snapshot bytes that
+/// differs from its own sends the chunk that starts there; and, DESIGN.md's promise to
+/// clients, a leader serves the acquires waiting for a key in the order they came
+/// ([`waiters_in_order`]).
 /// A node that breaks one of them shows it here at the step, where the cross-node
 /// properties see it only if the mistake goes on to break Election Safety, Leader
 /// Completeness or State Machine Safety.
