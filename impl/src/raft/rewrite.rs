@@ -657,6 +657,62 @@ mod tests {
         assert_eq!(a, b);
     }
 
+    #[test]
+    fn a_rebase_keeps_every_waiters_deadline_relative_to_now() {
+        // Model relative time (issue 14): a rebase moves every deadline with the clock, a
+        // waiter's too, whether it is queued or its Grant is proposed. (A hand-made mistake
+        // of 2026-12-07 left the proposed ones behind and passed every tool: only the model
+        // rebases, and no test had a proposed waiter.)
+        let request = |id, wait_ms| Input::Request {
+            id: RequestId(id),
+            request: ClientRequest::Acquire {
+                key: "a".into(),
+                lease_ms: 60_000,
+                wait_ms,
+                origin: None,
+            },
+        };
+        let commit = |n: &mut Node| {
+            let index = n.status().last_log_index;
+            n.step(Input::Persisted { term: 1, index });
+            n.step(ack(2, 1, index));
+        };
+        let mut a = leader();
+        a.step(request(1, 0));
+        let token = a.status().last_log_index;
+        commit(&mut a);
+        assert_eq!(a.table().holder("a").map(|h| h.token), Some(token));
+        a.step(request(2, 10_000));
+        a.step(request(3, 20_000));
+        let release = ClientRequest::Release {
+            key: "a".into(),
+            token,
+            origin: None,
+        };
+        a.step(Input::Request {
+            id: RequestId(4),
+            request: release,
+        });
+        commit(&mut a);
+        let deadlines = |n: &Node| -> Vec<(RequestId, Option<u64>)> {
+            let proposed = n.pending.values().filter_map(|p| match &p.kind {
+                PendingKind::Grant { waiter: Some(w) } => Some(w),
+                _ => None,
+            });
+            (proposed.chain(n.waiters.values().flatten()))
+                .map(|w| (w.id, w.deadline_ms.checked_sub(n.now_ms())))
+                .collect()
+        };
+        let before = deadlines(&a);
+        assert_eq!(
+            before.iter().map(|(id, _)| id.0).collect::<Vec<_>>(),
+            [2, 3],
+            "request 2 proposed, request 3 queued"
+        );
+        a.rebase_clock(REBASED_NOW_MS);
+        assert_eq!(deadlines(&a), before);
+    }
+
     /// Renames node ids by `f` only (clients and requests keep theirs), as the model does.
     struct Nodes<F>(F);
 
