@@ -22,7 +22,8 @@ all=(release-by-key follower-grants early-expire token-from-local-counter no-fsy
   commit-old-term follower-commit-past-sent cancel-not-orphaned snapshot-refused
   link-panics-on-empty-reply cancel-crossing-answer-forgotten connection-end-unseen
   grant-written-after-end-kept waiters-served-lifo
-  refused-retry-to-head late-snapshot-answer-stalls snapshot-ack-before-persist)
+  refused-retry-to-head late-snapshot-answer-stalls snapshot-ack-before-persist
+  tick-misses-timers-due-now)
 if [ $# -gt 0 ]; then bugs=("$@"); else bugs=("${all[@]}"); fi
 misses=0
 printf '| bug | verdict | first failing seed | wall s | explanation (abbreviated) |\n|---|---|---|---|---|\n' > "$out/table.md"

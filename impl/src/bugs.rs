@@ -192,11 +192,18 @@ pub enum Bug {
     /// and the follower stranded until the leader changes). Caught by the step rule that
     /// acknowledgements go after the persist (`raft::invariants::step_rules`).
     SnapshotAckBeforePersist,
+    /// `tick-misses-timers-due-now`: a tick fires only the timers due strictly before its
+    /// clock reading, not those due at it (an off-by-one of 2026-12-07). The driver, woken
+    /// for a deadline that has come, finds it still due after the tick and wakes again at
+    /// once: under the simulator the core spins at one instant. Caught by the core's spin
+    /// check under the simulator (`server::core::Core::spin_check`) and by the step rule
+    /// that a tick leaves no deadline due (`raft::invariants::step_rules`).
+    TickMissesTimersDueNow,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 32] = [
+    pub const ALL: [Bug; 33] = [
         Bug::ExpireIgnoresToken,
         Bug::FollowerGrants,
         Bug::NoFsync,
@@ -229,6 +236,7 @@ impl Bug {
         Bug::RefusedRetryToHead,
         Bug::LateSnapshotAnswerStalls,
         Bug::SnapshotAckBeforePersist,
+        Bug::TickMissesTimersDueNow,
     ];
 
     /// The command-line name, e.g. `expire-ignores-token`.
@@ -266,11 +274,12 @@ impl Bug {
             Bug::RefusedRetryToHead => "refused-retry-to-head",
             Bug::LateSnapshotAnswerStalls => "late-snapshot-answer-stalls",
             Bug::SnapshotAckBeforePersist => "snapshot-ack-before-persist",
+            Bug::TickMissesTimersDueNow => "tick-misses-timers-due-now",
         }
     }
 
-    fn bit(self) -> u32 {
-        // `BugSet` is a `u32`: one bit per bug (the test `every_bug_has_its_own_bit` checks
+    fn bit(self) -> u64 {
+        // `BugSet` is a `u64`: one bit per bug (the test `every_bug_has_its_own_bit` checks
         // there is room).
         1 << (self as u32)
     }
@@ -305,7 +314,7 @@ impl FromStr for Bug {
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
-pub struct BugSet(u32);
+pub struct BugSet(u64);
 
 impl BugSet {
     /// No bugs.
@@ -348,8 +357,8 @@ mod tests {
 
     #[test]
     fn every_bug_has_its_own_bit() {
-        // `BugSet` is a u32 bitset: a 33rd bug would overflow the shift.
-        assert!(Bug::ALL.len() <= 32, "{} bugs", Bug::ALL.len());
+        // `BugSet` is a u64 bitset: a 65th bug would overflow the shift.
+        assert!(Bug::ALL.len() <= 64, "{} bugs", Bug::ALL.len());
         let all = BugSet::of(&Bug::ALL);
         assert_eq!(all.iter().count(), Bug::ALL.len());
     }

@@ -587,3 +587,21 @@ fn sim_seed(seed: u64, bug: Option<&str>) -> (Option<i32>, String) {
     );
     (out.status.code(), text)
 }
+
+/// A tick that leaves a due timer unfired (`tick-misses-timers-due-now`, an off-by-one) makes
+/// the driver wake for the same deadline again at once: under the simulator, where time moves
+/// only between steps, the core spins at one instant. A stale timer deadline of the third
+/// campaign so spun one seed for 650 s of CPU in 12 GB, and the seed ended valid; the core's
+/// spin check now stops such a node, and node health names the spin. Seed 1 reaches it at
+/// once.
+#[test]
+fn a_core_that_spins_on_a_due_deadline_is_stopped_and_named() {
+    let (mutant, text) = sim_seed(1, Some("tick-misses-timers-due-now"));
+    assert_eq!(mutant, Some(1), "the mutant is caught on seed 1:\n{text}");
+    assert!(
+        text.contains("for a deadline at one instant without its clock moving"),
+        "by the spin check:\n{text}"
+    );
+    let (clean, text) = sim_seed(1, None);
+    assert_eq!(clean, Some(0), "seed 1 is valid:\n{text}");
+}

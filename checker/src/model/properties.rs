@@ -37,7 +37,7 @@ pub const COMMIT_RULES: &str = "a leader commits by counting only entries of its
 /// The receiver rules of Raft's Figure 2, the chunked snapshot's resend and the FIFO order
 /// of waiters, on one step (`invariants::step_rules`; the model and the trace replay check
 /// every step).
-pub const STEP_RULES: &str = "a node votes, pre-votes and acknowledges only as Raft's receiver rules allow and acknowledges only after its persist, keeps its term and vote, and as leader only appends, sends a snapshot on from what the follower holds, and serves its waiters FIFO";
+pub const STEP_RULES: &str = "a node votes, pre-votes and acknowledges only as Raft's receiver rules allow and acknowledges only after its persist, keeps its term and vote, as leader only appends, sends a snapshot on from what the follower holds and serves its waiters FIFO, and fires at each tick every timer due";
 /// Tokens strictly increase in log order and in the real-time order of acquires.
 pub const TOKENS_INCREASE: &str = "fencing tokens strictly increase";
 /// No two clients hold one key, counting only locks no applied entry has removed.

@@ -524,9 +524,9 @@ fn waiters_in_order(before: &StepBefore, node: &Node) -> Result<(), String> {
 /// log then holds what it acknowledged, its previous entry included; a leader only appends
 /// to its log in its term; an acknowledgement of entries or of an installed snapshot goes
 /// out after the step's persist; a leader told a follower's count of snapshot bytes that
-/// differs from its own sends the chunk that starts there; and, DESIGN.md's promise to
-/// clients, a leader serves the acquires waiting for a key in the order they came
-/// ([`waiters_in_order`]).
+/// differs from its own sends the chunk that starts there; a tick leaves no deadline due;
+/// and, DESIGN.md's promise to clients, a leader serves the acquires waiting for a key in
+/// the order they came ([`waiters_in_order`]).
 /// A node that breaks one of them shows it here at the step, where the cross-node
 /// properties see it only if the mistake goes on to break Election Safety, Leader
 /// Completeness or State Machine Safety.
@@ -560,6 +560,26 @@ pub fn step_rules(
                 node.term, before.last_log_index, before.last_log_term
             ));
         }
+    }
+    // A tick fires every timer due by then, and what firing arms lies ahead (`Node::tick`):
+    // a deadline still due after a tick is a timer that never fires, and a driver woken
+    // for it at once ticks again and again without its clock moving (a hand-made mistake of
+    // 2026-12-07, a re-armed timer's old deadline left in the index, so spun one simulated
+    // seed for 650 s of CPU in 12 GB, every history still valid).
+    if let Input::Tick { .. } = input
+        && let Some(at_ms) = node.next_deadline()
+        && at_ms <= node.now_ms
+    {
+        let due: Vec<&Timer> = (node.timers())
+            .filter(|(_, at)| *at <= node.now_ms)
+            .map(|(timer, _)| timer)
+            .collect();
+        return Err(format!(
+            "node {id} ticked at {} and still has a deadline due at {at_ms} (timers due: \
+             {due:?}): a tick fires every timer due, so its driver would wake for it again at \
+             once, for ever",
+            node.now_ms
+        ));
     }
     let asked = match input {
         Input::Message { from, msg } => Some((*from, msg)),
@@ -1167,6 +1187,23 @@ mod tests {
             out.send_now = std::mem::take(&mut out.send_after_persist);
             let why = step_rules(&before, &node, &input, &out).expect_err("an early answer");
             assert!(why.contains("before its step's persist"), "{why}");
+        }
+
+        #[test]
+        fn a_deadline_still_due_after_a_tick_breaks_the_rules() {
+            let mut node = node(2);
+            let input = Input::Tick { now_ms: 10_000 };
+            let (before, out) = step(&mut node, &input);
+            assert!(node.next_deadline().is_some_and(|at| at > 10_000));
+            assert_eq!(step_rules(&before, &node, &input, &out), Ok(()));
+            // The same step, had it left a deadline behind (a stale index entry, a timer armed
+            // in the past while firing).
+            node.timers.insert(Timer::Heartbeat, 9_990);
+            let why = step_rules(&before, &node, &input, &out).expect_err("a deadline left due");
+            assert!(why.contains("still has a deadline due at 9990"), "{why}");
+            // Any other input may leave a deadline due: the next tick fires it.
+            let other = Input::Persisted { term: 0, index: 0 };
+            assert_eq!(step_rules(&before, &node, &other, &out), Ok(()));
         }
 
         /// A leader holding "a" for request 1, with acquires 2, 3 and 4 queued behind it in

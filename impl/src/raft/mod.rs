@@ -570,7 +570,13 @@ impl Node {
         // with lease_ms 0, which validation forbids.
         // Earliest first (ties in timer order), from the deadline index: the due timers
         // only, not a pass over every lease.
-        for (at, timer) in self.timers.due(self.now_ms) {
+        let due_by = if self.config.bugs.contains(Bug::TickMissesTimersDueNow) {
+            // Mutant: only the timers due strictly before now fire.
+            self.now_ms.saturating_sub(1)
+        } else {
+            self.now_ms
+        };
+        for (at, timer) in self.timers.due(due_by) {
             if self.timers.get(&timer) != Some(at) {
                 continue; // cancelled or re-armed by an earlier timer of this tick
             }
