@@ -507,7 +507,14 @@ fn simulate(case: &SimCase, logs: Option<Arc<Mutex<Vec<u8>>>>) -> Simulated {
         Some(Ok(execution)) => Some(execution),
         Some(Err(e)) => {
             error = error.or(Some(format!("the cluster never came up: {e}")));
-            None
+            // Nothing in a simulated world stops a node but the node itself (a crash point
+            // is the simulator's, and not an exit): one that stopped before the cluster came
+            // up is a defect, which node health names, not only a run that could not finish.
+            let exited = control.every_exit();
+            (!exited.is_empty()).then(|| Execution {
+                exited,
+                ..Execution::unfinished(&case.options)
+            })
         }
         None => None,
     };

@@ -69,6 +69,8 @@ struct State {
     crash_notes: Vec<(crate::faults::Verb, NodeId, &'static str)>,
     /// Node exits not yet reaped.
     exits: Vec<(NodeId, String)>,
+    /// Every node exit of the run, reaped or not ([`Control::every_exit`]).
+    every_exit: Vec<String>,
     nodes: BTreeMap<NodeId, NodeLedger>,
 }
 
@@ -90,6 +92,7 @@ impl Control {
             crashed: Vec::new(),
             crash_notes: Vec::new(),
             exits: Vec::new(),
+            every_exit: Vec::new(),
             nodes: NodeLedger::of(&nodes),
         };
         Control {
@@ -123,8 +126,15 @@ impl Control {
         let mut state = self.lock();
         // As for a crash: a process that is gone is no longer stopped (see `crash_by_point`).
         self.thaw(&mut state, id);
+        state.every_exit.push(format!("n{id}: {how}"));
         state.exits.push((id, how));
         state.nodes.get_mut(&id).map(NodeLedger::exited);
+    }
+
+    /// Every node that stopped on its own in this run, with how: what node health names
+    /// when the run ended before the harness could reap them (the cluster never came up).
+    pub fn every_exit(&self) -> Vec<String> {
+        self.lock().every_exit.clone()
     }
 
     /// The links from `node` to every other host, as host names.
