@@ -300,8 +300,10 @@ impl Cluster {
         };
         let before = node.status();
         let rules_before = invariants::StepBefore::of(node);
+        let original = node.clone();
         let out = node.step(input.clone());
-        let rules = invariants::step_rules(&rules_before, node, &input, &out);
+        let rules = invariants::step_rules(&rules_before, node, &input, &out)
+            .and_then(|()| crate::raft::rebase_commutes(&original, &input, &out, node));
         let after = node.status();
         if (before.role, before.term) != (after.role, after.term) {
             self.trace_line(format!("{id}: {:?} term={}", after.role, after.term));

@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 
 use super::invariants::Ledger;
-use super::io::{ClientRequest, Durable, RequestId, Response, Timer};
+use super::io::{ClientRequest, Durable, Input, Output, RequestId, Response, Timer, TimerCmd};
 use super::message::{Entry, HardState, NodeId, Snapshot};
 use super::{Node, Pending, PendingKind, Waiter};
 use crate::lock::{Origin, Proposal};
@@ -576,6 +576,62 @@ impl HashParts for Ledger {
 /// reading the node keeps below it.
 pub const REBASED_NOW_MS: u64 = 1 << 40;
 
+/// Whether [`Node::rebase_clock`] commutes with [`Node::step`] from `before` on `input`,
+/// which took `before` to `after` with `out`. The model counts two states whose clocks differ
+/// by a constant once, so a rebased node must step exactly as the original with every clock
+/// reading shifted: a copy of `before` rebased to [`REBASED_NOW_MS`] steps the input (a
+/// tick's reading shifted alike); its output, timer deadlines shifted back, must be `out`,
+/// and its state, rebased with `after` to one reading, must be `after`'s. This judges every
+/// field a rebase moves (or forgets to move) against the step that reads it, where a unit
+/// test judges the fields someone listed. Pure; the testkit runs it on every step of every
+/// interaction script and seeded test (`testkit::Cluster::step`).
+pub fn rebase_commutes(
+    before: &Node,
+    input: &Input,
+    out: &Output,
+    after: &Node,
+) -> Result<(), String> {
+    let shift = i128::from(REBASED_NOW_MS) - i128::from(before.now_ms);
+    let moved = |at: u64, by: i128| u64::try_from(i128::from(at) + by).unwrap_or(u64::MAX);
+    let mut rebased = before.clone();
+    rebased.rebase_clock(REBASED_NOW_MS);
+    let shifted_input = match input {
+        Input::Tick { now_ms } => Input::Tick {
+            now_ms: moved(*now_ms, shift),
+        },
+        other => other.clone(),
+    };
+    let mut rebased_out = rebased.step(shifted_input);
+    for cmd in &mut rebased_out.timers {
+        if let TimerCmd::Set { at_ms, .. } = cmd {
+            *at_ms = moved(*at_ms, -shift);
+        }
+    }
+    let id = before.config.id;
+    if rebased_out != *out {
+        return Err(format!(
+            "node {id} stepped {input:?} otherwise once its clock was rebased from {} to \
+             {REBASED_NOW_MS}: the original's output {out:?}, the rebased one's (deadlines \
+             shifted back) {rebased_out:?}",
+            before.now_ms
+        ));
+    }
+    // Both to one reading past either clock, so that neither shift goes below zero.
+    let reading = 2 * REBASED_NOW_MS;
+    let mut original = after.clone();
+    original.rebase_clock(reading);
+    rebased.rebase_clock(reading);
+    if original != rebased {
+        return Err(format!(
+            "node {id} stepped {input:?} into another state once its clock was rebased from \
+             {} to {REBASED_NOW_MS} (both rebased to {reading} after the step): the \
+             original's {original:?}, the rebased one's {rebased:?}",
+            before.now_ms
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{ack, leader};
@@ -655,6 +711,29 @@ mod tests {
         a.rebase_clock(REBASED_NOW_MS);
         b.rebase_clock(REBASED_NOW_MS);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_commutation_check_holds_a_step_to_its_rebased_twin() {
+        let before = leader();
+        let at = before.next_deadline().expect("a leader has timers");
+        let input = Input::Tick { now_ms: at };
+        let mut after = before.clone();
+        let out = after.step(input.clone());
+        assert!(!out.timers.is_empty(), "the heartbeat re-arms: {out:?}");
+        assert_eq!(rebase_commutes(&before, &input, &out, &after), Ok(()));
+        // An output whose deadline is off by one, or a state one millisecond apart: neither
+        // is the rebased twin's.
+        let mut late = out.clone();
+        if let Some(TimerCmd::Set { at_ms, .. }) = late.timers.first_mut() {
+            *at_ms += 1;
+        }
+        let why = rebase_commutes(&before, &input, &late, &after).expect_err("a later deadline");
+        assert!(why.contains("stepped Tick"), "{why}");
+        let mut ahead = after.clone();
+        ahead.step(Input::Tick { now_ms: at + 1 });
+        let why = rebase_commutes(&before, &input, &out, &ahead).expect_err("another state");
+        assert!(why.contains("into another state"), "{why}");
     }
 
     #[test]
