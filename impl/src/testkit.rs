@@ -295,6 +295,9 @@ impl Cluster {
     /// Steps node `id` with `input` and carries out the output; nothing when it is down.
     /// Returns whether the node was up.
     pub fn step(&mut self, id: NodeId, input: Input) -> bool {
+        // The model's symmetry, for the renaming check below: the members in reverse order.
+        let first = self.members.keys().next().copied().unwrap_or(id);
+        let last = self.members.keys().next_back().copied().unwrap_or(id);
         let Some(node) = self.members.get_mut(&id).and_then(|m| m.node.as_mut()) else {
             return false;
         };
@@ -303,7 +306,11 @@ impl Cluster {
         let original = node.clone();
         let out = node.step(input.clone());
         let rules = invariants::step_rules(&rules_before, node, &input, &out)
-            .and_then(|()| crate::raft::rebase_commutes(&original, &input, &out, node));
+            .and_then(|()| crate::raft::rebase_commutes(&original, &input, &out, node))
+            .and_then(|()| {
+                let reverse = |n: NodeId| first + last - n;
+                crate::raft::rename_commutes(reverse, &original, &input, &out, node)
+            });
         let after = node.status();
         if (before.role, before.term) != (after.role, after.term) {
             self.trace_line(format!("{id}: {:?} term={}", after.role, after.term));

@@ -52,8 +52,8 @@ pub use message::{Entry, Envelope, HardState, Index, Message, NodeId, Snapshot, 
 pub use quorum::majority;
 pub use replication::{TABLE_ENTRIES_COPIED_PER_ENTRY_MAX, TERM_MAX};
 pub use rewrite::{
-    HashParts, REBASED_NOW_MS, Renaming, rebase_commutes, rewrite_entry, rewrite_proposal,
-    rewrite_request, rewrite_response, rewrite_timer,
+    HashParts, REBASED_NOW_MS, Renaming, rebase_commutes, rename_commutes, rewrite_entry,
+    rewrite_proposal, rewrite_request, rewrite_response, rewrite_timer,
 };
 pub use snapshot::SNAPSHOT_BYTES_MAX;
 

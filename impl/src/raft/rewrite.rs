@@ -576,6 +576,114 @@ impl HashParts for Ledger {
 /// reading the node keeps below it.
 pub const REBASED_NOW_MS: u64 = 1 << 40;
 
+/// A renaming of node ids alone (clients and requests keep theirs): the model's symmetry.
+struct NodesOnly<F>(F);
+
+impl<F: Fn(NodeId) -> NodeId> Renaming for NodesOnly<F> {
+    fn node(&self, id: NodeId) -> NodeId {
+        (self.0)(id)
+    }
+    fn client(&self, client: u64) -> u64 {
+        client
+    }
+    fn request(&self, id: RequestId) -> RequestId {
+        id
+    }
+}
+
+/// Whether [`Node::rewrite_ids`] with the node renaming `rename` (a permutation of the
+/// members) commutes with [`Node::step`] from `before` on `input`, which took `before` to
+/// `after` with `out`. The model counts states that differ only in which server is which
+/// once, so a renamed node must step exactly as the original renamed: the renamed copy of
+/// `before` steps the input (its sender renamed); its output must be `out` renamed (sends
+/// compared as a set: a node walks its peers in id order, which a renaming reorders), and
+/// its state `after` renamed. Node ids only, as the model's symmetry renames: message bodies
+/// then carry no id. Not judged while either node holds part of a snapshot: `rewrite_ids`
+/// drops those bytes, which may name clients (the model's snapshots fit one chunk); nor on
+/// `Input::Exit`, whose hand-over breaks a tie between equally up-to-date followers by the
+/// lowest id (no deterministic choice among servers is symmetric; the model never steps
+/// `Exit`). The reasons of `Unknown` and `Invalid` answers are prose that may name a node,
+/// so only their kinds are compared. Pure; the testkit runs it on every step
+/// (`testkit::Cluster::step`).
+pub fn rename_commutes(
+    rename: impl Fn(NodeId) -> NodeId,
+    before: &Node,
+    input: &Input,
+    out: &Output,
+    after: &Node,
+) -> Result<(), String> {
+    if before.log.receiving.is_some() || after.log.receiving.is_some() || *input == Input::Exit {
+        return Ok(());
+    }
+    let prose_aside = |respond: &mut Vec<(RequestId, Response)>| {
+        for (_, response) in respond {
+            if let Response::Unknown { reason } | Response::Invalid { reason } = response {
+                reason.clear();
+            }
+        }
+    };
+    let r = NodesOnly(rename);
+    let mut renamed = before.rewrite_ids(&r);
+    let renamed_input = match input {
+        Input::Message { from, msg } => Input::Message {
+            from: r.node(*from),
+            msg: msg.clone(),
+        },
+        other => other.clone(),
+    };
+    let mut renamed_out = renamed.step(renamed_input);
+    let envelopes = |sends: &[super::message::Envelope]| {
+        let mut sends: Vec<super::message::Envelope> = sends
+            .iter()
+            .map(|e| super::message::Envelope {
+                source: r.node(e.source),
+                target: r.node(e.target),
+                msg: e.msg.clone(),
+            })
+            .collect();
+        sends.sort_by_key(|e| (e.source, e.target, format!("{:?}", e.msg)));
+        sends
+    };
+    let mut expected = Output {
+        persist: out.persist.as_ref().map(|p| super::io::Persist {
+            snapshot: p.snapshot.as_ref().map(|s| rewrite_snapshot(&r, s)),
+            truncate_from: p.truncate_from,
+            entries: p.entries.iter().map(|e| rewrite_entry(&r, e)).collect(),
+            hard_state: p.hard_state.as_ref().map(|h| rewrite_hard_state(&r, h)),
+        }),
+        send_now: envelopes(&out.send_now),
+        send_after_persist: envelopes(&out.send_after_persist),
+        apply: out.apply.clone(),
+        respond: (out.respond.iter())
+            .map(|(id, response)| (r.request(*id), rewrite_response(&r, response)))
+            .collect(),
+        timers: out.timers.clone(),
+    };
+    let sort = |sends: &mut Vec<super::message::Envelope>| {
+        sends.sort_by_key(|e| (e.source, e.target, format!("{:?}", e.msg)));
+    };
+    sort(&mut renamed_out.send_now);
+    sort(&mut renamed_out.send_after_persist);
+    prose_aside(&mut renamed_out.respond);
+    prose_aside(&mut expected.respond);
+    let id = before.config.id;
+    let renamed_id = r.node(id);
+    if renamed_out != expected {
+        return Err(format!(
+            "node {id} renamed {renamed_id} stepped {input:?} otherwise than the original \
+             renamed: the original's output renamed {expected:?}, the renamed node's \
+             {renamed_out:?}"
+        ));
+    }
+    if after.rewrite_ids(&r) != renamed {
+        return Err(format!(
+            "node {id} renamed {renamed_id} stepped {input:?} into another state than the \
+             original's renamed"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether [`Node::rebase_clock`] commutes with [`Node::step`] from `before` on `input`,
 /// which took `before` to `after` with `out`. The model counts two states whose clocks differ
 /// by a constant once, so a rebased node must step exactly as the original with every clock
@@ -711,6 +819,26 @@ mod tests {
         a.rebase_clock(REBASED_NOW_MS);
         b.rebase_clock(REBASED_NOW_MS);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_renaming_check_holds_a_step_to_its_renamed_twin() {
+        let swap = |id: NodeId| match id {
+            1 => 2,
+            2 => 1,
+            other => other,
+        };
+        let mut before = leader();
+        before.step(Input::Persisted { term: 1, index: 1 });
+        let input = ack(2, 1, 1);
+        let mut after = before.clone();
+        let out = after.step(input.clone());
+        assert_eq!(rename_commutes(swap, &before, &input, &out, &after), Ok(()));
+        // The same answer from node 3 instead: the renamed twin hears it from node 3 too,
+        // where the original renamed heard node 1.
+        let from_3 = ack(3, 1, 1);
+        let why = rename_commutes(swap, &before, &from_3, &out, &after).expect_err("node 3");
+        assert!(why.contains("node 1 renamed 2 stepped Message { from: 3"), "{why}");
     }
 
     #[test]
