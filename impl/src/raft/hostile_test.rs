@@ -10,7 +10,9 @@
 //!   hold after it;
 //! - every persist the step asks for must pass the checks storage makes before it writes
 //!   (`storage::checks::check_persist`): a persist storage refuses stops the node, so a
-//!   hostile peer that can make one can stop any node.
+//!   hostile peer that can make one can stop any node;
+//! - the step keeps Raft's receiver rules and the leader's (`invariants::step_rules`): they
+//!   hold whatever a peer sends.
 //!
 //! A failure prints the seed, the step and the input, and the test replays from the seed.
 
@@ -377,6 +379,7 @@ fn run_sequence(seed: u64) -> Result<usize, String> {
             continue;
         }
         let before = node.status();
+        let rules_before = super::invariants::StepBefore::of(&node);
         let mut stepping = node.clone();
         let stepped_input = input.clone();
         let result = catch_unwind(AssertUnwindSafe(move || {
@@ -406,6 +409,12 @@ fn run_sequence(seed: u64) -> Result<usize, String> {
             })?;
             durable.apply(persist);
         }
+        // Raft's receiver rules hold whatever a peer sends (`invariants::step_rules`).
+        super::invariants::step_rules(&rules_before, &after, &input, &output).map_err(|why| {
+            format!(
+                "seed {seed}, step {step}: {why}\n  input: {input:?}\n  node before: {before:?}"
+            )
+        })?;
         node = after;
         stepped += 1;
     }

@@ -723,6 +723,35 @@ mod tests {
     }
 
     #[test]
+    fn an_append_that_contradicts_the_committed_prefix_below_the_commit_index_is_not_acknowledged()
+    {
+        // Figure 2: a successful answer means the log holds what the message carried. A
+        // follower skips entries at or below its commit index (they match any leader's), but
+        // one that contradicts a committed entry it still holds comes from no leader: it was
+        // acknowledged, the log keeping its own entry (found by the hostile test once it ran
+        // the step rules, 2026-12-07, seed 117: entry 1 of term 2^63-1).
+        let mut n = node(2);
+        let three = (1..=3).map(|i| entry(1, i, Command::Noop)).collect();
+        n.step(append(1, 1, (0, 0), three, 3));
+        assert_eq!(n.status().commit_index, 3);
+        let held = n.clone();
+        // Entry 1 of another term (the entry at the commit index not carried).
+        let out = n.step(append(1, 2, (0, 0), vec![entry(2, 1, Command::Noop)], 3));
+        assert!(
+            !(out.send_now.iter().chain(&out.send_after_persist))
+                .any(|e| matches!(e.msg, Message::AppendEntriesResponse { success: true, .. })),
+            "acknowledged: {out:?}"
+        );
+        assert_eq!(n.status().last_log_index, held.status().last_log_index);
+        // A previous entry of another term below the commit index, likewise.
+        let out = n.step(append(1, 2, (0, 2), vec![entry(2, 4, Command::Noop)], 3));
+        assert!(
+            out.persist.is_none() && out.send_after_persist.is_empty(),
+            "{out:?}"
+        );
+    }
+
+    #[test]
     fn a_rejection_hint_of_the_last_possible_index_does_not_overflow() {
         // STYLE practice 12: no panics on bad input (review of issue 24). The leader tries
         // `reject_hint + 1` as the next index; a hint of u64::MAX backs off no further than

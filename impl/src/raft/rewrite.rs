@@ -838,7 +838,10 @@ mod tests {
         // where the original renamed heard node 1.
         let from_3 = ack(3, 1, 1);
         let why = rename_commutes(swap, &before, &from_3, &out, &after).expect_err("node 3");
-        assert!(why.contains("node 1 renamed 2 stepped Message { from: 3"), "{why}");
+        assert!(
+            why.contains("node 1 renamed 2 stepped Message { from: 3"),
+            "{why}"
+        );
     }
 
     #[test]
