@@ -307,13 +307,19 @@ impl Node {
         // Entries at or below our commit index match the leader's (Leader Completeness):
         // skip them, so that a prefix compacted here needs no term check.
         let (prev_log_index, prev_log_term) = if prev_log_index < self.commit_index {
-            let commit_term = self.log.term_at(self.commit_index);
-            if entries
-                .iter()
-                .any(|e| e.index == self.commit_index && Some(e.term) != commit_term)
+            // The sender contradicts our committed prefix where we still hold it (its previous
+            // entry or any entry it carries up to our commit index), which no leader can do:
+            // drop the message rather than corrupt the log, or acknowledge what we do not
+            // hold. (Only the entry at the commit index was compared until the hostile test
+            // ran the step rules, 2026-12-07: a peer's entry 1 of another term below the
+            // commit index was acknowledged, the log keeping its own.)
+            let contradicts = |index: Index, term: Term| {
+                index <= self.commit_index
+                    && self.log.term_at(index).is_some_and(|held| held != term)
+            };
+            if contradicts(prev_log_index, prev_log_term)
+                || entries.iter().any(|e| contradicts(e.index, e.term))
             {
-                // The sender contradicts our committed prefix, which no leader can do: drop
-                // the message rather than corrupt the log.
                 return;
             }
             entries.retain(|e| e.index > self.commit_index);
