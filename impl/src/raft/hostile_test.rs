@@ -12,7 +12,8 @@
 //!   (`storage::checks::check_persist`): a persist storage refuses stops the node, so a
 //!   hostile peer that can make one can stop any node;
 //! - the step keeps Raft's receiver rules and the leader's (`invariants::step_rules`): they
-//!   hold whatever a peer sends.
+//!   hold whatever a peer sends; and the node renamed steps as the original renamed
+//!   (`rename_commutes`, the model's symmetry).
 //!
 //! A failure prints the seed, the step and the input, and the test replays from the seed.
 
@@ -380,6 +381,7 @@ fn run_sequence(seed: u64) -> Result<usize, String> {
         }
         let before = node.status();
         let rules_before = super::invariants::StepBefore::of(&node);
+        let original = node.clone();
         let mut stepping = node.clone();
         let stepped_input = input.clone();
         let result = catch_unwind(AssertUnwindSafe(move || {
@@ -410,11 +412,14 @@ fn run_sequence(seed: u64) -> Result<usize, String> {
             durable.apply(persist);
         }
         // Raft's receiver rules hold whatever a peer sends (`invariants::step_rules`).
-        super::invariants::step_rules(&rules_before, &after, &input, &output).map_err(|why| {
-            format!(
-                "seed {seed}, step {step}: {why}\n  input: {input:?}\n  node before: {before:?}"
-            )
-        })?;
+        let reverse = |n: NodeId| 4 - n;
+        super::invariants::step_rules(&rules_before, &after, &input, &output)
+            .and_then(|()| super::rename_commutes(reverse, &original, &input, &output, &after))
+            .map_err(|why| {
+                format!(
+                    "seed {seed}, step {step}: {why}\n  input: {input:?}\n  node before: {before:?}"
+                )
+            })?;
         node = after;
         stepped += 1;
     }
