@@ -474,6 +474,44 @@ mod tests {
     }
 
     #[test]
+    fn a_release_invoked_as_the_next_grant_completed_may_have_freed_the_key_first() {
+        // histories/README.md "the interval": closed intervals, equal times are concurrent.
+        // On a millisecond clock the holder's release is invoked, takes effect and the next
+        // grant returns within one millisecond: the release may have freed the key first.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,30000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,4000000,1,invoke,acquire,a,30000,,,
+3,5000000,0,invoke,release,a,,,,
+4,5000000,1,ok,acquire,a,,,,
+5,5000000,0,ok,release,a,,,,
+";
+        let same_instant = check(csv);
+        assert_eq!(
+            same_instant.verdict,
+            Verdict::Valid,
+            "{}",
+            same_instant.explanation()
+        );
+        // The twin: the grant completed 1 ns before any release was invoked.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,30000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,4000000,1,invoke,acquire,a,30000,,,
+3,4999999,1,ok,acquire,a,,,,
+4,5000000,0,invoke,release,a,,,,
+5,5000000,0,ok,release,a,,,,
+";
+        let before = check(csv);
+        assert_eq!(before.verdict, Verdict::Invalid, "{}", before.explanation());
+        assert!(
+            before.explanation().contains("process 1 acquired it too"),
+            "{}",
+            before.explanation()
+        );
+    }
+
+    #[test]
     fn the_same_history_with_the_write_inside_the_first_lease_is_valid() {
         // Process 1 acquires only after process 0 released: nothing overlaps.
         let csv = "index,time_ns,process,type,f,key,value,token,node,error
