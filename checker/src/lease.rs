@@ -5,7 +5,8 @@
 //! # The rule
 //!
 //! For `ok` grants g1 < g2 (by token) on one key, unless a release of token(g1) was
-//! invoked before g2 completed, require
+//! invoked no later than g2 completed (equal times are concurrent: the release may have
+//! taken effect at that instant, just before the grant), require
 //!
 //! ```text
 //! g2.complete >= g1.invoke + lease1 · (1 − 2ρ)
@@ -23,7 +24,7 @@
 //! # The scan
 //!
 //! Per key, grants sorted by token; each grant g1 protects the key until `min(safe end,
-//! first release invoke + 1 ns)`. A prefix maximum of that protection over the smaller
+//! first release invoke)`: a g2 that completed before that instant overlaps it. A prefix maximum of that protection over the smaller
 //! tokens finds, for each g2, the earlier grant that protects the longest: O(n log n).
 
 use std::collections::HashMap;
@@ -123,14 +124,13 @@ fn lease_ms(op: &impl OpView) -> Option<u64> {
     op.lease_ms().ok().flatten()
 }
 
-/// The instant until which a grant certainly holds the key: its safe lease end, or just
-/// past the invoke of the first release of its token, whichever is earlier. A grant with
-/// no lease holds until released.
+/// The instant until which a grant certainly holds the key: its safe lease end, or the
+/// invoke of the first release of its token, whichever is earlier (a grant completed at
+/// that very instant may follow the release: closed intervals). A grant with no lease
+/// holds until released.
 fn protected_until(token: u64, grant: &impl OpView, drift: f64, released: &Released) -> u64 {
     let safe_end = safe_end(grant, drift);
-    let release = released
-        .get(&token)
-        .map_or(u64::MAX, |r| r.saturating_add(1));
+    let release = released.get(&token).copied().unwrap_or(u64::MAX);
     safe_end.min(release)
 }
 
@@ -244,7 +244,7 @@ fn tokenless_key(
                         && (op.is_ok() || op.is_indeterminate())
                         && (!owner_aware || op.process == grant.process)
                 })
-                .map_or(u64::MAX, |r| r.call_ns().saturating_add(1));
+                .map_or(u64::MAX, |r| r.call_ns());
             Some(HeldWithoutToken {
                 grant,
                 held_from,
