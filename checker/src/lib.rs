@@ -1065,6 +1065,37 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_history_in_which_no_lock_op_constrains_the_lock_is_not_checked() {
+        // DESIGN "Never silently valid"; README "Unknown (exit 2), never valid": a history
+        // of only open ops, or one in which the model leaves nothing that returned, shows
+        // nothing. Here the lock model: an acquire never answered; an `info` acquire and
+        // one that failed `unavailable` (certainly not applied, no observation).
+        let open_only = "0,1000,0,invoke,acquire,a,10000,,,\n";
+        let info_and_unavailable = "0,1000,0,invoke,acquire,a,10000,,,\n\
+                                    1,2000,0,info,acquire,a,,,,timeout\n\
+                                    2,3000,1,invoke,acquire,a,10000,,,\n\
+                                    3,4000,1,fail,acquire,a,,,,unavailable\n";
+        for (what, rows) in [
+            ("open only", open_only),
+            ("info and unavailable", info_and_unavailable),
+        ] {
+            let ops = history::csv::read_str(&format!("{}\n{rows}", history::csv::HEADER)).unwrap();
+            let check = check(&ops, &Options::default()).unwrap();
+            let linear = check.result(CheckName::Linearizability).unwrap();
+            assert!(
+                !linear.checked,
+                "{what}: linearizability {}",
+                linear.verdict
+            );
+            assert!(
+                matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("nothing was checked")),
+                "{what}: {}",
+                check.verdict
+            );
+        }
+    }
+
+    #[test]
     fn a_panicking_check_gives_unknown() {
         // STYLE practice 7: a checker that panics yields Unknown, never Valid.
         let result = guarded(CheckName::Fencing, || panic!("deliberate"));
