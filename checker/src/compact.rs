@@ -305,7 +305,7 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
 }
 
 /// Whether every key passes the sweep, fencing and lease safety, some key had a lock op
-/// for the sweep, and the tokens are unique and increasing across keys. Keys are taken
+/// that returned, and the tokens are unique and increasing across keys. Keys are taken
 /// from a shared counter by one thread per core; the token properties run meanwhile.
 /// `None` when a thread panicked.
 fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
@@ -313,7 +313,7 @@ fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
         LockOptions::new(options.drift).with_phantom_release(options.phantom_release);
     let deadline = options.budget.deadline();
     let next = AtomicUsize::new(0);
-    // Each thread: (every key it took passed, some key had a lock op).
+    // Each thread: (every key it took passed, some key had a lock op that returned).
     let work = || -> (bool, bool) {
         let mut lock_ops = false;
         while let Some(part) = keys.get(next.fetch_add(1, Ordering::Relaxed)) {
@@ -322,7 +322,7 @@ fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
                 return (false, lock_ops);
             };
             let report = lock_fast::check_one_key(&ops, options.budget, deadline);
-            lock_ops |= ops.iter().any(|op| op.process.is_some());
+            lock_ops |= ops.iter().any(|op| !op.is_optional());
             let passed = report.verdict == Verdict::Valid
                 && fencing::key_holds(&part.records)
                 && lease::key_is_safe(&part.records, options.drift);
