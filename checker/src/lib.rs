@@ -1105,6 +1105,30 @@ mod tests {
     }
 
     #[test]
+    fn fencing_with_no_granted_token_and_no_accepted_write_is_not_checked() {
+        // DESIGN "Never silently valid": fencing judges the tokens of `ok` grants and of
+        // writes the resource accepted. A token only on a release, on a refused write or on
+        // an `info` write gives it nothing to judge.
+        let rows = "0,1000,0,invoke,acquire,a,10000,,,\n\
+                    1,2000,0,info,acquire,a,,,,timeout\n\
+                    2,3000,1,invoke,release,a,,5,,\n\
+                    3,4000,1,info,release,a,,,,timeout\n\
+                    4,5000,2,invoke,write,a,x,5,,\n\
+                    5,6000,2,fail,write,a,,,,stale-token\n\
+                    6,7000,3,invoke,write,a,y,4,,\n\
+                    7,8000,3,info,write,a,,,,timeout\n";
+        let ops = history::csv::read_str(&format!("{}\n{rows}", history::csv::HEADER)).unwrap();
+        let check = check(&ops, &Options::default()).unwrap();
+        let fencing = check.result(CheckName::Fencing).unwrap();
+        assert!(!fencing.checked, "fencing {}", fencing.verdict);
+        assert!(
+            matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("nothing was checked")),
+            "{}",
+            check.verdict
+        );
+    }
+
+    #[test]
     fn a_panicking_check_gives_unknown() {
         // STYLE practice 7: a checker that panics yields Unknown, never Valid.
         let result = guarded(CheckName::Fencing, || panic!("deliberate"));
