@@ -896,17 +896,29 @@ pub fn check_fencing(history: &[Operation]) -> CheckResult {
     fencing_result(history, || fencing::check(history))
 }
 
-/// The fencing result, given the violations (computed only when the history has tokens).
+/// The fencing result, given the violations (computed only when the history has a token
+/// that fencing judges).
 fn fencing_result(
     history: &[Operation],
     violations: impl FnOnce() -> Vec<fencing::FencingViolation>,
 ) -> CheckResult {
     const NAME: CheckName = CheckName::Fencing;
-    let has_tokens = history.iter().any(|op| {
-        op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
-    });
-    if !has_tokens {
+    if !has_tokens(history) {
         return CheckResult::not_checked(NAME, "no tokens");
+    }
+    // The properties read the tokens of `ok` grants and of accepted writes only: a token on
+    // a release, on a refused write or on an `info` op gives them nothing to judge.
+    let judged = history.iter().any(|op| {
+        op.is_ok()
+            && ((op.f == OpName::Acquire
+                && op.completion.as_ref().is_some_and(|c| c.token.is_some()))
+                || (op.f == OpName::Write && op.invoke.token.is_some()))
+    });
+    if !judged {
+        return CheckResult::not_checked(
+            NAME,
+            "no token granted by an ok acquire or carried by an accepted write",
+        );
     }
     guarded(NAME, || {
         let violations = violations();
