@@ -505,6 +505,31 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_history_with_an_error_word_of_jepsens_gets_the_ordinary_paths_unknown() {
+        // `infer_model` ("never silently valid"): under `auto`, a lock history with our
+        // signs (tokens, leases) and an error word only Jepsen's mutex writes
+        // (`already-held`) is unknown, naming both rows: read as ours, the word's failed
+        // acquire would be left out, and a busy on a free key would pass unseen.
+        let dir = tempfile::tempdir().unwrap();
+        let csv = format!(
+            "{}\n0,1000,0,invoke,acquire,a,10000,,,\n1,2000,0,ok,acquire,a,,5,n1,\n\
+             2,3000,0,invoke,release,a,,5,,\n3,4000,0,ok,release,a,,,n1,\n\
+             4,5000,1,invoke,acquire,a,10000,,,\n5,6000,1,fail,acquire,a,,,,already-held\n",
+            history::csv::HEADER
+        );
+        let path = dir.path().join("j.csv");
+        std::fs::write(&path, csv).unwrap();
+        agree(&path, "already-held");
+        let auto = Options::for_model(ModelKind::Auto);
+        let (check, _) = crate::cli::check_path(&path, &auto).unwrap();
+        assert!(
+            matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("row 5 an error word of Jepsen's")),
+            "{}",
+            check.verdict
+        );
+    }
+
+    #[test]
     fn a_record_is_72_bytes() {
         // The module doc's figure: what a 1M-op history costs in memory.
         assert_eq!(std::mem::size_of::<super::Record>(), 72);
