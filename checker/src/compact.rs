@@ -22,6 +22,8 @@
 //!   the liveness rules would have something to judge or count;
 //! - an op outside `acquire`, `release`, `read`, `write`, an acquire value that is no
 //!   lease, a model other than `lock` (or `auto` inferring it), the generic search;
+//! - under `auto`, an acquire or release whose error is no word of ours (Jepsen's
+//!   `already-held`): [`crate::infer_model`] then refuses to choose a model;
 //! - a history whose checks would say "not checked" (no tokens, no leased grant, no lock
 //!   op), and a check that does not pass on some key (a violation, an unreadable op, the
 //!   budget reached, a panic);
@@ -160,6 +162,9 @@ struct Store {
     operations: usize,
     /// Some row carried a token (else `auto` infers `mutex`, and fencing is not checked).
     tokens: bool,
+    /// Some acquire or release ended with an error that is no word of the vocabulary: a
+    /// sign of Jepsen's mutex, which `auto` will not mix with our tokens.
+    foreign_error: bool,
 }
 
 impl Store {
@@ -179,6 +184,9 @@ impl Store {
         };
         let record = &mut self.keys[key as usize].records[position as usize];
         let error = ErrorWord::parse(row.error);
+        self.foreign_error |= error.is_none()
+            && !row.error.is_empty()
+            && matches!(record.name, OpName::Acquire | OpName::Release);
         if row.op_type == OpType::Info
             && error.is_some_and(|e| e.is_abandon() || e == ErrorWord::SessionExpired)
         {
@@ -272,8 +280,9 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
     }
     let mut store = Store::default();
     history::csv::visit_rows_fast(path, |row| store.push(row))?;
-    // No tokens: `auto` infers `mutex`, and fencing says "not checked".
-    if !store.tokens {
+    // No tokens: `auto` infers `mutex`, and fencing says "not checked". Tokens beside an
+    // error word of Jepsen's: `auto` says unknown.
+    if !store.tokens || (store.foreign_error && options.model == ModelKind::Auto) {
         return None;
     }
     let keys: Vec<KeyRecords> = store.keys;
