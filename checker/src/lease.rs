@@ -474,6 +474,27 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_that_goes_on_under_a_new_process_after_an_info_write_is_not_a_non_holder() {
+        // histories/README.md: a client whose op ended `info` goes on under a new process
+        // id (the harness: process + slots). Process 0 holds `a`, its first write to the
+        // service's own resource times out, and the same client writes again and releases
+        // as process 10: one holder, one client. Without tokens nothing ties process 10 to
+        // process 0's grant, so its write must not be called a non-holder's.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,10000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,100000000,0,invoke,write,a,0.1,,,
+3,600000000,0,info,write,a,,,,timeout
+4,700000000,10,invoke,write,a,0.2,,,
+5,701000000,10,ok,write,a,,,,
+6,800000000,10,invoke,release,a,,,,
+7,801000000,10,ok,release,a,,,,
+";
+        let check = check(csv);
+        assert_eq!(check.verdict, Verdict::Valid, "{}", check.explanation());
+    }
+
+    #[test]
     fn a_release_invoked_as_the_next_grant_completed_may_have_freed_the_key_first() {
         // histories/README.md "the interval": closed intervals, equal times are concurrent.
         // On a millisecond clock the holder's release is invoked, takes effect and the next
