@@ -189,11 +189,14 @@ fn violation(
 ///    completed, where P's grant (its last acquire of the key before the write) completed
 ///    before Q's grant was invoked. P wrote under a lock that Q had taken over: the tokenless
 ///    form of fencing's "accepted writes are never stale".
-/// 3. **No write from a non-holder**: an ok write by process P that lies wholly inside the
-///    time another process certainly held the key (from its grant's completion to its safe
-///    end). Without tokens the resource cannot refuse a holder whose lease ran out, so a
-///    paused or slow holder's late write lands while the next holder works: mutual
-///    exclusion is gone where it matters. (With tokens the fencing check judges writes.)
+/// 3. **No write from a non-holder**: an ok write by process P, which held a grant of the
+///    key before it, that lies wholly inside the time another process certainly held the
+///    key (from its grant's completion to its safe end). Without tokens the resource cannot
+///    refuse a holder whose lease ran out, so a paused or slow holder's late write lands
+///    while the next holder works: mutual exclusion is gone where it matters. (With tokens
+///    the fencing check judges writes.) A write by a process with no earlier grant of the
+///    key is not judged: a client whose op ended `info` goes on under a new process id,
+///    still holding its grant, and nothing in the history ties the two.
 pub fn check_without_tokens(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
     check_without_tokens_with(history, drift, false)
 }
@@ -255,6 +258,18 @@ fn tokenless_key(
     if let Some(stale) = stale_write_without_tokens(key, ops) {
         return Some(stale);
     }
+    // Each process's first grant of the key, completed: rule 3 judges only the writes of
+    // processes that held one before writing.
+    let mut first_held: HashMap<u64, u64, FastBuildHasher> = HashMap::default();
+    for h in &held {
+        let at = first_held.entry(h.grant.process).or_insert(h.held_from);
+        *at = (*at).min(h.held_from);
+    }
+    let held_before = |op: &Operation| {
+        first_held
+            .get(&op.process)
+            .is_some_and(|&at| at <= op.call_ns())
+    };
     for h in &held {
         for op in ops {
             if op.process == h.grant.process || !op.is_ok() || op.call_ns() < h.held_from {
@@ -264,7 +279,7 @@ fn tokenless_key(
             if done >= h.held_until {
                 continue;
             }
-            if op.f == OpName::Acquire || op.f == OpName::Write {
+            if op.f == OpName::Acquire || (op.f == OpName::Write && held_before(op)) {
                 return Some(tokenless_violation(key, drift, h, op));
             }
         }
@@ -354,7 +369,8 @@ fn tokenless_violation(
     } else {
         (
             "got a write accepted by the resource",
-            ": a holder whose lease had run out, or one that never held it; without fencing tokens the resource cannot tell".to_owned(),
+            ": a holder whose lease had run out; without fencing tokens the resource cannot tell"
+                .to_owned(),
         )
     };
     let what = format!(
