@@ -502,7 +502,11 @@ mod tests {
         match rng.below(6) {
             0 | 1 => op.token = Some(rng.below(40)),
             2 => op.token = None,
-            3 => op.error = ["busy", "not-holder", "timeout", ""][rng.below(4) as usize].into(),
+            3 => {
+                op.error = ["busy", "not-holder", "timeout", "", "already-held"]
+                    [rng.below(5) as usize]
+                    .into()
+            }
             4 if op.op_type != OpType::Invoke => {
                 op.op_type = [OpType::Ok, OpType::Fail, OpType::Info][rng.below(3) as usize]
             }
