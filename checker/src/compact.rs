@@ -22,6 +22,8 @@
 //!   the liveness rules would have something to judge or count;
 //! - an op outside `acquire`, `release`, `read`, `write`, an acquire value that is no
 //!   lease, a model other than `lock` (or `auto` inferring it), the generic search;
+//! - under `auto`, an acquire or release whose error is no word of ours (Jepsen's
+//!   `already-held`): [`crate::infer_model`] then refuses to choose a model;
 //! - a history whose checks would say "not checked" (no tokens, no leased grant, no lock
 //!   op), and a check that does not pass on some key (a violation, an unreadable op, the
 //!   budget reached, a panic);
@@ -160,6 +162,9 @@ struct Store {
     operations: usize,
     /// Some row carried a token (else `auto` infers `mutex`, and fencing is not checked).
     tokens: bool,
+    /// Some acquire or release ended with an error that is no word of the vocabulary: a
+    /// sign of Jepsen's mutex, which `auto` will not mix with our tokens.
+    foreign_error: bool,
 }
 
 impl Store {
@@ -179,6 +184,9 @@ impl Store {
         };
         let record = &mut self.keys[key as usize].records[position as usize];
         let error = ErrorWord::parse(row.error);
+        self.foreign_error |= error.is_none()
+            && !row.error.is_empty()
+            && matches!(record.name, OpName::Acquire | OpName::Release);
         if row.op_type == OpType::Info
             && error.is_some_and(|e| e.is_abandon() || e == ErrorWord::SessionExpired)
         {
@@ -272,8 +280,9 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
     }
     let mut store = Store::default();
     history::csv::visit_rows_fast(path, |row| store.push(row))?;
-    // No tokens: `auto` infers `mutex`, and fencing says "not checked".
-    if !store.tokens {
+    // No tokens: `auto` infers `mutex`, and fencing says "not checked". Tokens beside an
+    // error word of Jepsen's: `auto` says unknown.
+    if !store.tokens || (store.foreign_error && options.model == ModelKind::Auto) {
         return None;
     }
     let keys: Vec<KeyRecords> = store.keys;
@@ -305,7 +314,7 @@ pub fn check_file(path: &Path, options: &Options) -> Option<FastCheck> {
 }
 
 /// Whether every key passes the sweep, fencing and lease safety, some key had a lock op
-/// for the sweep, and the tokens are unique and increasing across keys. Keys are taken
+/// that returned, and the tokens are unique and increasing across keys. Keys are taken
 /// from a shared counter by one thread per core; the token properties run meanwhile.
 /// `None` when a thread panicked.
 fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
@@ -313,7 +322,7 @@ fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
         LockOptions::new(options.drift).with_phantom_release(options.phantom_release);
     let deadline = options.budget.deadline();
     let next = AtomicUsize::new(0);
-    // Each thread: (every key it took passed, some key had a lock op).
+    // Each thread: (every key it took passed, some key had a lock op that returned).
     let work = || -> (bool, bool) {
         let mut lock_ops = false;
         while let Some(part) = keys.get(next.fetch_add(1, Ordering::Relaxed)) {
@@ -322,7 +331,7 @@ fn all_keys_clean(keys: &[KeyRecords], options: &Options) -> Option<bool> {
                 return (false, lock_ops);
             };
             let report = lock_fast::check_one_key(&ops, options.budget, deadline);
-            lock_ops |= ops.iter().any(|op| op.process.is_some());
+            lock_ops |= ops.iter().any(|op| !op.is_optional());
             let passed = report.verdict == Verdict::Valid
                 && fencing::key_holds(&part.records)
                 && lease::key_is_safe(&part.records, options.drift);
@@ -493,7 +502,11 @@ mod tests {
         match rng.below(6) {
             0 | 1 => op.token = Some(rng.below(40)),
             2 => op.token = None,
-            3 => op.error = ["busy", "not-holder", "timeout", ""][rng.below(4) as usize].into(),
+            3 => {
+                op.error = ["busy", "not-holder", "timeout", "", "already-held"]
+                    [rng.below(5) as usize]
+                    .into()
+            }
             4 if op.op_type != OpType::Invoke => {
                 op.op_type = [OpType::Ok, OpType::Fail, OpType::Info][rng.below(3) as usize]
             }
@@ -502,6 +515,31 @@ mod tests {
             }
             _ => op.token = op.token.map(|t| t + 1),
         }
+    }
+
+    #[test]
+    fn a_lock_history_with_an_error_word_of_jepsens_gets_the_ordinary_paths_unknown() {
+        // `infer_model` ("never silently valid"): under `auto`, a lock history with our
+        // signs (tokens, leases) and an error word only Jepsen's mutex writes
+        // (`already-held`) is unknown, naming both rows: read as ours, the word's failed
+        // acquire would be left out, and a busy on a free key would pass unseen.
+        let dir = tempfile::tempdir().unwrap();
+        let csv = format!(
+            "{}\n0,1000,0,invoke,acquire,a,10000,,,\n1,2000,0,ok,acquire,a,,5,n1,\n\
+             2,3000,0,invoke,release,a,,5,,\n3,4000,0,ok,release,a,,,n1,\n\
+             4,5000,1,invoke,acquire,a,10000,,,\n5,6000,1,fail,acquire,a,,,,already-held\n",
+            history::csv::HEADER
+        );
+        let path = dir.path().join("j.csv");
+        std::fs::write(&path, csv).unwrap();
+        agree(&path, "already-held");
+        let auto = Options::for_model(ModelKind::Auto);
+        let (check, _) = crate::cli::check_path(&path, &auto).unwrap();
+        assert!(
+            matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("row 5 an error word of Jepsen's")),
+            "{}",
+            check.verdict
+        );
     }
 
     #[test]

@@ -11,9 +11,10 @@
 //! 3. **Accepted writes are never stale**: per key, the tokens of writes the resource
 //!    accepted (`write` ok) do not decrease in acceptance order. Two accepted writes A, B
 //!    with A before B in real time need token(A) <= token(B).
-//! 4. **Every accepted token was granted** for that key, by an `ok` acquire, or by an
-//!    `info` acquire (whose token nobody saw) invoked before the write returned; each such
-//!    `info` acquire accounts for one token (a greedy matching on the line).
+//! 4. **Every accepted token was granted** for that key, by an `ok` acquire or by an
+//!    `info` acquire (whose token nobody saw), invoked before the write returned (a token
+//!    is assigned when its grant applies, inside the acquire); each such `info` acquire
+//!    accounts for one token (a greedy matching on the line).
 //!
 //! The lock machine asserts token monotonicity when it applies a grant; this is the pair
 //! of that assertion on the recorded history (STYLE practice 12).
@@ -273,32 +274,33 @@ fn first_ungranted_write<'o, O: OpView>(
     acquires: &[&'o O],
 ) -> Option<(u64, &'o O)> {
     let acquires = acquires.iter().copied();
-    let granted: std::collections::HashSet<u64, FastBuildHasher> = acquires
-        .clone()
-        .filter(|op| op.is_ok())
-        .filter_map(granted_token)
-        .collect();
+    // The earliest invoke of an `ok` grant of each token.
+    let mut granted: HashMap<u64, u64, FastBuildHasher> = HashMap::default();
+    for op in acquires.clone().filter(|op| op.is_ok()) {
+        if let Some(token) = granted_token(op) {
+            let call = granted.entry(token).or_insert(u64::MAX);
+            *call = (*call).min(op.call_ns());
+        }
+    }
     let mut hidden: Vec<u64> = acquires
         .filter(|op| op.is_indeterminate())
         .map(|op| op.call_ns())
         .collect();
     hidden.sort_unstable();
-    // Each token nobody was seen to be granted needs its own `info` acquire, invoked
-    // before the first accepted write carrying it returned. Deadlines in order, each
-    // taking any unused acquire invoked before it: greedy is optimal on a line.
+    // Each token needs a grant invoked before the first accepted write carrying it
+    // returned: an `ok` grant of it, or else its own `info` acquire. Deadlines in order,
+    // each taking any unused acquire invoked before it: greedy is optimal on a line.
     let mut unexplained: BTreeMap<u64, &O> = BTreeMap::new();
     for &w in writes.iter().filter(|w| w.is_ok()) {
         let Some(token) = w.invoke_token() else {
             continue;
         };
-        if granted.contains(&token) {
-            continue;
-        }
         let slot = unexplained.entry(token).or_insert(w);
         if ret(w) < ret(*slot) {
             *slot = w;
         }
     }
+    unexplained.retain(|token, w| granted.get(token).is_none_or(|&call| call > ret(*w)));
     let mut by_deadline: Vec<(u64, u64, &O)> = unexplained
         .into_iter()
         .map(|(token, w)| (ret(w), token, w))
@@ -327,7 +329,7 @@ fn accepted_tokens_granted(
     Some(FencingViolation {
         property: "every accepted token was granted for its key",
         message: format!(
-            "the resource {key} accepted {} with token {token}, but no acquire of {key} was granted token {token} and no unanswered (info) acquire of {key} invoked before it returned can account for it",
+            "the resource {key} accepted {} with token {token}, but no acquire of {key} invoked before it returned was granted token {token}, and no unanswered (info) acquire of {key} invoked before it returned can account for it",
             who(w)
         ),
         rows: row_pair(w),

@@ -5,7 +5,8 @@
 //! # The rule
 //!
 //! For `ok` grants g1 < g2 (by token) on one key, unless a release of token(g1) was
-//! invoked before g2 completed, require
+//! invoked no later than g2 completed (equal times are concurrent: the release may have
+//! taken effect at that instant, just before the grant), require
 //!
 //! ```text
 //! g2.complete >= g1.invoke + lease1 · (1 − 2ρ)
@@ -23,7 +24,7 @@
 //! # The scan
 //!
 //! Per key, grants sorted by token; each grant g1 protects the key until `min(safe end,
-//! first release invoke + 1 ns)`. A prefix maximum of that protection over the smaller
+//! first release invoke)`: a g2 that completed before that instant overlaps it. A prefix maximum of that protection over the smaller
 //! tokens finds, for each g2, the earlier grant that protects the longest: O(n log n).
 
 use std::collections::HashMap;
@@ -123,14 +124,13 @@ fn lease_ms(op: &impl OpView) -> Option<u64> {
     op.lease_ms().ok().flatten()
 }
 
-/// The instant until which a grant certainly holds the key: its safe lease end, or just
-/// past the invoke of the first release of its token, whichever is earlier. A grant with
-/// no lease holds until released.
+/// The instant until which a grant certainly holds the key: its safe lease end, or the
+/// invoke of the first release of its token, whichever is earlier (a grant completed at
+/// that very instant may follow the release: closed intervals). A grant with no lease
+/// holds until released.
 fn protected_until(token: u64, grant: &impl OpView, drift: f64, released: &Released) -> u64 {
     let safe_end = safe_end(grant, drift);
-    let release = released
-        .get(&token)
-        .map_or(u64::MAX, |r| r.saturating_add(1));
+    let release = released.get(&token).copied().unwrap_or(u64::MAX);
     safe_end.min(release)
 }
 
@@ -189,11 +189,14 @@ fn violation(
 ///    completed, where P's grant (its last acquire of the key before the write) completed
 ///    before Q's grant was invoked. P wrote under a lock that Q had taken over: the tokenless
 ///    form of fencing's "accepted writes are never stale".
-/// 3. **No write from a non-holder**: an ok write by process P that lies wholly inside the
-///    time another process certainly held the key (from its grant's completion to its safe
-///    end). Without tokens the resource cannot refuse a holder whose lease ran out, so a
-///    paused or slow holder's late write lands while the next holder works: mutual
-///    exclusion is gone where it matters. (With tokens the fencing check judges writes.)
+/// 3. **No write from a non-holder**: an ok write by process P, which held a grant of the
+///    key before it, that lies wholly inside the time another process certainly held the
+///    key (from its grant's completion to its safe end). Without tokens the resource cannot
+///    refuse a holder whose lease ran out, so a paused or slow holder's late write lands
+///    while the next holder works: mutual exclusion is gone where it matters. (With tokens
+///    the fencing check judges writes.) A write by a process with no earlier grant of the
+///    key is not judged: a client whose op ended `info` goes on under a new process id,
+///    still holding its grant, and nothing in the history ties the two.
 pub fn check_without_tokens(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
     check_without_tokens_with(history, drift, false)
 }
@@ -244,7 +247,7 @@ fn tokenless_key(
                         && (op.is_ok() || op.is_indeterminate())
                         && (!owner_aware || op.process == grant.process)
                 })
-                .map_or(u64::MAX, |r| r.call_ns().saturating_add(1));
+                .map_or(u64::MAX, |r| r.call_ns());
             Some(HeldWithoutToken {
                 grant,
                 held_from,
@@ -255,6 +258,18 @@ fn tokenless_key(
     if let Some(stale) = stale_write_without_tokens(key, ops) {
         return Some(stale);
     }
+    // Each process's first grant of the key, completed: rule 3 judges only the writes of
+    // processes that held one before writing.
+    let mut first_held: HashMap<u64, u64, FastBuildHasher> = HashMap::default();
+    for h in &held {
+        let at = first_held.entry(h.grant.process).or_insert(h.held_from);
+        *at = (*at).min(h.held_from);
+    }
+    let held_before = |op: &Operation| {
+        first_held
+            .get(&op.process)
+            .is_some_and(|&at| at <= op.call_ns())
+    };
     for h in &held {
         for op in ops {
             if op.process == h.grant.process || !op.is_ok() || op.call_ns() < h.held_from {
@@ -264,7 +279,7 @@ fn tokenless_key(
             if done >= h.held_until {
                 continue;
             }
-            if op.f == OpName::Acquire || op.f == OpName::Write {
+            if op.f == OpName::Acquire || (op.f == OpName::Write && held_before(op)) {
                 return Some(tokenless_violation(key, drift, h, op));
             }
         }
@@ -354,7 +369,8 @@ fn tokenless_violation(
     } else {
         (
             "got a write accepted by the resource",
-            ": a holder whose lease had run out, or one that never held it; without fencing tokens the resource cannot tell".to_owned(),
+            ": a holder whose lease had run out; without fencing tokens the resource cannot tell"
+                .to_owned(),
         )
     };
     let what = format!(
@@ -470,6 +486,65 @@ mod tests {
                 .contains("process 0's write is stale, and without fencing tokens"),
             "{}",
             check.explanation()
+        );
+    }
+
+    #[test]
+    fn a_holder_that_goes_on_under_a_new_process_after_an_info_write_is_not_a_non_holder() {
+        // histories/README.md: a client whose op ended `info` goes on under a new process
+        // id (the harness: process + slots). Process 0 holds `a`, its first write to the
+        // service's own resource times out, and the same client writes again and releases
+        // as process 10: one holder, one client. Without tokens nothing ties process 10 to
+        // process 0's grant, so its write must not be called a non-holder's.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,10000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,100000000,0,invoke,write,a,0.1,,,
+3,600000000,0,info,write,a,,,,timeout
+4,700000000,10,invoke,write,a,0.2,,,
+5,701000000,10,ok,write,a,,,,
+6,800000000,10,invoke,release,a,,,,
+7,801000000,10,ok,release,a,,,,
+";
+        let check = check(csv);
+        assert_eq!(check.verdict, Verdict::Valid, "{}", check.explanation());
+    }
+
+    #[test]
+    fn a_release_invoked_as_the_next_grant_completed_may_have_freed_the_key_first() {
+        // histories/README.md "the interval": closed intervals, equal times are concurrent.
+        // On a millisecond clock the holder's release is invoked, takes effect and the next
+        // grant returns within one millisecond: the release may have freed the key first.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,30000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,4000000,1,invoke,acquire,a,30000,,,
+3,5000000,0,invoke,release,a,,,,
+4,5000000,1,ok,acquire,a,,,,
+5,5000000,0,ok,release,a,,,,
+";
+        let same_instant = check(csv);
+        assert_eq!(
+            same_instant.verdict,
+            Verdict::Valid,
+            "{}",
+            same_instant.explanation()
+        );
+        // The twin: the grant completed 1 ns before any release was invoked.
+        let csv = "index,time_ns,process,type,f,key,value,token,node,error
+0,1000000,0,invoke,acquire,a,30000,,,
+1,2000000,0,ok,acquire,a,,,,
+2,4000000,1,invoke,acquire,a,30000,,,
+3,4999999,1,ok,acquire,a,,,,
+4,5000000,0,invoke,release,a,,,,
+5,5000000,0,ok,release,a,,,,
+";
+        let before = check(csv);
+        assert_eq!(before.verdict, Verdict::Invalid, "{}", before.explanation());
+        assert!(
+            before.explanation().contains("process 1 acquired it too"),
+            "{}",
+            before.explanation()
         );
     }
 

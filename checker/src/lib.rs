@@ -823,6 +823,15 @@ fn lock_linearizability(
     if !ops.iter().any(|op| op.process.is_some()) {
         return Ok(CheckResult::not_checked(NAME, "no acquire or release"));
     }
+    // As in `generic`: when every op left may be left out (open or `info`; a `fail` other
+    // than `busy` or `not-holder` is no op at all), every order is legal.
+    if ops.iter().all(linear::Operation::is_optional) {
+        return Ok(CheckResult::not_checked(
+            NAME,
+            "no operation constrains the lock: every acquire and release is open or info, or \
+             failed without an observation (busy, not-holder)",
+        ));
+    }
     let report = match options.lock_search {
         LockSearch::Fast => linear::lock_fast::check(&ops, options.budget),
         LockSearch::Generic => linear::check(&linear::lock_model::LockModel, &ops, options.budget),
@@ -887,17 +896,29 @@ pub fn check_fencing(history: &[Operation]) -> CheckResult {
     fencing_result(history, || fencing::check(history))
 }
 
-/// The fencing result, given the violations (computed only when the history has tokens).
+/// The fencing result, given the violations (computed only when the history has a token
+/// that fencing judges).
 fn fencing_result(
     history: &[Operation],
     violations: impl FnOnce() -> Vec<fencing::FencingViolation>,
 ) -> CheckResult {
     const NAME: CheckName = CheckName::Fencing;
-    let has_tokens = history.iter().any(|op| {
-        op.invoke.token.is_some() || op.completion.as_ref().is_some_and(|c| c.token.is_some())
-    });
-    if !has_tokens {
+    if !has_tokens(history) {
         return CheckResult::not_checked(NAME, "no tokens");
+    }
+    // The properties read the tokens of `ok` grants and of accepted writes only: a token on
+    // a release, on a refused write or on an `info` op gives them nothing to judge.
+    let judged = history.iter().any(|op| {
+        op.is_ok()
+            && ((op.f == OpName::Acquire
+                && op.completion.as_ref().is_some_and(|c| c.token.is_some()))
+                || (op.f == OpName::Write && op.invoke.token.is_some()))
+    });
+    if !judged {
+        return CheckResult::not_checked(
+            NAME,
+            "no token granted by an ok acquire or carried by an accepted write",
+        );
     }
     guarded(NAME, || {
         let violations = violations();
@@ -1061,6 +1082,61 @@ mod tests {
             bad.explanation().contains("key \"k150\""),
             "{}",
             bad.explanation()
+        );
+    }
+
+    #[test]
+    fn a_lock_history_in_which_no_lock_op_constrains_the_lock_is_not_checked() {
+        // DESIGN "Never silently valid"; README "Unknown (exit 2), never valid": a history
+        // of only open ops, or one in which the model leaves nothing that returned, shows
+        // nothing. Here the lock model: an acquire never answered; an `info` acquire and
+        // one that failed `unavailable` (certainly not applied, no observation).
+        let open_only = "0,1000,0,invoke,acquire,a,10000,,,\n";
+        let info_and_unavailable = "0,1000,0,invoke,acquire,a,10000,,,\n\
+                                    1,2000,0,info,acquire,a,,,,timeout\n\
+                                    2,3000,1,invoke,acquire,a,10000,,,\n\
+                                    3,4000,1,fail,acquire,a,,,,unavailable\n";
+        for (what, rows) in [
+            ("open only", open_only),
+            ("info and unavailable", info_and_unavailable),
+        ] {
+            let ops = history::csv::read_str(&format!("{}\n{rows}", history::csv::HEADER)).unwrap();
+            let check = check(&ops, &Options::default()).unwrap();
+            let linear = check.result(CheckName::Linearizability).unwrap();
+            assert!(
+                !linear.checked,
+                "{what}: linearizability {}",
+                linear.verdict
+            );
+            assert!(
+                matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("nothing was checked")),
+                "{what}: {}",
+                check.verdict
+            );
+        }
+    }
+
+    #[test]
+    fn fencing_with_no_granted_token_and_no_accepted_write_is_not_checked() {
+        // DESIGN "Never silently valid": fencing judges the tokens of `ok` grants and of
+        // writes the resource accepted. A token only on a release, on a refused write or on
+        // an `info` write gives it nothing to judge.
+        let rows = "0,1000,0,invoke,acquire,a,10000,,,\n\
+                    1,2000,0,info,acquire,a,,,,timeout\n\
+                    2,3000,1,invoke,release,a,,5,,\n\
+                    3,4000,1,info,release,a,,,,timeout\n\
+                    4,5000,2,invoke,write,a,x,5,,\n\
+                    5,6000,2,fail,write,a,,,,stale-token\n\
+                    6,7000,3,invoke,write,a,y,4,,\n\
+                    7,8000,3,info,write,a,,,,timeout\n";
+        let ops = history::csv::read_str(&format!("{}\n{rows}", history::csv::HEADER)).unwrap();
+        let check = check(&ops, &Options::default()).unwrap();
+        let fencing = check.result(CheckName::Fencing).unwrap();
+        assert!(!fencing.checked, "fencing {}", fencing.verdict);
+        assert!(
+            matches!(&check.verdict, Verdict::Unknown { reason } if reason.contains("nothing was checked")),
+            "{}",
+            check.verdict
         );
     }
 

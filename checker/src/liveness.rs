@@ -939,8 +939,14 @@ impl Context<'_> {
                 continue;
             }
             // The released grant itself ends at `freed`; any other grant that may hold the
-            // key in [from, from + bound] explains the busy.
+            // key in [from, from + bound] explains the busy. The released grant is the one
+            // of the release's token; without tokens, the releasing process's own grant (a
+            // release by anyone else leaves the holder's grant possibly live: cautious).
             let released_token = release.invoke.token;
+            let released = |g: &Operation| match released_token {
+                Some(token) => g.completion.as_ref().and_then(|c| c.token) == Some(token),
+                None => g.process == release.process,
+            };
             let others: Vec<&Operation> = self
                 .possibly_live(key, &[waiter.invoke.index], from, from + bound)
                 .into_iter()
@@ -948,7 +954,7 @@ impl Context<'_> {
                     !(g.completion
                         .as_ref()
                         .is_some_and(|c| c.op_type == OpType::Ok)
-                        && g.completion.as_ref().and_then(|c| c.token) == released_token
+                        && released(g)
                         && g.return_ns().is_some_and(|r| r <= freed))
                 })
                 .collect();

@@ -53,7 +53,8 @@ pub fn by_key(history: &[Operation]) -> Vec<(&str, Vec<&Operation>)> {
 /// on the whole history for its report).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Clean {
-    /// Every key's sweep ended `Valid`, and some key had a lock op.
+    /// Every key's sweep ended `Valid`, and some key had a lock op that returned (one the
+    /// sweep must place: with none, the whole check says "not checked").
     pub(crate) linearizability: bool,
     /// No fencing property is violated, across keys or on any key.
     pub(crate) fencing: bool,
@@ -65,7 +66,7 @@ pub(crate) struct Clean {
 #[derive(Clone, Copy, Debug)]
 struct Found {
     clean: Clean,
-    /// Some key had an acquire or release the sweep checked.
+    /// Some key had an acquire or release that returned (not open, not `info`).
     lock_ops: bool,
 }
 
@@ -111,7 +112,7 @@ pub(crate) fn clean(history: &[Operation], options: &Options) -> Clean {
         clean.lease &= found.clean.lease;
         lock_ops |= found.lock_ops;
     }
-    // No acquire or release anywhere: the whole check says "not checked".
+    // No acquire or release that returned: the whole check says "not checked".
     clean.linearizability &= lock_ops;
     clean
 }
@@ -155,12 +156,12 @@ impl KeyContext {
         found
     }
 
-    /// Sweeps one key: `Some(whether it had lock ops)` when it is linearizable, `None`
-    /// when it is not, an op cannot be read, or the budget ran out.
+    /// Sweeps one key: `Some(whether it had a lock op that returned)` when it is
+    /// linearizable, `None` when it is not, an op cannot be read, or the budget ran out.
     fn sweep_key(&self, ops: &[&Operation]) -> Option<bool> {
         let lock_ops = lock_operations(ops.iter().copied(), self.lock_options).ok()?;
         let report = lock_fast::check_one_key(&lock_ops, self.budget, self.deadline);
-        (report.verdict == Verdict::Valid).then(|| lock_ops.iter().any(|op| op.process.is_some()))
+        (report.verdict == Verdict::Valid).then(|| lock_ops.iter().any(|op| !op.is_optional()))
     }
 }
 

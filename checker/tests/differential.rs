@@ -332,6 +332,43 @@ fn wgl_agrees_with_brute_force_on_small_lock_histories() {
     );
 }
 
+#[test]
+fn lease_safety_never_flags_a_history_the_lock_model_accepts() {
+    // STYLE practice 9, with the lock spec as the oracle: a linearizable lock history
+    // ends each epoch (a release invoked before the next grant's point, or an expiry no
+    // earlier than invoke + lease) before the next grant, which is all lease safety asks
+    // (its bound, lease·(1−2ρ), is the spec's at drift 0). Times are whole milliseconds,
+    // so a release and a grant often share an instant (closed intervals).
+    let base = base_seed() ^ 0x1EA5E;
+    let (mut accepted, mut judged) = (0, 0);
+    for case in 0..4000u64 {
+        let seed = base.wrapping_add(case);
+        let rows = lock_case(seed, if case % 4 == 0 { 24 } else { 12 });
+        let paired = history::pair(&rows).unwrap();
+        let ops = lock_operations(&paired, LockOptions::new(0.0)).unwrap();
+        if lock_fast::check(&ops, Budget::default()).verdict != Verdict::Valid {
+            continue;
+        }
+        accepted += 1;
+        let grants = paired
+            .iter()
+            .filter(|op| op.is_ok() && op.f == "acquire")
+            .count();
+        judged += usize::from(grants >= 2);
+        let violations = checker::lease::check(&paired, 0.0);
+        assert!(
+            violations.is_empty(),
+            "seed {seed}: the lock model accepts, lease safety says {:?} on\n{}",
+            violations.first().map(|v| &v.message),
+            show(&rows)
+        );
+    }
+    assert!(
+        accepted > 1000 && judged > 500,
+        "accepted {accepted}, with two grants {judged}"
+    );
+}
+
 /// A random register history: concurrent read/write/cas on values 0..3, outcomes random
 /// (so both verdicts occur), one process per op.
 fn register_case(seed: u64) -> Vec<Op> {
