@@ -82,14 +82,23 @@ pub fn check_ops(ops: &[Op], options: &Options, extra: Vec<CheckResult>) -> Chec
 
 /// Checks a paired history with `options` and merges the run's own results (`extra`) into
 /// the verdict: the one check every entry point ends in.
+///
+/// A history with nothing to check stays at most `unknown` whatever the run's own results
+/// say: healthy nodes and a replay the model allows do not make a run whose history judged
+/// nothing valid (found by the review of the checker's judgements, 2026-12-07).
 pub fn check_paired_with(paired: Paired, options: &Options, extra: Vec<CheckResult>) -> Checked {
     let mut check = checker::check_paired(&paired, options);
     if !extra.is_empty() {
         let model = check.model;
+        let history_verdict = check.verdict.clone();
+        let history_checked = check.results.iter().any(|r| r.checked);
         let mut results = std::mem::take(&mut check.results);
         results.extend(extra);
         check = checker::compose(results);
         check.model = model;
+        if !history_checked && check.verdict.is_valid() {
+            check.verdict = history_verdict;
+        }
     }
     Checked {
         output: CheckOutput::of(check),
@@ -250,4 +259,53 @@ pub fn write_report_files(
         junit::write(path, &[suite]).map_err(|e| io(path, e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(csv: &str) -> Vec<Op> {
+        let rows = history::csv::Reader::new(csv.as_bytes());
+        rows.collect::<Result<_, _>>()
+            .expect("a well-formed history")
+    }
+
+    const HEADER: &str = "index,time_ns,process,type,f,key,value,token,node,error\n";
+
+    #[test]
+    fn a_history_with_nothing_to_check_is_not_made_valid_by_healthy_nodes() {
+        // One acquire that never returned: no lock op constrains the lock.
+        let pending = ops(&format!("{HEADER}0,1000000,0,invoke,acquire,a,5000,,,\n"));
+        let healthy = || CheckResult::new(history::CheckName::NodeHealth, Verdict::Valid);
+        let checked = check_ops(&pending, &Options::default(), vec![healthy()]);
+        assert!(
+            matches!(&checked.output.verdict, Verdict::Unknown { reason }
+                if reason.contains("nothing was checked")),
+            "{:?}",
+            checked.output.verdict
+        );
+        // An invalid result of the run still makes it invalid.
+        let stopped = CheckResult::invalid(
+            history::CheckName::NodeHealth,
+            "n1 exited".into(),
+            Vec::new(),
+        );
+        let checked = check_ops(&pending, &Options::default(), vec![stopped]);
+        assert!(
+            matches!(checked.output.verdict, Verdict::Invalid),
+            "{:?}",
+            checked.output.verdict
+        );
+        // A history that judged something keeps the merged verdict.
+        let granted = ops(&format!(
+            "{HEADER}0,1000000,0,invoke,acquire,a,5000,,,\n1,2000000,0,ok,acquire,a,,1,n1,\n"
+        ));
+        let checked = check_ops(&granted, &Options::default(), vec![healthy()]);
+        assert!(
+            checked.output.verdict.is_valid(),
+            "{:?}",
+            checked.output.verdict
+        );
+    }
 }
