@@ -50,7 +50,7 @@ pub struct LeaseViolation {
     pub rows: Vec<u64>,
 }
 
-/// Checks lease safety with drift bound `drift` (a fraction in `[0, 1)`); returns the
+/// Checks lease safety with drift bound `drift` (a fraction in `[0, 0.5)`); returns the
 /// first violation per key, keys in order.
 pub fn check(history: &[Operation], drift: f64) -> Vec<LeaseViolation> {
     crate::per_key::by_key(history)

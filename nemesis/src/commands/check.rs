@@ -24,8 +24,8 @@ pub struct CheckCommand {
     /// histories with 0. With it, an ok read of nil means the value read is unknown.
     #[arg(long, value_name = "V")]
     pub init: Option<String>,
-    /// The declared clock-drift bound, a fraction in [0, 1).
-    #[arg(long, default_value_t = 0.01)]
+    /// The declared clock-drift bound, a fraction in [0, 0.5).
+    #[arg(long, default_value_t = 0.01, value_parser = drift_bound)]
     pub drift: f64,
     /// Print the results as JSON.
     #[arg(long)]
@@ -178,4 +178,12 @@ pub fn generate(command: GenCommand) -> i32 {
             checker::cli::EXIT_COULD_NOT_RUN
         }
     }
+}
+
+/// `--drift`: a fraction in [0, 0.5) (`checker::drift_in_bounds`).
+fn drift_bound(text: &str) -> Result<f64, String> {
+    let drift: f64 = text
+        .parse()
+        .map_err(|e| format!("{text:?} is no number: {e}"))?;
+    checker::drift_in_bounds(drift).map(|()| drift)
 }
