@@ -38,6 +38,9 @@ pub const COMMIT_RULES: &str = "a leader commits by counting only entries of its
 /// of waiters, on one step (`invariants::step_rules`; the model and the trace replay check
 /// every step).
 pub const STEP_RULES: &str = "a node votes, pre-votes and acknowledges only as Raft's receiver rules allow and acknowledges only after its persist, keeps its term and vote, as leader only appends, sends a snapshot on from what the follower holds and serves its waiters FIFO, and fires at each tick every timer due";
+/// The model's reductions hold: a node steps as its twin with the clock shifted and as its
+/// twin with the servers renamed (`lockd::raft::rebase_commutes`, `rename_commutes`).
+pub const REDUCTIONS: &str = "a node steps as its twin whose clock is shifted and as its twin whose servers are renamed (the model's reductions)";
 /// Tokens strictly increase in log order and in the real-time order of acquires.
 pub const TOKENS_INCREASE: &str = "fencing tokens strictly increase";
 /// No two clients hold one key, counting only locks no applied entry has removed.

@@ -147,7 +147,16 @@ struct Replayed<'a> {
     /// The ledger's indexes in the order they entered it: a leader whose log did not move
     /// since its last passing check is checked against the entries added since, only.
     added: Vec<Index>,
+    /// Steps replayed so far: every [`REDUCTIONS_EVERY`]th is also held to the model's two
+    /// reductions.
+    steps: u64,
 }
+
+/// One step in this many is held to the model's reductions (`lockd::raft::rebase_commutes`,
+/// `rename_commutes`): each costs two copies of the node and two more steps, so the
+/// simulator's realistic states are sampled (a few per cent of the replay), where the
+/// testkit holds every step of its scripts to them.
+const REDUCTIONS_EVERY: u64 = 32;
 
 /// Sent messages by (source, target, message), borrowed from the trace's outputs.
 type Sent<'a> = HashSet<(NodeId, NodeId, &'a Message), FastBuildHasher>;
@@ -254,6 +263,7 @@ impl<'a> Replayed<'a> {
             heard: BTreeMap::new(),
             complete: BTreeMap::new(),
             added: Vec::new(),
+            steps: 0,
         }
     }
 }
@@ -561,9 +571,12 @@ fn step(
              votes once a term (a vote sent before it was durable, and lost in a crash?)"
         )));
     }
+    r.steps += 1;
+    let sampled = r.steps.is_multiple_of(REDUCTIONS_EVERY);
     let node = r.nodes.get_mut(&id).ok_or_else(|| {
         Fault::Malformed(format!("node {id} steps before its configuration line"))
     })?;
+    let original = sampled.then(|| node.clone());
     let last_before = node.status().last_log_index;
     let refused_before = node.snapshots_refused();
     let before = node.status();
@@ -647,6 +660,14 @@ fn step(
         .map_err(|why| format!("{} violated: {why}", properties::COMMIT_RULES))?;
     invariants::step_rules(&rules_before, node, input, &out)
         .map_err(|why| format!("{} violated: {why}", properties::STEP_RULES))?;
+    if let Some(original) = &original {
+        let members = &node.config().members;
+        let (first, last) = (members.first().copied(), members.last().copied());
+        let reverse = |n: NodeId| first.zip(last).map_or(n, |(f, l)| f + l - n);
+        lockd::raft::rebase_commutes(original, input, &out, node)
+            .and_then(|()| lockd::raft::rename_commutes(reverse, original, input, &out, node))
+            .map_err(|why| format!("{} violated: {why}", properties::REDUCTIONS))?;
+    }
     check_quorum_heard(heard, node, &before, input, quorum_due)?;
     let shadow = (shadows.entry(id)).or_insert_with(|| node.table().clone());
     // Across nodes by digest (one per applied index is kept); against the shadow below
