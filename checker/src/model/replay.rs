@@ -572,7 +572,7 @@ fn step(
         )));
     }
     r.steps += 1;
-    let sampled = r.steps.is_multiple_of(REDUCTIONS_EVERY);
+    let sampled = r.steps % REDUCTIONS_EVERY == 0;
     let node = r.nodes.get_mut(&id).ok_or_else(|| {
         Fault::Malformed(format!("node {id} steps before its configuration line"))
     })?;
