@@ -536,4 +536,35 @@ mod tests {
         assert_eq!(n.status().term, 1);
         assert!(n.deadline(&Timer::Heartbeat).is_none());
     }
+
+    #[test]
+    fn timeout_now_from_a_node_that_is_not_the_followers_leader_is_ignored() {
+        // Raft thesis §3.10: a leader hands over to its own followers. A TimeoutNow from any
+        // node this follower does not follow (it has not heard from the leader of the term
+        // yet, or the message is stray) ends no lease and starts no election.
+        let timeout_now = |from| Input::Message {
+            from,
+            msg: Message::TimeoutNow {
+                term: 1,
+                campaign: true,
+            },
+        };
+        let mut unaware = node(3);
+        let mut follower = node(3);
+        follower.step(append(1, 1, (0, 0), vec![], 0));
+
+        let unaware_out = unaware.step(timeout_now(1));
+        let follower_out = follower.step(timeout_now(2));
+
+        assert_eq!(unaware.status().role, Role::Follower);
+        assert_eq!(unaware.status().term, 1);
+        assert!(unaware_out.send_now.is_empty(), "{unaware_out:?}");
+        assert_eq!(follower.status().role, Role::Follower);
+        assert_eq!(
+            follower.status().leader,
+            Some(1),
+            "still in leader 1's lease"
+        );
+        assert!(follower_out.send_now.is_empty(), "{follower_out:?}");
+    }
 }

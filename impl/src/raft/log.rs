@@ -314,4 +314,61 @@ mod tests {
         assert_eq!(log.last_index_of_term_at_most(5, 0, 0), 0);
         assert_eq!(log.last_index_of_term_at_most(5, 1, 2), 2);
     }
+
+    #[test]
+    fn without_a_trailing_window_the_first_index_follows_the_base() {
+        // The module doc: entries at or below the base are in memory only in the trailing
+        // window; without one, the lowest index in memory is the one after the snapshot (the
+        // bound below which `entries_from` panics).
+        let mut log = log_of(&[1, 1, 2, 2, 3]);
+
+        log.install(
+            Snapshot {
+                last_index: 3,
+                last_term: 2,
+                table: LockTable::new(),
+            },
+            0,
+        );
+
+        assert_eq!(log.first_index(), 4);
+        let from_first: Vec<Index> = log.entries_from(4, 10).iter().map(|e| e.index).collect();
+        assert_eq!(from_first, vec![4, 5]);
+    }
+
+    #[test]
+    fn compaction_keeps_a_newer_snapshot_being_received_and_drops_one_it_covers() {
+        // Raft paper §7: a snapshot at or below the new base is no longer needed; one past
+        // it is still the leader's transfer in progress, and dropping it would restart that
+        // transfer from byte 0.
+        let receiving = |last_index| SnapshotReceive {
+            term: 3,
+            last_index,
+            last_term: 3,
+            bytes: vec![1, 2, 3],
+        };
+        let snapshot_at = |last_index, last_term| Snapshot {
+            last_index,
+            last_term,
+            table: LockTable::new(),
+        };
+        let mut newer = log_of(&[1, 1, 2, 2, 3]);
+        newer.receiving = Some(receiving(8));
+        let mut covered = log_of(&[1, 1, 2, 2, 3]);
+        covered.receiving = Some(receiving(3));
+
+        newer.install(snapshot_at(3, 2), 0);
+        covered.install(snapshot_at(3, 2), 0);
+
+        assert_eq!(newer.receiving, Some(receiving(8)));
+        assert_eq!(covered.receiving, None);
+    }
+
+    #[test]
+    #[should_panic(expected = "log not contiguous")]
+    fn a_loaded_log_with_a_gap_is_refused() {
+        // `Node::new`'s `# Panics`: a log whose indexes skip one is a broken storage layer,
+        // never a state to run from.
+        RaftLog::new(None, vec![entry(1, 1), entry(1, 3)]);
+    }
 }

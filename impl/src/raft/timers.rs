@@ -162,9 +162,19 @@ mod tests {
                     _ => {
                         let at = next(1000);
                         timers.insert(timer.clone(), at);
-                        oracle.insert(timer, at);
+                        oracle.insert(timer.clone(), at);
                     }
                 }
+                assert_eq!(
+                    timers.get(&timer),
+                    oracle.get(&timer).copied(),
+                    "seed {seed}"
+                );
+                assert_eq!(
+                    timers.contains_key(&timer),
+                    oracle.contains_key(&timer),
+                    "seed {seed}"
+                );
                 let now = next(1000);
                 assert_eq!(timers.due(now), oracle_due(&oracle, now), "seed {seed}");
                 assert_eq!(
@@ -177,5 +187,46 @@ mod tests {
                 assert_eq!(timers, from_map, "seed {seed}");
             }
         }
+    }
+
+    fn hash_of(timers: &Timers) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        timers.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    #[test]
+    fn timers_that_differ_in_one_deadline_are_different_states() {
+        // The module doc: the model hashes nodes as states, so equality and hashing must read
+        // every armed timer and its deadline; two nodes whose only difference is when a lease
+        // runs out are two states, and a check that merged them would explore one only.
+        let armed: Timers = [(Timer::Election, 300), (lease(1), 700)]
+            .into_iter()
+            .collect();
+        let same: Timers = [(lease(1), 700), (Timer::Election, 300)]
+            .into_iter()
+            .collect();
+        let later: Timers = [(Timer::Election, 300), (lease(1), 701)]
+            .into_iter()
+            .collect();
+
+        assert_eq!(armed, same);
+        assert_eq!(hash_of(&armed), hash_of(&same));
+        assert_ne!(armed, later);
+        assert_ne!(hash_of(&armed), hash_of(&later));
+    }
+
+    #[test]
+    fn the_index_check_sees_a_deadline_left_behind() {
+        // The third campaign's mistake in `insert` (a re-armed timer's old deadline left in
+        // the index) is caught by the core's invariant check through `index_agrees` alone.
+        let mut timers = Timers::default();
+        timers.insert(Timer::Election, 300);
+        timers.insert(Timer::Election, 450);
+        assert!(timers.index_agrees());
+
+        timers.by_deadline.insert((300, Timer::Election));
+
+        assert!(!timers.index_agrees());
     }
 }
