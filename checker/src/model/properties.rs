@@ -37,7 +37,7 @@ pub const COMMIT_RULES: &str = "a leader commits by counting only entries of its
 /// The receiver rules of Raft's Figure 2, the chunked snapshot's resend and the FIFO order
 /// of waiters, on one step (`invariants::step_rules`; the model and the trace replay check
 /// every step).
-pub const STEP_RULES: &str = "a node votes, pre-votes and acknowledges only as Raft's receiver rules allow and acknowledges only after its persist, keeps its term and vote, as leader only appends, sends a snapshot on from what the follower holds and serves its waiters FIFO, and fires at each tick every timer due";
+pub const STEP_RULES: &str = "a node votes, pre-votes and acknowledges only as Raft's receiver rules allow and acknowledges only after its persist, keeps its term and vote, as leader only appends, sends a snapshot on from what the follower holds and serves its waiters FIFO, fires at each tick every timer due, and hands over only as its leader says";
 /// The model's reductions hold: a node steps as its twin with the clock shifted and as its
 /// twin with the servers renamed (`lockd::raft::rebase_commutes`, `rename_commutes`).
 pub const REDUCTIONS: &str = "a node steps as its twin whose clock is shifted and as its twin whose servers are renamed (the model's reductions)";

@@ -403,6 +403,7 @@ pub struct StepBefore {
     term: Term,
     voted_for: Option<NodeId>,
     role: Role,
+    leader: Option<NodeId>,
     last_log_index: Index,
     last_log_term: Term,
     /// The leader's queue of waiters per key ([`waiting_order`]).
@@ -419,6 +420,7 @@ impl StepBefore {
             term: node.term,
             voted_for: node.voted_for,
             role: node.role,
+            leader: node.leader,
             last_log_index: node.log.last_index(),
             last_log_term: node.log.last_term(),
             waiting: waiting_order(node),
@@ -524,7 +526,8 @@ fn waiters_in_order(before: &StepBefore, node: &Node) -> Result<(), String> {
 /// log then holds what it acknowledged, its previous entry included; a leader only appends
 /// to its log in its term; an acknowledgement of entries or of an installed snapshot goes
 /// out after the step's persist; a leader told a follower's count of snapshot bytes that
-/// differs from its own sends the chunk that starts there; a tick leaves no deadline due;
+/// differs from its own sends the chunk that starts there; a tick leaves no deadline due; a
+/// TimeoutNow from any node but the node's leader changes nothing;
 /// and, DESIGN.md's promise to clients, a leader serves the acquires waiting for a key in
 /// the order they came ([`waiters_in_order`]).
 /// A node that breaks one of them shows it here at the step, where the cross-node
@@ -585,6 +588,21 @@ pub fn step_rules(
         Input::Message { from, msg } => Some((*from, msg)),
         _ => None,
     };
+    // A TimeoutNow is the hand-over of the node's own leader (`handle_timeout_now`): one of
+    // its term from any other node changes nothing. (Obeyed from anyone, any node of the
+    // term could push a follower out of its lease and into an election: a mutant of the
+    // fourth campaign, 2026-12-07, that only a unit test killed.)
+    if let Some((from, Message::TimeoutNow { term, .. })) = asked
+        && *term == before.term
+        && before.leader != Some(from)
+        && (node.role, node.term, node.leader) != (before.role, before.term, before.leader)
+    {
+        return Err(format!(
+            "node {id} obeyed a TimeoutNow of term {term} from node {from}, which is not its \
+             leader ({:?}): it went from {:?} to {:?} of term {} with leader {:?}",
+            before.leader, before.role, node.role, node.term, node.leader
+        ));
+    }
     let up_to_date = |last_log_index: Index, last_log_term: Term| {
         (last_log_term, last_log_index) >= (before.last_log_term, before.last_log_index)
     };
@@ -1187,6 +1205,33 @@ mod tests {
             out.send_now = std::mem::take(&mut out.send_after_persist);
             let why = step_rules(&before, &node, &input, &out).expect_err("an early answer");
             assert!(why.contains("before its step's persist"), "{why}");
+        }
+
+        #[test]
+        fn a_timeout_now_obeyed_from_a_node_that_is_not_the_leader_breaks_the_rules() {
+            let mut node = node(3);
+            node.step(crate::raft::test_support::append(1, 1, (0, 0), vec![], 0));
+            let timeout_now = |from| Input::Message {
+                from,
+                msg: Message::TimeoutNow {
+                    term: 1,
+                    campaign: true,
+                },
+            };
+            // From its leader: obeyed, within the rules; from node 2: ignored.
+            let (before, out) = step(&mut node.clone(), &timeout_now(2));
+            assert_eq!(step_rules(&before, &node, &timeout_now(2), &out), Ok(()));
+            let mut obeying = node.clone();
+            let (before, out) = step(&mut obeying, &timeout_now(1));
+            assert_eq!(
+                obeying.status().role,
+                Role::PreCandidate,
+                "it campaigns at once"
+            );
+            assert_eq!(step_rules(&before, &obeying, &timeout_now(1), &out), Ok(()));
+            // The same step, had the TimeoutNow come from node 2.
+            let why = step_rules(&before, &obeying, &timeout_now(2), &out).expect_err("node 2");
+            assert!(why.contains("which is not its leader (Some(1))"), "{why}");
         }
 
         #[test]
