@@ -615,8 +615,13 @@ pub fn rename_commutes(
     if before.log.receiving.is_some() || after.log.receiving.is_some() || *input == Input::Exit {
         return Ok(());
     }
-    let prose_aside = |respond: &mut Vec<(RequestId, Response)>| {
-        for (_, response) in respond {
+    // Sends as a set (a node walks its peers in id order, which a renaming reorders), and
+    // answers' prose aside.
+    let comparable = |out: &mut Output| {
+        for sends in [&mut out.send_now, &mut out.send_after_persist] {
+            sends.sort_by_key(|e| (e.source, e.target, format!("{:?}", e.msg)));
+        }
+        for (_, response) in &mut out.respond {
             if let Response::Unknown { reason } | Response::Invalid { reason } = response {
                 reason.clear();
             }
@@ -633,16 +638,13 @@ pub fn rename_commutes(
     };
     let mut renamed_out = renamed.step(renamed_input);
     let envelopes = |sends: &[super::message::Envelope]| {
-        let mut sends: Vec<super::message::Envelope> = sends
-            .iter()
+        (sends.iter())
             .map(|e| super::message::Envelope {
                 source: r.node(e.source),
                 target: r.node(e.target),
                 msg: e.msg.clone(),
             })
-            .collect();
-        sends.sort_by_key(|e| (e.source, e.target, format!("{:?}", e.msg)));
-        sends
+            .collect()
     };
     let mut expected = Output {
         persist: out.persist.as_ref().map(|p| super::io::Persist {
@@ -659,13 +661,8 @@ pub fn rename_commutes(
             .collect(),
         timers: out.timers.clone(),
     };
-    let sort = |sends: &mut Vec<super::message::Envelope>| {
-        sends.sort_by_key(|e| (e.source, e.target, format!("{:?}", e.msg)));
-    };
-    sort(&mut renamed_out.send_now);
-    sort(&mut renamed_out.send_after_persist);
-    prose_aside(&mut renamed_out.respond);
-    prose_aside(&mut expected.respond);
+    comparable(&mut renamed_out);
+    comparable(&mut expected);
     let id = before.config.id;
     let renamed_id = r.node(id);
     if renamed_out != expected {
